@@ -1,0 +1,80 @@
+"""Typed errors of qlflow. Every layer raises these; `qlflow.errors` re-exports them.
+
+Each error says what was wrong and, where it helps, what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class QlflowError(Exception):
+    """Base of every error qlflow raises on purpose."""
+
+
+class InvalidInput(QlflowError, ValueError):
+    """An argument broke a rule; `field` names it and `rule` names the rule."""
+
+    def __init__(self, field: str, rule: str, message: str | None = None) -> None:
+        self.field = field
+        self.rule = rule
+        super().__init__(message or f"{field}: {rule}")
+
+
+class PlanError(QlflowError, ValueError):
+    """An execution plan (or the input it is built from) breaks a rule of SPEC §3."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(f"{rule}: {message}")
+
+
+class ManifestError(QlflowError, ValueError):
+    """A package manifest (`qlflow.toml`) is malformed; the message names file, table, key."""
+
+
+class StartGuardError(QlflowError):
+    """Admission refused: the publication may not start Workflows (withdrawn,
+    quarantined, superseded, publisher revoked, or the Workflow is disabled)."""
+
+
+class AdmissionCollision(QlflowError):
+    """The run id or admission key is already bound to a different plan."""
+
+
+class VersionConflict(QlflowError):
+    """A stream was not at the expected version; nothing was written."""
+
+    def __init__(self, stream_id: str, expected: int, actual: int) -> None:
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream_id!r} is at version {actual}, expected {expected}; "
+            "nothing was written — reload the stream and decide again"
+        )
+
+
+class IdempotencyConflict(QlflowError):
+    """An event id already exists with different content or at another place."""
+
+    def __init__(self, event_id: str, reason: str) -> None:
+        self.event_id = event_id
+        super().__init__(
+            f"event {event_id!r} already exists {reason}; nothing was written — "
+            "an event id names exactly one fact"
+        )
+
+
+class FenceError(QlflowError):
+    """A worker write presented a lease that is expired, replaced or completed."""
+
+
+class NotFound(QlflowError, LookupError):
+    """The named Run, publication, package, workflow or receipt does not exist."""
+
+
+class CorruptionError(QlflowError):
+    """The log breaks an integrity rule of the fold; the message names the record."""
+
+
+class SchemaError(QlflowError):
+    """The database schema cannot be used by this version of qlflow."""

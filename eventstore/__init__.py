@@ -1,0 +1,1 @@
+"""Append-only event store: one contract (`api`), SQLite and PostgreSQL adapters."""

@@ -1,0 +1,70 @@
+"""The one contract both store adapters implement (SPEC §2, §8).
+
+Usage::
+
+    store = eventstore.open_store("sqlite:///qlflow.db")
+    with store.transaction() as tx:          # SQLite: BEGIN IMMEDIATE; PostgreSQL: BEGIN
+        run = tx.read_stream("run-r1")
+        records = tx.append([StreamAppend("run-r1", len(run), (NewEvent(...),))])
+        tx.execute("UPDATE runs SET ... WHERE run_id = ?", (...,))   # projections
+    # leaving the block commits; an exception rolls everything back
+
+`store.append(...)` is a one-call transaction. SQL passed to `tx.execute` uses
+`?` placeholders on both dialects (the PostgreSQL adapter translates them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from domain.records import Record, StreamAppend
+
+
+class Transaction(Protocol):
+    """One open store transaction. Reads see the transaction's own writes."""
+
+    dialect: str  # "sqlite" | "postgresql"
+
+    def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
+        """Append atomically with per-stream version CAS, or exactly replay."""
+
+    def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
+        """Events of one stream with stream_version > after_version, in order."""
+
+    def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]:
+        """Head version of each named stream (0 for a stream that does not exist)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement (projection upkeep); returns a cursor."""
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one query and return all rows."""
+
+
+class EventStore(Protocol):
+    """An append-only event store with per-stream version CAS."""
+
+    dialect: str
+    url: str
+
+    def transaction(self) -> AbstractContextManager[Transaction]: ...
+
+    def append(self, appends: Sequence[StreamAppend]) -> list[Record]: ...
+
+    def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]: ...
+
+    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]: ...
+
+    def iter_all(self, after_position: int = 0, batch: int = 5000) -> Iterator[Record]: ...
+
+    def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]: ...
+
+    def streams_with_prefix(self, prefix: str) -> list[str]: ...
+
+    def head_position(self) -> int: ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+
+    def close(self) -> None: ...
