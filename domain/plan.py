@@ -2,15 +2,47 @@
 
 A plan binds one Run to one immutable, digest-checked definition: publication,
 materialized revision, workflow, the Task source digests and every StepRun id.
+`build_plan` makes one from a publication and its revision; `normalize` strictly
+re-reads one (for example from a `workflow.admitted` event) and recomputes its
+digest. Every refusal is a PlanError whose `rule` names the broken rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from domain.canonical import canonical_bytes, digest_of_canonical, domain_digest
+from domain.errors import PlanError
+from domain.ids import STEP_RUN_ID, derive_id
+from domain.package import (
+    IDENTIFIER_PATTERN,
+    MAX_WORKFLOW_STEPS,
+    MaterializedRevision,
+    PublicationRef,
+    check_digest,
+    check_fields,
+    check_id,
+    check_list,
+    check_mapping,
+    check_name,
+    check_positive_int,
+    check_publication,
+    check_step_graph,
+    check_text,
+    check_workflow,
+    refuse_type,
+    revision_digest,
+    revision_id_for,
+    workflow_semantic_digest,
+)
 
 PLAN_SCHEMA = "qinglong/plugin-package-workflow-execution-plan@v1"
-MAX_STEPS = 128
+MAX_STEPS = MAX_WORKFLOW_STEPS
 MAX_PLAN_BYTES = 256 * 1024
+READY = "ready"
+PENDING = "pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +84,333 @@ class ExecutionPlan:
             if step.key == key:
                 return step
         raise KeyError(key)
+
+    @property
+    def step_keys(self) -> tuple[str, ...]:
+        """Step keys in plan order (sorted)."""
+        return tuple(step.key for step in self.steps)
+
+
+def task_ref(package: str, generation: int, task_id: str) -> str:
+    """The generation-bound Task reference "<package>@<generation>#<task>"."""
+    return f"{package}@{generation}#{task_id}"
+
+
+def step_run_ids_for(run_id: str, step_keys: Iterable[str]) -> dict[str, str]:
+    """Deterministic StepRun ids for a Run: derive_id(STEP_RUN_ID, run_id, key)."""
+    check_id(run_id, "run_id", "run_id")
+    return {key: derive_id(STEP_RUN_ID, run_id, key) for key in step_keys}
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def build_plan(
+    publication: PublicationRef,
+    revision: MaterializedRevision,
+    workflow_key: str,
+    run_id: str,
+    step_run_ids: Mapping[str, str],
+    timeout_ms: int | None = None,
+) -> ExecutionPlan:
+    """Plan one Run of `workflow_key` from `publication` and the revision it names.
+
+    `step_run_ids` maps every Step key to its StepRun id (see `step_run_ids_for`).
+    `timeout_ms` overrides the Workflow's own timeout. Raises PlanError naming the
+    first rule of SPEC §3 the inputs break.
+    """
+    if not isinstance(publication, PublicationRef):
+        refuse_type(publication, "publication", "a PublicationRef")
+    if not isinstance(revision, MaterializedRevision):
+        refuse_type(revision, "revision", "a MaterializedRevision")
+    check_name(workflow_key, "workflow_key", "workflow_key")
+    check_id(run_id, "run_id", "run_id")
+    if timeout_ms is not None:
+        check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
+
+    check_publication(publication)
+    _check_revision_integrity(revision)
+    _check_binding(publication, revision)
+
+    workflow = revision.workflow(workflow_key)
+    if not workflow.enabled:
+        raise PlanError("workflow_disabled", f"Workflow {workflow_key!r} is disabled")
+    check_workflow(workflow, revision.tasks)
+    for step in workflow.steps:
+        if not revision.tasks[step.task].enabled:
+            raise PlanError(
+                "task_disabled", f"Step {step.key!r} uses Task {step.task!r}, which is disabled"
+            )
+    workflow_digest = workflow_semantic_digest(workflow, revision.tasks)
+    published = publication.workflow_digests.get(workflow_key)
+    if published != workflow_digest:
+        raise PlanError(
+            "workflow_digest",
+            f"publication's digest of Workflow {workflow_key!r} is {published!r}, "
+            f"the revision gives {workflow_digest!r}",
+        )
+    ids = _check_step_run_ids(step_run_ids, [step.key for step in workflow.steps])
+
+    steps = tuple(
+        PlanStep(
+            key=step.key,
+            step_run_id=ids[step.key],
+            task_id=step.task,
+            task_ref=task_ref(revision.package, revision.generation, step.task),
+            source_digest=revision.tasks[step.task].source_digest,
+            needs=tuple(sorted(step.needs)),
+            initial_status=PENDING if step.needs else READY,
+        )
+        for step in sorted(workflow.steps, key=lambda step: step.key)
+    )
+    document = {
+        "schema": PLAN_SCHEMA,
+        "project": revision.project,
+        "package": revision.package,
+        "installation": revision.installation,
+        "lock_digest": revision.lock_digest,
+        "generation": revision.generation,
+        "revision_id": revision.revision_id,
+        "revision_digest": revision.revision_digest,
+        "publication_id": publication.publication_id,
+        "publication_digest": publication.publication_digest,
+        "workflow_key": workflow_key,
+        "workflow_digest": workflow_digest,
+        "run_id": run_id,
+        "timeout_ms": timeout_ms if timeout_ms is not None else workflow.timeout_ms,
+        "steps": [_step_document(step) for step in steps],
+    }
+    return _seal(document, steps)
+
+
+def _check_revision_integrity(revision: MaterializedRevision) -> None:
+    computed = revision_digest(revision)
+    if revision.revision_digest != computed:
+        raise PlanError(
+            "revision_digest",
+            f"revision states digest {revision.revision_digest}, its content gives {computed}",
+        )
+    if revision.revision_id != revision_id_for(computed):
+        raise PlanError(
+            "revision_id", f"revision id {revision.revision_id!r} does not match its digest"
+        )
+
+
+_BINDING_FIELDS = (
+    "project", "package", "installation", "lock_digest", "generation",
+    "revision_id", "revision_digest",
+)  # fmt: skip
+
+
+def _check_binding(publication: PublicationRef, revision: MaterializedRevision) -> None:
+    for field in _BINDING_FIELDS:
+        published, materialized = getattr(publication, field), getattr(revision, field)
+        if published != materialized:
+            raise PlanError(
+                f"{field}_drift",
+                f"publication has {field} {published!r} but the revision has {materialized!r}",
+            )
+
+
+def _check_step_run_ids(step_run_ids: object, step_keys: list[str]) -> dict[str, str]:
+    ids = check_mapping(step_run_ids, "step_run_ids")
+    missing = sorted(set(step_keys) - ids.keys())
+    if missing:
+        raise PlanError("step_run_id_missing", f"no StepRun id for Step(s) {', '.join(missing)}")
+    extra = sorted(ids.keys() - set(step_keys))
+    if extra:
+        raise PlanError("step_run_id_extra", f"StepRun ids for unknown Step(s) {', '.join(extra)}")
+    owners: dict[str, str] = {}
+    for key in sorted(ids):
+        step_run_id = check_id(ids[key], "step_run_id", f"StepRun id of Step {key!r}")
+        if step_run_id in owners:
+            raise PlanError(
+                "step_run_id_duplicate",
+                f"Steps {owners[step_run_id]!r} and {key!r} share StepRun id {step_run_id!r}",
+            )
+        owners[step_run_id] = key
+    return dict(ids)
+
+
+# --- encoding -------------------------------------------------------------------------
+
+
+def _step_document(step: PlanStep) -> dict[str, Any]:
+    return {
+        "key": step.key,
+        "step_run_id": step.step_run_id,
+        "task_id": step.task_id,
+        "task_ref": step.task_ref,
+        "source_digest": step.source_digest,
+        "needs": list(step.needs),
+        "initial_status": step.initial_status,
+    }
+
+
+def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
+    """The plan as a JSON-able dict, `plan_digest` included; `normalize` reads it back."""
+    return {
+        "schema": plan.schema,
+        "project": plan.project,
+        "package": plan.package,
+        "installation": plan.installation,
+        "lock_digest": plan.lock_digest,
+        "generation": plan.generation,
+        "revision_id": plan.revision_id,
+        "revision_digest": plan.revision_digest,
+        "publication_id": plan.publication_id,
+        "publication_digest": plan.publication_digest,
+        "workflow_key": plan.workflow_key,
+        "workflow_digest": plan.workflow_digest,
+        "run_id": plan.run_id,
+        "timeout_ms": plan.timeout_ms,
+        "steps": [_step_document(step) for step in plan.steps],
+        "plan_digest": plan.plan_digest,
+    }
+
+
+def plan_digest(plan_without_digest: Mapping[str, Any]) -> str:
+    """SHA-256 over the schema string, a NUL and the canonical JSON of the plan
+    without `plan_digest` (a `plan_digest` key, if present, is left out)."""
+    document = {key: value for key, value in plan_without_digest.items() if key != "plan_digest"}
+    return domain_digest(PLAN_SCHEMA, document)
+
+
+def _seal(document: dict[str, Any], steps: tuple[PlanStep, ...]) -> ExecutionPlan:
+    encoded = canonical_bytes(document)
+    digest = digest_of_canonical(PLAN_SCHEMA, encoded)
+    # The stated digest adds one member, `,"plan_digest":"sha256:<64 hex>"`, to the encoding.
+    size = len(encoded) + len(',"plan_digest":""') + len(digest)
+    if size > MAX_PLAN_BYTES:
+        raise PlanError("plan_size", f"encoded plan is {size} bytes; at most {MAX_PLAN_BYTES}")
+    fields = {key: value for key, value in document.items() if key != "steps"}
+    return ExecutionPlan(**fields, steps=steps, plan_digest=digest)
+
+
+# --- normalizing ----------------------------------------------------------------------
+
+_PLAN_FIELDS = (
+    "schema", "project", "package", "installation", "lock_digest", "generation",
+    "revision_id", "revision_digest", "publication_id", "publication_digest",
+    "workflow_key", "workflow_digest", "run_id", "timeout_ms", "steps",
+)  # fmt: skip
+_STEP_FIELDS = (
+    "key", "step_run_id", "task_id", "task_ref", "source_digest", "needs", "initial_status",
+)  # fmt: skip
+
+
+def normalize(value: object) -> ExecutionPlan:
+    """Strictly read a plan (a dict as decoded from JSON, or an ExecutionPlan).
+
+    Refuses unknown or missing fields, wrong types (a bool is not an integer, a
+    float never is), any structural rule of SPEC §3, and a stated `plan_digest`
+    that differs from the recomputed one. A plan without `plan_digest` gets the
+    digest it would have had. Raises only PlanError.
+    """
+    if isinstance(value, ExecutionPlan):
+        value = plan_to_dict(value)
+    plan = check_mapping(value, "plan")
+    check_fields(plan, _PLAN_FIELDS, "plan", optional=("plan_digest",))
+    if plan["schema"] != PLAN_SCHEMA:
+        raise PlanError("schema", f"plan schema must be {PLAN_SCHEMA!r}, not {plan['schema']!r}")
+    package = check_name(plan["package"], "package", "package")
+    generation = check_positive_int(plan["generation"], "generation", "generation")
+    timeout_ms = plan["timeout_ms"]
+    if timeout_ms is not None:
+        check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
+    document = {
+        "schema": PLAN_SCHEMA,
+        "project": check_text(plan["project"], IDENTIFIER_PATTERN, "project", "project"),
+        "package": package,
+        "installation": check_text(
+            plan["installation"], IDENTIFIER_PATTERN, "installation", "installation"
+        ),
+        "lock_digest": check_digest(plan["lock_digest"], "lock_digest", "lock_digest"),
+        "generation": generation,
+        "revision_id": check_id(plan["revision_id"], "revision_id", "revision_id"),
+        "revision_digest": check_digest(
+            plan["revision_digest"], "revision_digest", "revision_digest"
+        ),
+        "publication_id": check_id(plan["publication_id"], "publication_id", "publication_id"),
+        "publication_digest": check_digest(
+            plan["publication_digest"], "publication_digest", "publication_digest"
+        ),
+        "workflow_key": check_name(plan["workflow_key"], "workflow_key", "workflow_key"),
+        "workflow_digest": check_digest(
+            plan["workflow_digest"], "workflow_digest", "workflow_digest"
+        ),
+        "run_id": check_id(plan["run_id"], "run_id", "run_id"),
+        "timeout_ms": timeout_ms,
+    }
+    raw_steps = check_list(plan["steps"], "plan steps")
+    if len(raw_steps) > MAX_STEPS:
+        raise PlanError("too_many_steps", f"plan has {len(raw_steps)} Steps; at most {MAX_STEPS}")
+    steps = tuple(
+        _normalize_step(raw, index, package, generation) for index, raw in enumerate(raw_steps)
+    )
+    _check_plan_steps(steps)
+    document["steps"] = [_step_document(step) for step in steps]
+    normalized = _seal(document, steps)
+    if "plan_digest" in plan:
+        stated = plan["plan_digest"]
+        if not isinstance(stated, str):
+            refuse_type(stated, "plan_digest", "a digest string")
+        if stated != normalized.plan_digest:
+            raise PlanError(
+                "plan_digest",
+                f"plan states digest {stated!r} but its content gives {normalized.plan_digest!r}",
+            )
+    return normalized
+
+
+def _normalize_step(raw: object, index: int, package: str, generation: int) -> PlanStep:
+    what = f"plan step {index}"
+    step = check_mapping(raw, what)
+    check_fields(step, _STEP_FIELDS, what)
+    key = check_name(step["key"], "step_key", f"{what} key")
+    what = f"plan step {key!r}"
+    task_id = check_name(step["task_id"], "task_id", f"{what} task_id")
+    needs = tuple(
+        check_name(need, "step_key", f"{what} need")
+        for need in check_list(step["needs"], f"{what} needs")
+    )
+    if list(needs) != sorted(needs):
+        raise PlanError("needs_order", f"{what}: needs must be sorted")
+    expected_ref = task_ref(package, generation, task_id)
+    if step["task_ref"] != expected_ref:
+        if not isinstance(step["task_ref"], str):
+            refuse_type(step["task_ref"], f"{what} task_ref", "a string")
+        raise PlanError("task_ref", f"{what}: task_ref must be {expected_ref!r}")
+    status = step["initial_status"]
+    expected_status = PENDING if needs else READY
+    if status != expected_status:
+        if not isinstance(status, str):
+            refuse_type(status, f"{what} initial_status", "a string")
+        raise PlanError(
+            "initial_status", f"{what}: initial_status must be {expected_status!r}, not {status!r}"
+        )
+    return PlanStep(
+        key=key,
+        step_run_id=check_id(step["step_run_id"], "step_run_id", f"{what} step_run_id"),
+        task_id=task_id,
+        task_ref=expected_ref,
+        source_digest=check_digest(step["source_digest"], "source_digest", f"{what} source"),
+        needs=needs,
+        initial_status=expected_status,
+    )
+
+
+def _check_plan_steps(steps: tuple[PlanStep, ...]) -> None:
+    check_step_graph([(step.key, step.needs) for step in steps], "plan")
+    keys = [step.key for step in steps]
+    if keys != sorted(keys):
+        raise PlanError("step_order", "plan steps must be sorted by key")
+    owners: dict[str, str] = {}
+    for step in steps:
+        if step.step_run_id in owners:
+            raise PlanError(
+                "step_run_id_duplicate",
+                f"Steps {owners[step.step_run_id]!r} and {step.key!r} share StepRun id "
+                f"{step.step_run_id!r}",
+            )
+        owners[step.step_run_id] = step.key

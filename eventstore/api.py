@@ -10,16 +10,30 @@ Usage::
     # leaving the block commits; an exception rolls everything back
 
 `store.append(...)` is a one-call transaction. SQL passed to `tx.execute` uses
-`?` placeholders on both dialects (the PostgreSQL adapter translates them).
+`?` placeholders on both dialects (the PostgreSQL adapter translates them), so
+statements never contain a literal `?` or `%`.
+
+Transactions do not nest: a second `store.transaction()` (or any other store call)
+on a thread that has one open raises `StoreUsageError` — pass the open Transaction
+down instead. If `tx.append` raises a conflict the transaction can only roll back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from domain.errors import QlflowError
 from domain.records import Record, StreamAppend
+
+MigrationStep = Mapping[str, str | Sequence[str]]
+"""One schema step: dialect ("sqlite" | "postgresql") -> SQL statement(s)."""
+
+
+class StoreUsageError(QlflowError, RuntimeError):
+    """The store was used against its contract: a nested transaction on one thread, a
+    transaction used after it ended or after a failed append, or a closed store."""
 
 
 class Transaction(Protocol):
@@ -41,6 +55,15 @@ class Transaction(Protocol):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one query and return all rows."""
+
+    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
+        """Events with global_position > after_position, in position order."""
+
+    def streams_with_prefix(self, prefix: str) -> list[str]:
+        """Ids of the existing streams starting with `prefix`, sorted."""
+
+    def head_position(self) -> int:
+        """Highest global position visible to this transaction (0 if none)."""
 
 
 class EventStore(Protocol):
@@ -66,5 +89,10 @@ class EventStore(Protocol):
     def head_position(self) -> int: ...
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+
+    def migrate(self, component: str, steps: Sequence[MigrationStep]) -> int:
+        """Apply the steps of `component` beyond its recorded schema version in one
+        transaction; return the version now recorded. Raises SchemaError when the
+        database records a newer version than `len(steps)`."""
 
     def close(self) -> None: ...

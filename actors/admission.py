@@ -1,0 +1,410 @@
+"""Durable Workflow admission (SPEC §4, ADR-0223 §3) in one transaction.
+
+`admit_in_tx` does, inside the caller's transaction:
+
+1. resolve the package to a publication (the current head of its installation,
+   or an explicit publication id) and take the serialization boundary shared
+   with publisher revocation (`actors.publishing.serialize_publisher`);
+2. exact replay: a receipt for the admission key whose plan equals the request's
+   is returned with status "existing"; the same key with another plan, or the
+   same run id under another key, is an `AdmissionCollision`;
+3. the start guard: the publication is active (not withdrawn, not quarantined),
+   the current head of its installation, its publisher not revoked, and the
+   Workflow exists and is enabled -- else `StartGuardError` with `.reason`;
+4. build the plan and append `workflow.admitted`, the `step.created` events, the
+   StepRunMutations and the receipt in one `registry.commit`.
+
+Any refusal raises before the commit, so nothing is written.
+
+Replay comes before the guard on purpose: an exact replay is not a new start, so
+it is answered even if the publication was withdrawn meanwhile (SPEC §6: that
+stops new starts only). This is what makes a retry after a lost COMMIT response
+safe: the retry finds the receipt and returns it as "existing". The plan of a
+replay is rebuilt against the publication named in the receipt, so a newer head
+does not turn a retry into a collision.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from actors.publishing import PUBLICATION_STREAM, serialize_publisher
+from domain.admission import admission_records
+from domain.aggregate import run_stream, steps_stream
+from domain.errors import (
+    AdmissionCollision,
+    CorruptionError,
+    InvalidInput,
+    ManifestError,
+    NotFound,
+    PlanError,
+    SchemaError,
+    StartGuardError,
+)
+from domain.ids import RECEIPT, RUN_ID, derive_id
+from domain.package import (
+    ID_PATTERN,
+    MaterializedRevision,
+    PublicationRef,
+    publication_from_json,
+    revision_from_json,
+)
+from domain.plan import build_plan, step_run_ids_for
+from domain.records import NewEvent, StreamAppend
+from domain.values import (
+    ACTIVE,
+    CREATED,
+    EXISTING,
+    QUARANTINED,
+    WITHDRAWN,
+    AdmissionReceipt,
+    Publication,
+    ReceiptStep,
+    receipt_document,
+    receipt_from_document,
+    receipt_stream_id,
+)
+from projections import publications as read_model
+from projections.registry import commit
+
+MAX_ADMISSION_KEY_CHARS = 1024
+ADMISSION_ACTOR = "admission"
+# Deliberate refusals: retrying cannot change the answer.
+REFUSALS = (
+    AdmissionCollision,
+    CorruptionError,
+    InvalidInput,
+    ManifestError,
+    NotFound,
+    PlanError,
+    SchemaError,
+    StartGuardError,
+)
+
+
+def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[str, str]:
+    """Resolve (admission key, run id) once, before any attempt or retry.
+
+    No key and no run id: a random key (uuid4 hex). A run id without a key: the
+    run id is the key. The run id defaults to derive_id(RUN_ID, key), so retrying
+    with the same key always names the same Run.
+    """
+    if admission_key is not None and (
+        not isinstance(admission_key, str)
+        or not admission_key
+        or len(admission_key) > MAX_ADMISSION_KEY_CHARS
+        or "\x00" in admission_key
+    ):
+        raise InvalidInput(
+            "admission_key",
+            "text",
+            f"admission_key must be a non-empty string of at most {MAX_ADMISSION_KEY_CHARS} "
+            f"characters without NUL, got {admission_key!r}",
+        )
+    if run_id is not None and (not isinstance(run_id, str) or not ID_PATTERN.fullmatch(run_id)):
+        raise InvalidInput(
+            "run_id",
+            "id",
+            f"run_id must be 1-36 characters of A-Z a-z 0-9 : . _ -, starting with a letter "
+            f"or digit, got {run_id!r}",
+        )
+    if admission_key is None:
+        admission_key = run_id if run_id is not None else uuid.uuid4().hex
+    if run_id is None:
+        run_id = derive_id(RUN_ID, admission_key)
+    return admission_key, run_id
+
+
+def start(
+    authority,
+    package: str,
+    workflow_key: str,
+    *,
+    admission_key: str | None = None,
+    run_id: str | None = None,
+    timeout_ms: int | None = None,
+    now_ms: int,
+) -> AdmissionReceipt:
+    """Admit through an operation authority (`authority.execute(fn, name)`).
+
+    The identity is fixed before the first attempt. A failure that is not a
+    deliberate refusal (a concurrent admission of the same key, a lost COMMIT
+    response, a dropped connection) is retried once in a new transaction, which
+    returns the durable receipt ("existing") if the first attempt committed.
+    """
+    admission_key, run_id = admission_identity(admission_key, run_id)
+
+    def unit(tx) -> AdmissionReceipt:
+        return admit_in_tx(tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms)
+
+    try:
+        return authority.execute(unit, name="admission")
+    except REFUSALS:
+        raise
+    except Exception:
+        return authority.execute(unit, name="admission")
+
+
+def admit_in_tx(
+    tx,
+    package: str,
+    workflow_key: str,
+    admission_key: str | None,
+    run_id: str | None,
+    timeout_ms: int | None,
+    now_ms: int,
+) -> AdmissionReceipt:
+    """Admit one Run of `workflow_key` from `package` in the open transaction `tx`.
+
+    `package` is an installation name, a package name (when exactly one head has
+    it) or an explicit publication id ("pub:..."). Returns the receipt with status
+    "created", or "existing" for an exact replay. Raises StartGuardError (with
+    `.reason`), AdmissionCollision, PlanError, NotFound or InvalidInput, writing
+    nothing. Call `admission_identity` first when retrying with a generated key.
+    """
+    admission_key, run_id = admission_identity(admission_key, run_id)
+    publication = _resolve_and_serialize(tx, package)
+
+    replayed = _exact_replay(tx, publication, admission_key, run_id, workflow_key, timeout_ms)
+    if replayed is not None:
+        return replayed
+    _refuse_taken_run_id(tx, run_id, admission_key)
+
+    ref, revision = published_revision(tx, publication.publication_id)
+    _start_guard(tx, publication, revision, workflow_key)
+    plan = build_plan(
+        ref,
+        revision,
+        workflow_key,
+        run_id,
+        step_run_ids_for(run_id, _step_keys(revision, workflow_key)),
+        timeout_ms,
+    )
+    decision = admission_records(plan, admission_key, now_ms)
+    run_events = decision.events(run_stream(run_id))
+    mutations = decision.events(steps_stream(run_id))
+    mutation_of = {mutation.data["event_id"]: mutation.event_id for mutation in mutations}
+    admitted = run_events[0]
+    document = receipt_document(
+        run_id=run_id,
+        plan_digest=plan.plan_digest,
+        admission_key=admission_key,
+        package=plan.package,
+        installation=plan.installation,
+        workflow_key=workflow_key,
+        publication_id=plan.publication_id,
+        publication_digest=plan.publication_digest,
+        admitted_event_id=admitted.event_id,
+        steps=tuple(
+            ReceiptStep(
+                step_key=event.data["step_key"],
+                step_run_id=event.data["step_run_id"],
+                mutation_id=mutation_of[event.event_id],
+                event_id=event.event_id,
+            )
+            for event in run_events[1:]
+        ),
+        final_run_version=len(run_events),
+        final_steps_version=len(mutations),
+        admitted_at_ms=now_ms,
+    )
+    receipt_event = NewEvent(
+        event_id=derive_id(RECEIPT, document["receipt_digest"]),
+        type=read_model.RECEIPT,
+        data=document,
+        metadata={
+            "at_ms": now_ms,
+            "causation_id": admitted.event_id,
+            "correlation_id": run_id,
+            "actor": ADMISSION_ACTOR,
+        },
+    )
+    receipt_append = StreamAppend(receipt_stream_id(admission_key), 0, (receipt_event,))
+    commit(tx, [*decision.appends, receipt_append])
+    return receipt_from_document(document, CREATED)
+
+
+def inspect_admission(
+    reader, run_id: str | None = None, admission_key: str | None = None
+) -> AdmissionReceipt | None:
+    """The durable receipt by run id or admission key (both: must agree), else None.
+
+    `reader` is a store or an open transaction. After an unknown commit outcome this
+    is the recovery path: it never plans again and never makes new ids.
+    """
+    if run_id is None and admission_key is None:
+        raise InvalidInput(
+            "run_id", "required", "inspect_admission needs a run_id or an admission_key"
+        )
+    if admission_key is not None:
+        if not isinstance(admission_key, str) or not admission_key:
+            raise InvalidInput("admission_key", "text", "admission_key must be a non-empty string")
+        stream = receipt_stream_id(admission_key)
+    else:
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidInput("run_id", "text", "run_id must be a non-empty string")
+        stream = read_model.receipt_stream_of_run(reader, run_id)
+        if stream is None:
+            return None
+    records = reader.read_stream(stream)
+    if not records:
+        return None
+    receipt = receipt_from_document(records[0].data, EXISTING)
+    if run_id is not None and receipt.run_id != run_id:
+        return None
+    return receipt
+
+
+def published_revision(tx, publication_id: str) -> tuple[PublicationRef, MaterializedRevision]:
+    """The publication and the revision recorded in its `publication.published`
+    event, both strictly re-read (a digest that does not match raises PlanError)."""
+    records = tx.read_stream(PUBLICATION_STREAM + publication_id)
+    if not records or records[0].type != read_model.PUBLISHED:
+        raise CorruptionError(f"publication {publication_id!r} has no publication.published event")
+    data = records[0].data
+    return publication_from_json(data["publication"]), revision_from_json(data["revision"])
+
+
+# --- steps of admission -----------------------------------------------------------------
+
+
+def _resolve_and_serialize(tx, package: str) -> Publication:
+    """Resolve the publication, lock its publisher, and resolve again under the lock
+    (so a publish or revocation that committed meanwhile is seen)."""
+    locked: set[str] = set()
+    publication = _resolve(tx, package)
+    while publication.publisher not in locked:
+        serialize_publisher(tx, publication.publisher)
+        locked.add(publication.publisher)
+        publication = _resolve(tx, package)
+    return publication
+
+
+def _resolve(tx, package: str) -> Publication:
+    if not isinstance(package, str) or not package:
+        raise InvalidInput(
+            "package", "text", f"package must be a non-empty string, got {package!r}"
+        )
+    explicit = read_model.publication(tx, package)
+    if explicit is not None:
+        return explicit
+    heads = read_model.heads_named(tx, package)
+    if not heads:
+        raise NotFound(f"no published package or installation {package!r}; publish it first")
+    if len(heads) > 1:
+        names = ", ".join(f"{head.project}/{head.installation}" for head in heads)
+        raise InvalidInput(
+            "package",
+            "ambiguous",
+            f"{package!r} names several installations ({names}); "
+            "start one by its installation name or publication id",
+        )
+    return heads[0]
+
+
+def _exact_replay(
+    tx,
+    publication: Publication,
+    admission_key: str,
+    run_id: str,
+    workflow_key: str,
+    timeout_ms: int | None,
+) -> AdmissionReceipt | None:
+    records = tx.read_stream(receipt_stream_id(admission_key))
+    if not records:
+        return None
+    receipt = receipt_from_document(records[0].data, EXISTING)
+    bound = read_model.publication(tx, receipt.publication_id)
+    same_installation = bound is not None and (bound.project, bound.installation) == (
+        publication.project,
+        publication.installation,
+    )
+    digest = None
+    if same_installation:
+        try:
+            ref, revision = published_revision(tx, receipt.publication_id)
+            ids = step_run_ids_for(run_id, _step_keys(revision, workflow_key))
+            digest = build_plan(ref, revision, workflow_key, run_id, ids, timeout_ms).plan_digest
+        except PlanError:
+            digest = None
+    if digest == receipt.plan_digest:
+        return receipt
+    raise AdmissionCollision(
+        f"admission key {admission_key!r} already admitted run {receipt.run_id!r} "
+        f"({receipt.package} {receipt.workflow_key}, plan {receipt.plan_digest}); this request "
+        "(package, workflow, run id or timeout) gives a different plan. Use a new admission "
+        "key, or inspect_admission(admission_key=...) to read the admitted Run"
+    )
+
+
+def _refuse_taken_run_id(tx, run_id: str, admission_key: str) -> None:
+    stream = read_model.receipt_stream_of_run(tx, run_id)
+    if stream is not None:
+        receipt = receipt_from_document(tx.read_stream(stream)[0].data, EXISTING)
+        raise AdmissionCollision(
+            f"run id {run_id!r} was already admitted under admission key "
+            f"{receipt.admission_key!r} (plan {receipt.plan_digest}), not {admission_key!r}; "
+            "choose another run id, or leave it out to derive one from the admission key"
+        )
+    if tx.stream_versions([run_stream(run_id)])[run_stream(run_id)] > 0:
+        raise AdmissionCollision(f"run id {run_id!r} already has events; choose another run id")
+
+
+def _start_guard(
+    tx, publication: Publication, revision: MaterializedRevision, workflow_key: str
+) -> None:
+    where = (
+        f"publication {publication.publication_id} ({publication.package} generation "
+        f"{publication.generation})"
+    )
+    if read_model.publisher_status(tx, publication.publisher) == read_model.REVOKED:
+        _refuse(
+            "publisher_revoked",
+            f"{where}: its publisher {publication.publisher!r} is revoked; "
+            "no publication of a revoked publisher may start Workflows",
+        )
+    if publication.status == QUARANTINED:
+        _refuse("quarantined", f"{where} is quarantined and may not start Workflows")
+    if publication.status == WITHDRAWN:
+        _refuse(
+            "withdrawn",
+            f"{where} is withdrawn; publish a new generation to start Workflows again",
+        )
+    if publication.status != ACTIVE:
+        _refuse("inactive", f"{where} is {publication.status}")
+    if not publication.head:
+        head = read_model.installation_head(tx, publication.project, publication.installation)
+        current = f"generation {head.generation} ({head.publication_id})" if head else "unknown"
+        _refuse(
+            "superseded",
+            f"{where} is no longer the head of installation {publication.installation!r}; "
+            f"the current head is {current}: start that one",
+        )
+    workflow = revision.workflows.get(workflow_key)
+    if workflow is None:
+        known = ", ".join(revision.workflows) or "none"
+        _refuse(
+            "unknown_workflow",
+            f"{where} has no Workflow {workflow_key!r} (workflows: {known})",
+        )
+    if not workflow.enabled:
+        _refuse("workflow_disabled", f"{where}: Workflow {workflow_key!r} is disabled")
+    for step in workflow.steps:
+        task = revision.tasks.get(step.task)
+        if task is not None and not task.enabled:
+            _refuse(
+                "task_disabled",
+                f"{where}: Workflow {workflow_key!r} step {step.key!r} uses Task "
+                f"{step.task!r}, which is disabled",
+            )
+
+
+def _refuse(reason: str, message: str) -> Any:
+    error = StartGuardError(message)
+    error.reason = reason
+    raise error
+
+
+def _step_keys(revision: MaterializedRevision, workflow_key: str) -> list[str]:
+    return [step.key for step in revision.workflow(workflow_key).steps]

@@ -1,0 +1,57 @@
+"""The initial records of an admitted Run (SPEC §4, §7 worked example).
+
+`workflow.admitted` (carrying the plan) at version 1, then one `step.created`
+per Step in key order, each with its StepRunMutation: a plan of n Steps gives
+n + 1 RunEvents, n mutations, and a Run at version n + 1.
+"""
+
+from __future__ import annotations
+
+from domain.decision import Decision, DecisionBuilder, check_now
+from domain.errors import InvalidInput
+from domain.ids import ADMISSION_EVENT, ADMISSION_MUTATION, derive_id
+from domain.plan import ExecutionPlan, plan_to_dict
+
+ADMISSION_ACTOR = "admission"
+
+
+def admission_records(plan: ExecutionPlan, admission_key: str, now_ms: int) -> Decision:
+    """Records that admit `plan` under `admission_key` at `now_ms` (streams must not exist).
+
+    The plan must already be normalized (`domain.plan.normalize`); ids derive from
+    its digest, so the same plan always yields the same records.
+    """
+    if not isinstance(plan, ExecutionPlan):
+        raise InvalidInput(
+            "plan", "type", f"plan must be an ExecutionPlan, got {type(plan).__name__}"
+        )
+    if not isinstance(admission_key, str) or not admission_key:
+        raise InvalidInput("admission_key", "non_empty", "admission_key must be a non-empty string")
+    check_now(now_ms)
+    digest = plan.plan_digest
+    admitted_id = derive_id(ADMISSION_EVENT, digest, "workflow.admitted")
+    builder = DecisionBuilder(
+        run_id=plan.run_id,
+        run_version=0,
+        steps_version=0,
+        steps={},
+        lease_versions={},
+        now_ms=now_ms,
+        actor=ADMISSION_ACTOR,
+        causation_id=None,
+    )
+    builder.event(
+        admitted_id,
+        "workflow.admitted",
+        {"plan": plan_to_dict(plan), "admission_key": admission_key, "admitted_at_ms": now_ms},
+    )
+    builder.causation_id = admitted_id  # every StepRun is created by the admission
+    for step in sorted(plan.steps, key=lambda s: s.key):
+        builder.create_step(
+            step.key,
+            step.step_run_id,
+            step.initial_status,
+            derive_id(ADMISSION_EVENT, digest, step.step_run_id, 1),
+            derive_id(ADMISSION_MUTATION, digest, step.step_run_id, 1),
+        )
+    return builder.build()

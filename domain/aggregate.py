@@ -1,0 +1,746 @@
+"""Fold a Run's streams into one immutable aggregate, checking the log's integrity.
+
+`fold(run_records, step_records, lease_records)` reads the `run-<id>` RunEvents,
+the `steps-<id>` StepRunMutations and each `lease-<attempt_id>` stream (SPEC §2,
+docs/EVENTS.md). Every rule the log must keep is checked on the way; a record
+that breaks one raises `CorruptionError` naming the stream, version and event id:
+
+- versions are contiguous from 1 in every stream, and every record is in its stream;
+- the Run stream opens with `workflow.admitted` (carrying the plan), then one
+  `step.created` per Step of the plan;
+- every status change (Run, StepRun, Attempt, lease) is allowed by
+  `domain.transitions`, and a StepRun's epoch grows by exactly 1 per change;
+- the k-th StepRunMutation points at the k-th `step.*` RunEvent (same event id,
+  run version, StepRun, from, to and epoch): one mutation per event, none extra.
+
+`extend(aggregate, ...)` continues a fold with records appended after it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+from domain.errors import CorruptionError
+from domain.plan import ExecutionPlan, PlanStep
+from domain.records import Record
+from domain.transitions import (
+    ATTEMPT_ACTIVE,
+    ATTEMPT_CLAIMED,
+    ATTEMPT_TERMINAL,
+    CANCEL_REASONS,
+    LEASE_COMPLETED,
+    LEASE_LEASED,
+    LEASE_RELEASED,
+    RELEASE_REASONS,
+    RUN_RUNNING,
+    RUN_TERMINAL,
+    STEP_READY,
+    STEP_STATUSES,
+    STEP_TERMINAL,
+    attempt_change_allowed,
+    run_change_allowed,
+    step_change_allowed,
+)
+
+MUTATION_TYPE = "step_run.mutated"
+_NON_SUCCESS = STEP_TERMINAL - {"succeeded"}
+ATTEMPT_CHANGES = ATTEMPT_TERMINAL | {"starting", "running"}
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def run_stream(run_id: str) -> str:
+    """The stream of a Run's RunEvents."""
+    return f"run-{run_id}"
+
+
+def steps_stream(run_id: str) -> str:
+    """The stream of a Run's StepRunMutations."""
+    return f"steps-{run_id}"
+
+
+def lease_stream(attempt_id: str) -> str:
+    """The stream of one Attempt's lease."""
+    return f"lease-{attempt_id}"
+
+
+# --- the aggregate ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """The latest lease of one Attempt.
+
+    `version` is the fencing token: the lease stream's version after the last
+    grant or renewal. The lease is live while `status == "leased"` and
+    `now_ms < expires_at_ms`.
+    """
+
+    lease_id: str
+    version: int
+    granted_version: int
+    worker_id: str
+    status: str  # leased | completed | released
+    granted_at_ms: int
+    ttl_ms: int
+    expires_at_ms: int
+    outcome: str | None = None
+    release_reason: str | None = None
+
+    def is_live(self, now_ms: int) -> bool:
+        """True while the lease is held and not expired at `now_ms`."""
+        return self.status == LEASE_LEASED and now_ms < self.expires_at_ms
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptState:
+    """One Task Attempt with its immutable admission and its lease."""
+
+    attempt_id: str
+    step_key: str
+    step_run_id: str
+    step_epoch: int  # the ready epoch it was admitted against
+    attempt_number: int
+    admission: Mapping[str, Any]
+    status: str
+    lease: LeaseState | None = None
+    lease_ids: tuple[str, ...] = ()  # every lease ever granted, oldest first
+    started_lease_id: str | None = None  # the lease it crossed the start barrier under
+    worker_id: str | None = None
+    result_code: str | None = None
+    reported_outcome: str | None = None
+    output: Mapping[str, Any] | None = None
+    ended_lease_id: str | None = None
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ATTEMPT_ACTIVE
+
+    def has_live_lease(self, now_ms: int) -> bool:
+        return self.lease is not None and self.lease.is_live(now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRunState:
+    """One StepRun: its status, epoch (bumped by every change) and its Attempts."""
+
+    step_run_id: str
+    key: str
+    status: str
+    epoch: int
+    result_code: str | None
+    needs: tuple[str, ...]
+    task_id: str
+    task_ref: str
+    source_digest: str
+    attempt_ids: tuple[str, ...] = ()
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in STEP_TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """The Run: status, version (= RunEvent count), plan, deadline and cancel intent."""
+
+    run_id: str
+    status: str
+    version: int
+    plan: ExecutionPlan
+    admission_key: str
+    admitted_at_ms: int
+    timeout_ms: int | None
+    deadline_ms: int | None
+    cancel_requested_at_ms: int | None
+    cancel_reason: str | None
+    result_code: str | None
+    error_code: str | None
+    head_event_id: str
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in RUN_TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class RunAggregate:
+    """Everything the decisions need to know about one Run, immutable.
+
+    `steps` is keyed by step key in plan order (sorted); `attempts` by attempt id
+    in claim order; `lease_versions` holds each lease stream's head version;
+    `topo_order` lists the step keys with every need before its dependants.
+    """
+
+    run: RunState
+    steps: Mapping[str, StepRunState]
+    attempts: Mapping[str, AttemptState]
+    steps_version: int
+    lease_versions: Mapping[str, int]
+    topo_order: tuple[str, ...]
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def version(self) -> int:
+        return self.run.version
+
+    @property
+    def plan(self) -> ExecutionPlan:
+        return self.run.plan
+
+    def active_attempts(self) -> tuple[AttemptState, ...]:
+        """Attempts that are claimed, starting or running, in claim order."""
+        return tuple(a for a in self.attempts.values() if a.status in ATTEMPT_ACTIVE)
+
+
+def effective_intent(aggregate: RunAggregate, now_ms: int) -> tuple[str, int] | None:
+    """The Run's cancel intent as (reason, cancel time), or None (SPEC §7).
+
+    A recorded intent wins; otherwise a reached deadline is a `timeout` intent
+    whose cancel time is the deadline itself.
+    """
+    run = aggregate.run
+    if run.cancel_reason is not None and run.cancel_requested_at_ms is not None:
+        return run.cancel_reason, run.cancel_requested_at_ms
+    if run.deadline_ms is not None and now_ms >= run.deadline_ms:
+        return "timeout", run.deadline_ms
+    return None
+
+
+# --- folding ---------------------------------------------------------------------------
+
+
+def fold(
+    run_records: Sequence[Record],
+    step_records: Sequence[Record],
+    lease_records: Mapping[str, Sequence[Record]] | None = None,
+) -> RunAggregate:
+    """Fold a Run's streams (each in stream order) into a RunAggregate.
+
+    Raises CorruptionError naming the first record that breaks an integrity rule.
+    """
+    if not run_records:
+        raise CorruptionError("the Run stream is empty: a Run's log opens with workflow.admitted")
+    folder = _Folder()
+    folder.fold(run_records, step_records, lease_records or {})
+    return folder.freeze()
+
+
+def extend(
+    aggregate: RunAggregate,
+    run_records: Sequence[Record] = (),
+    step_records: Sequence[Record] = (),
+    lease_records: Mapping[str, Sequence[Record]] | None = None,
+) -> RunAggregate:
+    """Continue folding `aggregate` with records appended after it (same checks as fold)."""
+    folder = _Folder.resume(aggregate)
+    folder.fold(run_records, step_records, lease_records or {})
+    return folder.freeze()
+
+
+def _where(record: Record) -> str:
+    return f"{record.stream_id} v{record.stream_version} ({record.event_id}, {record.type})"
+
+
+def _corrupt(record: Record, problem: str) -> CorruptionError:
+    return CorruptionError(f"{_where(record)}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class _StepEvent:
+    """A step.* RunEvent waiting for its StepRunMutation."""
+
+    run_version: int
+    event_id: str
+    step_run_id: str
+    step_key: str
+    from_status: str | None
+    to_status: str
+    epoch: int
+
+
+class _Folder:
+    """Mutable working state of one fold; `freeze` hands out the immutable aggregate."""
+
+    def __init__(self) -> None:
+        self.run: RunState | None = None
+        self.steps: dict[str, StepRunState] = {}
+        self.step_keys_by_id: dict[str, str] = {}
+        self.attempts: dict[str, AttemptState] = {}
+        self.steps_version = 0
+        self.lease_versions: dict[str, int] = {}
+        self.topo_order: tuple[str, ...] = ()
+        self.created = 0
+        self.unmatched: list[_StepEvent] = []
+        self.matched = 0
+
+    @classmethod
+    def resume(cls, aggregate: RunAggregate) -> _Folder:
+        folder = cls()
+        folder.run = aggregate.run
+        folder.steps = dict(aggregate.steps)
+        folder.step_keys_by_id = {s.step_run_id: s.key for s in aggregate.steps.values()}
+        folder.attempts = dict(aggregate.attempts)
+        folder.steps_version = aggregate.steps_version
+        folder.lease_versions = dict(aggregate.lease_versions)
+        folder.topo_order = aggregate.topo_order
+        folder.created = len(aggregate.steps)
+        return folder
+
+    # -- driver --
+
+    def fold(
+        self,
+        run_records: Iterable[Record],
+        step_records: Iterable[Record],
+        lease_records: Mapping[str, Sequence[Record]],
+    ) -> None:
+        for record in run_records:
+            self.run_record(record)
+        if self.run is None:
+            raise CorruptionError("no Run: the Run stream is empty")
+        if self.created < len(self.run.plan.steps):
+            missing = [s.key for s in self.run.plan.steps if s.key not in self.steps]
+            raise CorruptionError(
+                f"{run_stream(self.run.run_id)}: StepRuns {missing} of the plan were never created"
+            )
+        for record in step_records:
+            self.mutation_record(record)
+        if self.matched < len(self.unmatched):
+            event = self.unmatched[self.matched]
+            raise CorruptionError(
+                f"{run_stream(self.run.run_id)} v{event.run_version} ({event.event_id}, "
+                f"step.{event.to_status}): has no StepRunMutation in "
+                f"{steps_stream(self.run.run_id)} (which ends at v{self.steps_version})"
+            )
+        for attempt_id, records in lease_records.items():
+            for record in records:
+                self.lease_record(attempt_id, record)
+
+    def freeze(self) -> RunAggregate:
+        assert self.run is not None
+        return RunAggregate(
+            run=self.run,
+            steps=MappingProxyType(self.steps),
+            attempts=MappingProxyType(self.attempts),
+            steps_version=self.steps_version,
+            lease_versions=MappingProxyType(self.lease_versions),
+            topo_order=self.topo_order,
+        )
+
+    # -- run stream --
+
+    def run_record(self, record: Record) -> None:
+        run = self.run
+        expected = 1 if run is None else run.version + 1
+        if record.stream_version != expected:
+            raise _corrupt(record, f"version gap: expected v{expected}")
+        data = record.data
+        if not isinstance(data, Mapping):
+            raise _corrupt(record, "data is not an object")
+        if run is None:
+            self.admitted(record, data)
+            return
+        if record.stream_id != run_stream(run.run_id):
+            raise _corrupt(record, f"is not in stream {run_stream(run.run_id)}")
+        if run.status != RUN_RUNNING:
+            raise _corrupt(record, f"follows the Run's terminal status {run.status!r}")
+        kind, _, name = record.type.partition(".")
+        if self.created < len(run.plan.steps) and record.type != "step.created":
+            raise _corrupt(record, "comes before every StepRun of the plan was created")
+        try:
+            if record.type == "step.created":
+                self.step_created(record, data)
+            elif kind == "step" and name in STEP_STATUSES:
+                self.step_changed(record, data, name)
+            elif record.type == "attempt.claimed":
+                self.attempt_claimed(record, data)
+            elif kind == "attempt" and name in ATTEMPT_CHANGES:
+                self.attempt_changed(record, data, name)
+            elif record.type == "workflow.cancel_requested":
+                self.cancel_requested(record, data)
+            elif kind == "workflow" and name in RUN_TERMINAL:
+                self.run_ended(record, data, name)
+            else:
+                raise _corrupt(record, "is not a RunEvent type of docs/EVENTS.md")
+        except (KeyError, TypeError) as error:
+            raise _corrupt(record, f"data is missing or mistyped: {error!r}") from None
+        self.run = replace(self.run, version=expected, head_event_id=record.event_id)
+
+    def admitted(self, record: Record, data: Mapping[str, Any]) -> None:
+        if record.type != "workflow.admitted":
+            raise _corrupt(record, "the Run stream must open with workflow.admitted")
+        if "plan" not in data:
+            raise _corrupt(record, "workflow.admitted carries no plan")
+        plan = _plan_from_data(data["plan"], record)
+        if record.stream_id != run_stream(plan.run_id):
+            raise _corrupt(record, f"its plan is for Run {plan.run_id!r}")
+        admitted_at = data.get("admitted_at_ms")
+        key = data.get("admission_key")
+        if not _is_int(admitted_at) or not isinstance(key, str):
+            raise _corrupt(record, "admitted_at_ms or admission_key is missing or mistyped")
+        timeout = plan.timeout_ms
+        self.topo_order = _topological_order(plan, record)
+        self.run = RunState(
+            run_id=plan.run_id,
+            status=RUN_RUNNING,
+            version=1,
+            plan=plan,
+            admission_key=key,
+            admitted_at_ms=admitted_at,
+            timeout_ms=timeout,
+            deadline_ms=None if timeout is None else admitted_at + timeout,
+            cancel_requested_at_ms=None,
+            cancel_reason=None,
+            result_code=None,
+            error_code=None,
+            head_event_id=record.event_id,
+        )
+
+    def step_created(self, record: Record, data: Mapping[str, Any]) -> None:
+        assert self.run is not None
+        key = data["step_key"]
+        try:
+            planned = self.run.plan.step(key)
+        except KeyError:
+            raise _corrupt(
+                record, f"creates StepRun {key!r}, which the plan does not have"
+            ) from None
+        if key in self.steps:
+            raise _corrupt(record, f"creates StepRun {key!r} a second time")
+        if data["step_run_id"] != planned.step_run_id:
+            raise _corrupt(record, f"StepRun id differs from the plan's {planned.step_run_id!r}")
+        if data["status"] != planned.initial_status or data["epoch"] != 1:
+            raise _corrupt(record, f"must create {key!r} as {planned.initial_status!r} at epoch 1")
+        self.steps[key] = StepRunState(
+            step_run_id=planned.step_run_id,
+            key=key,
+            status=planned.initial_status,
+            epoch=1,
+            result_code=None,
+            needs=planned.needs,
+            task_id=planned.task_id,
+            task_ref=planned.task_ref,
+            source_digest=planned.source_digest,
+        )
+        self.step_keys_by_id[planned.step_run_id] = key
+        self.created += 1
+        self.unmatched.append(
+            _StepEvent(
+                record.stream_version,
+                record.event_id,
+                planned.step_run_id,
+                key,
+                None,
+                planned.initial_status,
+                1,
+            )
+        )
+
+    def step_changed(self, record: Record, data: Mapping[str, Any], to_status: str) -> None:
+        key = data["step_key"]
+        step = self.steps.get(key)
+        if step is None:
+            raise _corrupt(record, f"changes unknown StepRun {key!r}")
+        if data["step_run_id"] != step.step_run_id:
+            raise _corrupt(record, f"StepRun id differs from {step.step_run_id!r}")
+        if to_status not in STEP_STATUSES or data["to"] != to_status:
+            raise _corrupt(record, f"'to' {data['to']!r} does not match the event type")
+        if data["from"] != step.status:
+            raise _corrupt(
+                record, f"says StepRun {key!r} was {data['from']!r}, but it is {step.status!r}"
+            )
+        if not step_change_allowed(step.status, to_status):
+            raise _corrupt(record, f"StepRun {key!r}: {step.status} -> {to_status} is not allowed")
+        epoch = data["epoch"]
+        if epoch != step.epoch + 1:
+            raise _corrupt(record, f"StepRun {key!r} epoch {epoch}, expected {step.epoch + 1}")
+        result_code = data.get("result_code")
+        if to_status in _NON_SUCCESS and not isinstance(result_code, str):
+            raise _corrupt(record, f"a {to_status} StepRun must carry a result code")
+        attempt_id = data.get("attempt_id")
+        if attempt_id is not None and attempt_id not in self.attempts:
+            raise _corrupt(record, f"names unknown Attempt {attempt_id!r}")
+        self.steps[key] = replace(step, status=to_status, epoch=epoch, result_code=result_code)
+        self.unmatched.append(
+            _StepEvent(
+                record.stream_version,
+                record.event_id,
+                step.step_run_id,
+                key,
+                step.status,
+                to_status,
+                epoch,
+            )
+        )
+
+    def attempt_claimed(self, record: Record, data: Mapping[str, Any]) -> None:
+        attempt_id = data["attempt_id"]
+        key = data["step_key"]
+        if attempt_id in self.attempts:
+            raise _corrupt(record, f"claims Attempt {attempt_id!r} a second time")
+        step = self.steps.get(key)
+        if step is None or data["step_run_id"] != step.step_run_id:
+            raise _corrupt(record, f"claims an Attempt for unknown StepRun {key!r}")
+        if step.status != STEP_READY or data["step_epoch"] != step.epoch:
+            raise _corrupt(
+                record,
+                f"admits against epoch {data['step_epoch']} of StepRun {key!r}, which is "
+                f"{step.status} at epoch {step.epoch}",
+            )
+        for other in step.attempt_ids:
+            if self.attempts[other].is_active:
+                raise _corrupt(record, f"StepRun {key!r} already has active Attempt {other!r}")
+        if data["attempt_number"] != len(step.attempt_ids) + 1:
+            raise _corrupt(record, f"attempt_number should be {len(step.attempt_ids) + 1}")
+        admission = data["admission"]
+        if not isinstance(admission, Mapping):
+            raise _corrupt(record, "carries no admission")
+        self.attempts[attempt_id] = AttemptState(
+            attempt_id=attempt_id,
+            step_key=key,
+            step_run_id=step.step_run_id,
+            step_epoch=step.epoch,
+            attempt_number=data["attempt_number"],
+            admission=MappingProxyType(dict(admission)),
+            status=ATTEMPT_CLAIMED,
+        )
+        self.steps[key] = replace(step, attempt_ids=(*step.attempt_ids, attempt_id))
+
+    def attempt_changed(self, record: Record, data: Mapping[str, Any], to_status: str) -> None:
+        attempt_id = data["attempt_id"]
+        attempt = self.attempts.get(attempt_id)
+        if attempt is None:
+            raise _corrupt(record, f"changes unknown Attempt {attempt_id!r}")
+        if not attempt_change_allowed(attempt.status, to_status):
+            raise _corrupt(
+                record, f"Attempt {attempt_id!r}: {attempt.status} -> {to_status} is not allowed"
+            )
+        if to_status in ATTEMPT_TERMINAL:
+            output = data.get("output")
+            self.attempts[attempt_id] = replace(
+                attempt,
+                status=to_status,
+                result_code=data.get("result_code"),
+                reported_outcome=data.get("reported_outcome"),
+                output=None if output is None else MappingProxyType(dict(output)),
+                ended_lease_id=data.get("lease_id"),
+            )
+        elif to_status == "starting":
+            self.attempts[attempt_id] = replace(
+                attempt,
+                status=to_status,
+                started_lease_id=data["lease_id"],
+                worker_id=data.get("worker_id"),
+            )
+        else:
+            if data["lease_id"] != attempt.started_lease_id:
+                raise _corrupt(record, "runs under another lease than the one it started under")
+            self.attempts[attempt_id] = replace(attempt, status=to_status)
+
+    def cancel_requested(self, record: Record, data: Mapping[str, Any]) -> None:
+        assert self.run is not None
+        if self.run.cancel_reason is not None:
+            raise _corrupt(record, "the Run already has a cancel intent")
+        reason = data["reason"]
+        at_ms = data["requested_at_ms"]
+        if reason not in CANCEL_REASONS or not _is_int(at_ms):
+            raise _corrupt(record, f"reason {reason!r} / requested_at_ms {at_ms!r} is invalid")
+        self.run = replace(self.run, cancel_reason=reason, cancel_requested_at_ms=at_ms)
+
+    def run_ended(self, record: Record, data: Mapping[str, Any], status: str) -> None:
+        assert self.run is not None
+        if not run_change_allowed(self.run.status, status):
+            raise _corrupt(record, f"Run: {self.run.status} -> {status} is not allowed")
+        self.run = replace(
+            self.run,
+            status=status,
+            result_code=data.get("result_code"),
+            error_code=data.get("error_code"),
+        )
+
+    # -- steps stream --
+
+    def mutation_record(self, record: Record) -> None:
+        assert self.run is not None
+        expected = self.steps_version + 1
+        if record.stream_version != expected:
+            raise _corrupt(record, f"version gap: expected v{expected}")
+        if record.stream_id != steps_stream(self.run.run_id):
+            raise _corrupt(record, f"is not in stream {steps_stream(self.run.run_id)}")
+        if record.type != MUTATION_TYPE:
+            raise _corrupt(record, f"a StepRunMutation must have type {MUTATION_TYPE}")
+        data = record.data
+        if self.matched >= len(self.unmatched):
+            raise _corrupt(
+                record,
+                f"points at {data.get('event_id')!r} at run version {data.get('run_version')}, "
+                "which is not a step.* event without a mutation",
+            )
+        event = self.unmatched[self.matched]
+        pointed = (data.get("run_version"), data.get("event_id"))
+        if pointed != (event.run_version, event.event_id):
+            raise _corrupt(
+                record,
+                f"points at {pointed[1]!r} at run version {pointed[0]}, but the next step.* "
+                f"event is {event.event_id!r} at run version {event.run_version}",
+            )
+        described = (
+            data.get("step_run_id"),
+            data.get("step_key"),
+            data.get("from"),
+            data.get("to"),
+            data.get("step_epoch"),
+        )
+        actual = (
+            event.step_run_id,
+            event.step_key,
+            event.from_status,
+            event.to_status,
+            event.epoch,
+        )
+        if described != actual:
+            raise _corrupt(record, f"describes {described}, but its event says {actual}")
+        self.matched += 1
+        self.steps_version = expected
+
+    # -- lease streams --
+
+    def lease_record(self, attempt_id: str, record: Record) -> None:
+        attempt = self.attempts.get(attempt_id)
+        if attempt is None:
+            raise _corrupt(record, f"is the lease of unknown Attempt {attempt_id!r}")
+        if record.stream_id != lease_stream(attempt_id):
+            raise _corrupt(record, f"is not in stream {lease_stream(attempt_id)}")
+        version = record.stream_version
+        expected = self.lease_versions.get(attempt_id, 0) + 1
+        if version != expected:
+            raise _corrupt(record, f"version gap: expected v{expected}")
+        data = record.data
+        lease = attempt.lease
+        try:
+            if record.type == "lease.granted":
+                if lease is not None and lease.status != LEASE_RELEASED:
+                    raise _corrupt(
+                        record, f"grants while lease {lease.lease_id!r} is {lease.status}"
+                    )
+                lease = LeaseState(
+                    lease_id=data["lease_id"],
+                    version=version,
+                    granted_version=version,
+                    worker_id=data["worker_id"],
+                    status=LEASE_LEASED,
+                    granted_at_ms=data["granted_at_ms"],
+                    ttl_ms=data["ttl_ms"],
+                    expires_at_ms=data["expires_at_ms"],
+                )
+                attempt = replace(
+                    attempt, lease=lease, lease_ids=(*attempt.lease_ids, lease.lease_id)
+                )
+            else:
+                if lease is None or lease.status != LEASE_LEASED:
+                    raise _corrupt(record, "changes a lease that is not held")
+                if data["lease_id"] != lease.lease_id:
+                    raise _corrupt(
+                        record, f"names lease {data['lease_id']!r}, not {lease.lease_id!r}"
+                    )
+                if record.type == "lease.renewed":
+                    lease = replace(
+                        lease,
+                        version=version,
+                        ttl_ms=data["ttl_ms"],
+                        expires_at_ms=data["expires_at_ms"],
+                    )
+                elif record.type == "lease.completed":
+                    lease = replace(lease, status=LEASE_COMPLETED, outcome=data["outcome"])
+                elif record.type == "lease.released":
+                    if data["reason"] not in RELEASE_REASONS:
+                        raise _corrupt(record, f"release reason {data['reason']!r} is unknown")
+                    lease = replace(lease, status=LEASE_RELEASED, release_reason=data["reason"])
+                else:
+                    raise _corrupt(record, "is not a lease event type of docs/EVENTS.md")
+                attempt = replace(attempt, lease=lease)
+        except (KeyError, TypeError) as error:
+            raise _corrupt(record, f"data is missing or mistyped: {error!r}") from None
+        self.attempts[attempt_id] = attempt
+        self.lease_versions[attempt_id] = version
+
+
+# --- plan ------------------------------------------------------------------------------
+
+_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f != "steps")
+
+
+def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
+    """Read the admitted plan back without re-hashing it.
+
+    Admission checked the plan strictly (`domain.plan.normalize`); a fold runs on
+    every decision, so it only checks the shape and the step graph here.
+    """
+    if not isinstance(value, Mapping):
+        raise _corrupt(record, "the plan is not an object")
+    try:
+        steps = tuple(
+            PlanStep(
+                key=s["key"],
+                step_run_id=s["step_run_id"],
+                task_id=s["task_id"],
+                task_ref=s["task_ref"],
+                source_digest=s["source_digest"],
+                needs=tuple(s["needs"]),
+                initial_status=s["initial_status"],
+            )
+            for s in value["steps"]
+        )
+        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps)
+    except (KeyError, TypeError) as error:
+        raise _corrupt(record, f"the plan is missing a field: {error!r}") from None
+    if not steps:
+        raise _corrupt(record, "the plan has no Steps")
+    if not isinstance(plan.run_id, str) or not isinstance(plan.plan_digest, str):
+        raise _corrupt(record, "the plan's run_id or plan_digest is not a string")
+    if plan.timeout_ms is not None and (not _is_int(plan.timeout_ms) or plan.timeout_ms <= 0):
+        raise _corrupt(record, f"the plan's timeout_ms {plan.timeout_ms!r} is invalid")
+    keys = [s.key for s in steps]
+    if len(set(keys)) != len(keys) or len({s.step_run_id for s in steps}) != len(steps):
+        raise _corrupt(record, "the plan repeats a step key or a StepRun id")
+    for step in steps:
+        expected = "pending" if step.needs else "ready"
+        if step.initial_status != expected:
+            raise _corrupt(record, f"plan step {step.key!r} must start {expected!r}")
+    return plan
+
+
+def _topological_order(plan: ExecutionPlan, record: Record) -> tuple[str, ...]:
+    """Step keys with every need first; ties broken by key, so the order is stable."""
+    known = {s.key for s in plan.steps}
+    waiting = {s.key: len(s.needs) for s in plan.steps}
+    dependants: dict[str, list[str]] = {s.key: [] for s in plan.steps}
+    for step in plan.steps:
+        for need in step.needs:
+            if need not in known:
+                raise _corrupt(record, f"plan step {step.key!r} needs unknown step {need!r}")
+            dependants[need].append(step.key)
+    heap = [key for key, count in waiting.items() if count == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    while heap:
+        key = heapq.heappop(heap)
+        order.append(key)
+        for dependant in dependants[key]:
+            waiting[dependant] -= 1
+            if waiting[dependant] == 0:
+                heapq.heappush(heap, dependant)
+    if len(order) != len(plan.steps):
+        raise _corrupt(record, "the plan's step graph has a cycle")
+    return tuple(order)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

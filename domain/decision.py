@@ -1,0 +1,308 @@
+"""What a decision returns, and the one builder every decision writes its records with.
+
+A `Decision` holds the appends to make (one `StreamAppend` per stream, each with
+the expected version the decision was computed against) and what the caller
+reports: the blocked set, counters, the Run's new terminal status, a granted or
+renewed lease. `DecisionBuilder` allocates contiguous versions, pairs every
+`step.*` RunEvent with its StepRunMutation, refuses any status change SPEC §5
+does not allow, and stamps metadata `{at_ms, causation_id, correlation_id, actor}`
+— so no decision formats a record by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from domain.aggregate import (
+    MUTATION_TYPE,
+    RunAggregate,
+    lease_stream,
+    run_stream,
+    steps_stream,
+)
+from domain.errors import InvalidInput
+from domain.ids import LEASE_EVENT, derive_id
+from domain.records import NewEvent, StreamAppend
+from domain.transitions import STEP_TERMINAL, step_change_allowed
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """The lease a worker holds after a grant or renewal: present (lease_id, version)."""
+
+    attempt_id: str
+    lease_id: str
+    version: int
+    worker_id: str
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The records one decision appends, and what it means for the caller.
+
+    - `appends`: run stream (expected = aggregate version), steps stream
+      (expected = steps_version), lease streams (expected = lease version);
+      streams without events are left out.
+    - `blocked`: ids of Attempts and StepRuns that still hold execution authority
+      (cancellation only), sorted: Attempt ids first, then StepRun ids.
+    - `settled_attempts` / `settled_steps`: Attempts / StepRuns this decision ended.
+    - `run_terminal`: the Run's terminal status when this decision ends it.
+    - `lease`: the lease granted or renewed (worker decisions).
+    - `stop_requested`: on a renewal, the Run has cancel intent: stop the work.
+    - `replayed`: the same worker write already happened; nothing new to append.
+    """
+
+    appends: tuple[StreamAppend, ...] = ()
+    blocked: tuple[str, ...] = ()
+    settled_attempts: int = 0
+    settled_steps: int = 0
+    run_terminal: str | None = None
+    lease: LeaseGrant | None = None
+    stop_requested: bool = False
+    replayed: bool = False
+
+    @property
+    def noop(self) -> bool:
+        """True when there is nothing to append."""
+        return not self.appends
+
+    def events(self, stream_id: str) -> tuple[NewEvent, ...]:
+        """The events this decision appends to `stream_id` (empty if none)."""
+        for append in self.appends:
+            if append.stream_id == stream_id:
+                return append.events
+        return ()
+
+
+EMPTY = Decision()
+
+
+def check_now(now_ms: object) -> int:
+    """Refuse an observation time that is not a non-negative integer."""
+    if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
+        raise InvalidInput(
+            "now_ms", "non_negative_int", f"now_ms must be an int >= 0, got {now_ms!r}"
+        )
+    return now_ms
+
+
+class DecisionBuilder:
+    """Collects the records of one decision over one Run.
+
+    Versions come from the aggregate the decision was computed against; StepRun
+    statuses and epochs are projected as changes are added, so a decision can
+    chain changes (running → lost → failed) and read its own result.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        run_version: int,
+        steps_version: int,
+        steps: Mapping[str, tuple[str, str, int]],
+        lease_versions: Mapping[str, int],
+        now_ms: int,
+        actor: str,
+        causation_id: str | None,
+    ) -> None:
+        self.run_id = run_id
+        self.now_ms = now_ms
+        self.actor = actor
+        self.causation_id = causation_id
+        self._base_run_version = run_version
+        self._base_steps_version = steps_version
+        self._lease_base = lease_versions
+        self._run_events: list[NewEvent] = []
+        self._mutations: list[NewEvent] = []
+        self._lease_events: dict[str, list[NewEvent]] = {}
+        # key -> (step_run_id, status, epoch), projected through this decision's changes
+        self._steps = dict(steps)
+        self.settled_steps = 0
+        self.settled_attempts = 0
+
+    @classmethod
+    def on(
+        cls, aggregate: RunAggregate, now_ms: int, actor: str, causation_id: str | None = None
+    ) -> DecisionBuilder:
+        """A builder over `aggregate`; causation defaults to the Run's latest event."""
+        return cls(
+            run_id=aggregate.run_id,
+            run_version=aggregate.version,
+            steps_version=aggregate.steps_version,
+            steps={k: (s.step_run_id, s.status, s.epoch) for k, s in aggregate.steps.items()},
+            lease_versions=aggregate.lease_versions,
+            now_ms=now_ms,
+            actor=actor,
+            causation_id=causation_id or aggregate.run.head_event_id,
+        )
+
+    # -- reading the projection --
+
+    @property
+    def run_version(self) -> int:
+        """The Run's version after the events added so far."""
+        return self._base_run_version + len(self._run_events)
+
+    def step(self, key: str) -> tuple[str, int]:
+        """Projected (status, epoch) of a StepRun."""
+        _, status, epoch = self._steps[key]
+        return status, epoch
+
+    def step_statuses(self) -> dict[str, str]:
+        """Projected status of every StepRun, by key."""
+        return {key: status for key, (_, status, _) in self._steps.items()}
+
+    def all_steps_terminal(self) -> bool:
+        return all(status in STEP_TERMINAL for _, status, _ in self._steps.values())
+
+    def lease_version(self, attempt_id: str) -> int:
+        """The lease stream's version after the events added so far."""
+        added = len(self._lease_events.get(attempt_id, ()))
+        return self._lease_base.get(attempt_id, 0) + added
+
+    # -- adding records --
+
+    def _metadata(self, causation_id: str | None) -> dict[str, Any]:
+        return {
+            "at_ms": self.now_ms,
+            "causation_id": causation_id,
+            "correlation_id": self.run_id,
+            "actor": self.actor,
+        }
+
+    def event(
+        self, event_id: str, event_type: str, data: dict[str, Any], causation_id: str | None = None
+    ) -> int:
+        """Append a RunEvent; returns its version. Not for step.* events (see change_step)."""
+        self._run_events.append(
+            NewEvent(event_id, event_type, data, self._metadata(causation_id or self.causation_id))
+        )
+        return self.run_version
+
+    def create_step(
+        self, key: str, step_run_id: str, status: str, event_id: str, mutation_id: str
+    ) -> None:
+        """`step.created` at epoch 1 with its StepRunMutation (admission only)."""
+        data = {"step_run_id": step_run_id, "step_key": key, "status": status, "epoch": 1}
+        version = self.event(event_id, "step.created", data)
+        self._mutation(mutation_id, step_run_id, key, None, status, 1, version, event_id)
+        self._steps[key] = (step_run_id, status, 1)
+
+    def change_step(
+        self,
+        key: str,
+        to_status: str,
+        ids: tuple[str, str, tuple[Any, ...]],
+        *,
+        result_code: str | None = None,
+        attempt_id: str | None = None,
+    ) -> None:
+        """`step.<to>` and its StepRunMutation; the epoch grows by one.
+
+        `ids` is (event prefix, mutation prefix, id parts): both ids derive from
+        the same durable parts, so a recomputation yields the same pair.
+        """
+        step_run_id, from_status, epoch = self._steps[key]
+        if not step_change_allowed(from_status, to_status):
+            raise AssertionError(f"decision bug: StepRun {key!r} {from_status} -> {to_status}")
+        event_prefix, mutation_prefix, parts = ids
+        event_id = derive_id(event_prefix, *parts)
+        new_epoch = epoch + 1
+        data = {
+            "step_run_id": step_run_id,
+            "step_key": key,
+            "from": from_status,
+            "to": to_status,
+            "epoch": new_epoch,
+            "result_code": result_code,
+            "attempt_id": attempt_id,
+        }
+        version = self.event(event_id, f"step.{to_status}", data)
+        self._mutation(
+            derive_id(mutation_prefix, *parts),
+            step_run_id,
+            key,
+            from_status,
+            to_status,
+            new_epoch,
+            version,
+            event_id,
+        )
+        self._steps[key] = (step_run_id, to_status, new_epoch)
+        if to_status in STEP_TERMINAL:
+            self.settled_steps += 1
+
+    def _mutation(
+        self,
+        mutation_id: str,
+        step_run_id: str,
+        key: str,
+        from_status: str | None,
+        to_status: str,
+        epoch: int,
+        run_version: int,
+        event_id: str,
+    ) -> None:
+        data = {
+            "step_run_id": step_run_id,
+            "step_key": key,
+            "from": from_status,
+            "to": to_status,
+            "step_epoch": epoch,
+            "run_version": run_version,
+            "event_id": event_id,
+        }
+        self._mutations.append(NewEvent(mutation_id, MUTATION_TYPE, data, self._metadata(event_id)))
+
+    def lease_event(
+        self, attempt_id: str, event_type: str, parts: tuple[Any, ...], data: dict[str, Any]
+    ) -> int:
+        """Append to `lease-<attempt_id>`; returns the new lease version.
+
+        The id derives from the attempt, the stream position, the type and `parts`
+        (which name the lease and who writes), so two different writes competing
+        for one position get different ids and meet a version conflict.
+        """
+        version = self.lease_version(attempt_id) + 1
+        event_id = derive_id(LEASE_EVENT, attempt_id, version, event_type, *parts)
+        self._lease_events.setdefault(attempt_id, []).append(
+            NewEvent(event_id, event_type, data, self._metadata(self.causation_id))
+        )
+        return version
+
+    # -- result --
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._run_events and not self._lease_events
+
+    def build(self, **fields: Any) -> Decision:
+        """The Decision: appends in a fixed order (run, steps, leases by attempt id)."""
+        appends: list[StreamAppend] = []
+        if self._run_events:
+            appends.append(
+                StreamAppend(
+                    run_stream(self.run_id), self._base_run_version, tuple(self._run_events)
+                )
+            )
+        if self._mutations:
+            appends.append(
+                StreamAppend(
+                    steps_stream(self.run_id), self._base_steps_version, tuple(self._mutations)
+                )
+            )
+        for attempt_id in sorted(self._lease_events):
+            appends.append(
+                StreamAppend(
+                    lease_stream(attempt_id),
+                    self._lease_base.get(attempt_id, 0),
+                    tuple(self._lease_events[attempt_id]),
+                )
+            )
+        fields.setdefault("settled_steps", self.settled_steps)
+        fields.setdefault("settled_attempts", self.settled_attempts)
+        return Decision(appends=tuple(appends), **fields)

@@ -1,0 +1,181 @@
+"""PostgreSQL adapter: psycopg 3 with a connection pool; one short transaction per call.
+
+Gap safety. A reader tailing `read_all(after_position)` remembers the last position it
+saw and asks for more. If positions came from a sequence, a transaction could take
+position 10, stall, and commit after another took 11 and committed: the reader would
+see 11, move past 10, and never see it. So positions are allocated from the one-row
+table `qlflow_position` by `UPDATE ... SET last = last + n` as the LAST step of an
+append (after the version CAS, in the statement that inserts the events). The row lock
+is held until COMMIT, so the next appender gets its positions only after this one has
+committed and become visible: positions are assigned in commit order, and any event a
+reader can see has every lower position already visible. The price is that appends are
+serialised from their position allocation to COMMIT — keep that part short (do
+projection updates right after the append and commit).
+
+Version CAS: `INSERT ... ON CONFLICT DO NOTHING` (expected 0) or `UPDATE ... WHERE
+version = expected`, judged by rowcount, so a conflict never raises inside PostgreSQL
+and never aborts the transaction by itself.
+
+The URL is passed to libpq as is, so `?options=-c%20search_path%3D<schema>` works;
+tables are created unqualified, in the first schema of the search_path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+
+from domain.errors import IdempotencyConflict, SchemaError
+from eventstore.store import BaseStore
+from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
+from eventstore.validation import EncodedEvent
+
+DEFAULT_POOL_MAX_SIZE = 10
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+_MIGRATION_LOCK_KEY = 0x716C666C6F77  # "qlflow": serialises schema migrations
+
+_INSERT_EVENTS = f"""
+WITH allocated AS (UPDATE qlflow_position SET last = last + %(count)s RETURNING last)
+INSERT INTO events ({EVENT_COLUMNS})
+SELECT allocated.last - %(count)s + e.ord, e.event_id, e.stream_id, e.stream_version,
+       e.type, e.data, e.metadata
+FROM allocated,
+     unnest(%(event_ids)s::text[], %(stream_ids)s::text[], %(versions)s::bigint[],
+            %(types)s::text[], %(data)s::text[], %(metadata)s::text[])
+         WITH ORDINALITY AS e(event_id, stream_id, stream_version, type, data, metadata, ord)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING global_position, event_id
+"""
+
+
+@functools.lru_cache(maxsize=512)
+def _native(sql: str) -> str:
+    """`?` placeholders -> psycopg's `%s` (our SQL never holds a literal `?` or `%`)."""
+    return sql.replace("?", "%s")
+
+
+class PostgresTransaction(BaseTransaction):
+    """A transaction (or read session) on one pooled connection."""
+
+    dialect = "postgresql"
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        super().__init__()
+        self._conn = conn
+        self._cursor = conn.cursor()
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._cursor.execute(_native(sql), params or None).fetchall()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
+        return self._conn.cursor().execute(_native(sql), params or None)
+
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+        return self._cursor.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s)", (list(event_ids),)
+        ).fetchall()
+
+    def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
+        return self._cursor.execute(
+            "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%s)", (list(stream_ids),)
+        ).fetchall()
+
+    def _insert(self, events: Sequence[EncodedEvent]) -> list[int]:
+        rows = self._cursor.execute(
+            _INSERT_EVENTS,
+            {
+                "count": len(events),
+                "event_ids": [e.event_id for e in events],
+                "stream_ids": [e.stream_id for e in events],
+                "versions": [e.stream_version for e in events],
+                "types": [e.type for e in events],
+                "data": [e.data for e in events],
+                "metadata": [e.metadata for e in events],
+            },
+        ).fetchall()
+        position_of = {event_id: position for position, event_id in rows}
+        if len(position_of) < len(events):
+            # another transaction committed one of these ids after our lookup
+            missing = next(e.event_id for e in events if e.event_id not in position_of)
+            raise IdempotencyConflict(missing, "(committed by a concurrent transaction)")
+        return [position_of[e.event_id] for e in events]
+
+
+class PostgresStore(BaseStore):
+    """The event store on one PostgreSQL database (schema chosen by the search_path)."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        pool_max_size: int = DEFAULT_POOL_MAX_SIZE,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
+        super().__init__(url)
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_max_size,
+            kwargs={"autocommit": False},
+            open=False,
+            name="qlflow-eventstore",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+            self._migrate_own_schema()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _begin(self) -> PostgresTransaction:
+        conn = self._pool.getconn()
+        try:
+            return PostgresTransaction(conn)
+        except BaseException:
+            self._pool.putconn(conn)
+            raise
+
+    def _finish(self, tx: BaseTransaction, commit: bool) -> None:
+        assert isinstance(tx, PostgresTransaction)
+        tx.ended = True
+        conn = tx._conn
+        try:
+            if commit:
+                conn.commit()
+            else:
+                conn.rollback()
+        finally:
+            # the pool rolls back or discards a connection left in a transaction
+            self._pool.putconn(conn)
+
+    @contextmanager
+    def _session(self) -> Iterator[PostgresTransaction]:
+        with self._pool.connection() as conn:
+            session = PostgresTransaction(conn)
+            try:
+                yield session
+            finally:
+                session.ended = True
+
+    def _prepare_versions_table(self, tx: BaseTransaction) -> None:
+        tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
+        try:
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS schema_versions "
+                "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+        except pg_errors.InvalidSchemaName as exc:
+            raise SchemaError(
+                "no schema to create tables in: the search_path of the URL names no "
+                f"existing schema ({exc})"
+            ) from exc
+
+    def _close(self) -> None:
+        self._pool.close()

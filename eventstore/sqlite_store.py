@@ -1,0 +1,152 @@
+"""SQLite adapter: one connection per store, WAL, durable commits (SPEC §8).
+
+The connection runs with `isolation_level=None` and every write transaction opens
+with an explicit `BEGIN IMMEDIATE`: the write lock is taken before the first read, so
+a read-then-write transaction can never fail with SQLITE_BUSY_SNAPSHOT (which a
+deferred BEGIN would). One `threading.RLock` guards the connection for the whole
+transaction, so any thread may use the store; SQLite's single writer makes commit
+order equal position order, so positions are simply MAX + 1.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlite_utils
+
+from eventstore.store import BaseStore
+from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
+from eventstore.validation import EncodedEvent
+
+SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+_ID_CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
+
+
+class SqliteTransaction(BaseTransaction):
+    """A transaction (or read session) on the store's one connection."""
+
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self._conn.execute(sql, params)
+
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+        return self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id", event_ids)
+
+    def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
+        return self._rows_in("SELECT stream_id, version FROM streams WHERE stream_id", stream_ids)
+
+    def _insert(self, events: Sequence[EncodedEvent]) -> list[int]:
+        last = self._conn.execute("SELECT COALESCE(MAX(global_position), 0) FROM events")
+        first = last.fetchone()[0] + 1
+        positions = list(range(first, first + len(events)))
+        self._conn.executemany(
+            f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (position, e.event_id, e.stream_id, e.stream_version, e.type, e.data, e.metadata)
+                for position, e in zip(positions, events, strict=True)
+            ],
+        )
+        return positions
+
+    def _rows_in(self, select: str, values: Sequence[str]) -> list[tuple]:
+        rows: list[tuple] = []
+        for start in range(0, len(values), _ID_CHUNK):
+            chunk = values[start : start + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows.extend(self._conn.execute(f"{select} IN ({marks})", chunk).fetchall())
+        return rows
+
+
+class SqliteStore(BaseStore):
+    """The event store on one SQLite database file."""
+
+    dialect = "sqlite"
+
+    def __init__(
+        self,
+        url: str,
+        path: str,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        super().__init__(url)
+        self.path = path
+        self.synchronous = synchronous
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(
+            path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=busy_timeout_ms / 1000,
+        )
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            self._migrate_own_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _begin(self) -> SqliteTransaction:
+        self._lock.acquire()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
+        return SqliteTransaction(self._conn)
+
+    def _finish(self, tx: BaseTransaction, commit: bool) -> None:
+        tx.ended = True
+        try:
+            if commit:
+                try:
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+            else:
+                self._rollback()
+        finally:
+            self._lock.release()
+
+    def _rollback(self) -> None:
+        # an error inside SQLite may already have ended the transaction
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    @contextmanager
+    def _session(self) -> Iterator[SqliteTransaction]:
+        with self._lock:
+            session = SqliteTransaction(self._conn)
+            try:
+                yield session
+            finally:
+                session.ended = True
+
+    def _prepare_versions_table(self, tx: BaseTransaction) -> None:
+        db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
+        db["schema_versions"].create(
+            {"component": str, "version": int},
+            pk="component",
+            not_null={"version"},
+            if_not_exists=True,
+        )
+
+    def _close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,172 @@
+"""What both adapters' stores share: transaction lifecycle, the one-thread-one-transaction
+rule, store-level conveniences and migrations. Adapters supply connections and SQL."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, ClassVar
+
+from domain.errors import InvalidInput
+from domain.records import Record, StreamAppend
+from eventstore.api import MigrationStep, StoreUsageError
+from eventstore.migrations import EVENTSTORE_COMPONENT, EVENTSTORE_STEPS, apply_steps
+from eventstore.transaction import BaseTransaction
+from eventstore.validation import encode_appends
+
+
+class BaseStore(ABC):
+    """An append-only event store (see eventstore.api.EventStore)."""
+
+    dialect: ClassVar[str]
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._closed = False
+        self._thread = threading.local()
+
+    # -- hooks each adapter implements -------------------------------------------------
+
+    @abstractmethod
+    def _begin(self) -> BaseTransaction:
+        """Take the connection (and lock) and start a write transaction."""
+
+    @abstractmethod
+    def _finish(self, tx: BaseTransaction, commit: bool) -> None:
+        """Commit or roll back `tx`, then give its connection (and lock) back — always."""
+
+    @abstractmethod
+    def _session(self) -> AbstractContextManager[BaseTransaction]:
+        """A short read session outside any write transaction."""
+
+    @abstractmethod
+    def _prepare_versions_table(self, tx: BaseTransaction) -> None:
+        """Create schema_versions if missing and serialise concurrent migrations."""
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Release connections."""
+
+    # -- transactions ------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[BaseTransaction]:
+        """Open a transaction: commit on normal exit, roll back on an exception.
+
+        A transaction whose append failed rolls back and raises StoreUsageError at exit,
+        even if the caller caught the conflict."""
+        self._check_usable("store.transaction()")
+        self._thread.in_transaction = True
+        try:
+            tx = self._begin()
+            try:
+                yield tx
+            except BaseException:
+                self._finish(tx, commit=False)
+                raise
+            if tx.failure is not None:
+                self._finish(tx, commit=False)
+                raise StoreUsageError(
+                    "transaction rolled back: an append in it failed "
+                    f"({type(tx.failure).__name__}: {tx.failure}); nothing was written"
+                ) from tx.failure
+            self._finish(tx, commit=True)
+        finally:
+            self._thread.in_transaction = False
+
+    def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
+        """Append in a transaction of its own (see Transaction.append)."""
+        batch = encode_appends(appends)  # before taking any lock
+        with self.transaction() as tx:
+            return tx.append_encoded(batch)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
+        """Events of one stream with stream_version > after_version, in order."""
+        with self._reading() as session:
+            return session.read_stream(stream_id, after_version)
+
+    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
+        """Committed events with global_position > after_position, in position order."""
+        with self._reading() as session:
+            return session.read_all(after_position, limit)
+
+    def iter_all(self, after_position: int = 0, batch: int = 5000) -> Iterator[Record]:
+        """Every committed event after `after_position`, read `batch` at a time; no lock
+        or connection is held between batches."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidInput("batch", "positive", f"batch must be an int >= 1, got {batch!r}")
+        position = after_position
+        while True:
+            records = self.read_all(position, batch)
+            yield from records
+            if len(records) < batch:
+                return
+            position = records[-1].global_position
+
+    def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]:
+        """Head version of each named stream (0 for a stream that does not exist)."""
+        with self._reading() as session:
+            return session.stream_versions(stream_ids)
+
+    def streams_with_prefix(self, prefix: str) -> list[str]:
+        """Ids of the existing streams that start with `prefix`, sorted."""
+        with self._reading() as session:
+            return session.streams_with_prefix(prefix)
+
+    def head_position(self) -> int:
+        """The highest committed global position (0 for an empty store)."""
+        with self._reading() as session:
+            return session.head_position()
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one read-only query (`?` placeholders) outside a transaction."""
+        with self._reading() as session:
+            return session.query(sql, params)
+
+    # -- schema ------------------------------------------------------------------------
+
+    def migrate(self, component: str, steps: Sequence[MigrationStep]) -> int:
+        """Apply the steps of `component` beyond its recorded version in one transaction;
+        return the version now recorded. SchemaError if the database is newer."""
+        with self.transaction() as tx:
+            self._prepare_versions_table(tx)
+            return apply_steps(tx, component, steps)
+
+    def _migrate_own_schema(self) -> None:
+        self.migrate(EVENTSTORE_COMPONENT, EVENTSTORE_STEPS)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the store's connections; further use raises StoreUsageError."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> BaseStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.dialect}{' closed' if self._closed else ''}>"
+
+    @contextmanager
+    def _reading(self) -> Iterator[BaseTransaction]:
+        self._check_usable("a store read")
+        with self._session() as session:
+            yield session
+
+    def _check_usable(self, what: str) -> None:
+        if self._closed:
+            raise StoreUsageError(f"{what} on a closed store; open it again with open_store()")
+        if getattr(self._thread, "in_transaction", False):
+            raise StoreUsageError(
+                f"{what} while this thread has a transaction open: transactions do not nest "
+                "and store calls do not join them — use the open Transaction instead"
+            )

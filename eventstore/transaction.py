@@ -1,0 +1,186 @@
+"""The append flow and reads both adapters share; each adapter supplies a few SQL hooks.
+
+Append, in this order (SPEC §2):
+
+1. look up the call's event ids — all present with identical content at the same place
+   is an exact replay (return the original Records, write nothing); some present is an
+   `IdempotencyConflict`;
+2. version CAS per stream, in stream id order (a fixed lock order, so two multi-stream
+   appends cannot deadlock) — a mismatch is a `VersionConflict`;
+3. insert the events with positions assigned by the adapter (in call order).
+
+A conflict dooms the transaction: it can only roll back, so a half-done append (one
+stream's head already moved) can never commit, even if the caller catches the error.
+Plain SQL (`execute`, `query`) uses `?` placeholders on both dialects.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from domain.errors import InvalidInput, VersionConflict
+from domain.records import Record, StreamAppend
+from eventstore.api import StoreUsageError
+from eventstore.validation import (
+    EncodedAppend,
+    EncodedBatch,
+    EncodedEvent,
+    encode_appends,
+    record_from_event,
+    record_from_row,
+    replay_or_conflict,
+)
+
+EVENT_COLUMNS = "global_position, event_id, stream_id, stream_version, type, data, metadata"
+
+
+class BaseTransaction(ABC):
+    """One open transaction (or read session) on one connection."""
+
+    dialect: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.failure: BaseException | None = None
+
+    # -- hooks each adapter implements -------------------------------------------------
+
+    @abstractmethod
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one query written with `?` placeholders and return all rows."""
+
+    @abstractmethod
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement written with `?` placeholders and return its cursor."""
+
+    @abstractmethod
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+        """Stored rows (EVENT_COLUMNS) of those of `event_ids` that exist."""
+
+    @abstractmethod
+    def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
+        """(stream_id, version) of those of `stream_ids` that exist."""
+
+    @abstractmethod
+    def _insert(self, events: Sequence[EncodedEvent]) -> list[int]:
+        """Insert `events` in order; return the global position given to each."""
+
+    # -- the contract ------------------------------------------------------------------
+
+    def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
+        """Append atomically with per-stream version CAS, or exactly replay (SPEC §2)."""
+        self._check_usable()
+        return self.append_encoded(encode_appends(appends))
+
+    def append_encoded(self, batch: EncodedBatch) -> list[Record]:
+        """`append` for an already validated call (validation can then run outside a lock)."""
+        self._check_usable()
+        try:
+            existing = self._rows_by_event_id(batch.event_ids)
+            if existing:
+                return replay_or_conflict(batch, existing)
+            for append in sorted(batch.appends, key=lambda a: a.stream_id):
+                if not self._compare_and_set(append):
+                    actual = self.stream_versions([append.stream_id])[append.stream_id]
+                    raise VersionConflict(append.stream_id, append.expected_version, actual)
+            positions = self._insert(batch.events)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        return [
+            record_from_event(event, position)
+            for event, position in zip(batch.events, positions, strict=True)
+        ]
+
+    def _compare_and_set(self, append: EncodedAppend) -> bool:
+        if append.expected_version == 0:
+            cursor = self._run(
+                "INSERT INTO streams (stream_id, version) VALUES (?, ?) "
+                "ON CONFLICT (stream_id) DO NOTHING",
+                (append.stream_id, append.new_version),
+            )
+        else:
+            cursor = self._run(
+                "UPDATE streams SET version = ? WHERE stream_id = ? AND version = ?",
+                (append.new_version, append.stream_id, append.expected_version),
+            )
+        return cursor.rowcount == 1
+
+    def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
+        """Events of one stream with stream_version > after_version, in order."""
+        self._check_usable()
+        rows = self._rows(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND stream_version > ? "
+            "ORDER BY stream_version",
+            (stream_id, after_version),
+        )
+        return [record_from_row(row) for row in rows]
+
+    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
+        """Events with global_position > after_position in position order, at most `limit`."""
+        self._check_usable()
+        sql = (
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ? ORDER BY global_position"
+        )
+        if limit is None:
+            rows = self._rows(sql, (after_position,))
+        else:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+                raise InvalidInput(
+                    "limit", "non_negative", f"limit must be None or an int >= 0, got {limit!r}"
+                )
+            rows = self._rows(sql + " LIMIT ?", (after_position, limit))
+        return [record_from_row(row) for row in rows]
+
+    def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]:
+        """Head version of each named stream (0 for a stream that does not exist)."""
+        self._check_usable()
+        versions = dict.fromkeys(stream_ids, 0)
+        if versions:
+            versions.update(self._heads(list(versions)))
+        return versions
+
+    def streams_with_prefix(self, prefix: str) -> list[str]:
+        """Ids of the existing streams that start with `prefix`, sorted."""
+        self._check_usable()
+        if not prefix:
+            rows = self._rows("SELECT stream_id FROM streams ORDER BY stream_id")
+            return [row[0] for row in rows]
+        # a range scan on the primary key: ids compare by code point on both dialects
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        rows = self._rows(
+            "SELECT stream_id FROM streams WHERE stream_id >= ? AND stream_id < ? "
+            "ORDER BY stream_id",
+            (prefix, upper),
+        )
+        return [row[0] for row in rows]
+
+    def head_position(self) -> int:
+        """The highest committed (or, in this transaction, written) global position; 0 if none."""
+        self._check_usable()
+        return self._rows("SELECT COALESCE(MAX(global_position), 0) FROM events")[0][0]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement (`?` placeholders); returns a cursor."""
+        self._check_usable()
+        return self._run(sql, params)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one query (`?` placeholders) and return all rows."""
+        self._check_usable()
+        return self._rows(sql, params)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.ended:
+            raise StoreUsageError(
+                "this transaction has ended; open a new one with store.transaction()"
+            )
+        if self.failure is not None:
+            raise StoreUsageError(
+                f"this transaction can only roll back: an append in it failed "
+                f"({type(self.failure).__name__}: {self.failure})"
+            ) from self.failure

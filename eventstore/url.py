@@ -1,0 +1,70 @@
+"""Store URLs: `sqlite:///relative.db`, `sqlite:////abs/path.db`, `postgresql://...`
+(or `postgres://...`). SQLite options may ride in the query string
+(`?synchronous=NORMAL&busy_timeout_ms=2000`); a PostgreSQL URL goes to libpq as is."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
+
+from domain.errors import InvalidInput
+
+SQLITE_URL_OPTIONS = ("synchronous", "busy_timeout_ms")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreUrl:
+    """A parsed store URL."""
+
+    dialect: str  # "sqlite" | "postgresql"
+    target: str  # SQLite: file path; PostgreSQL: the conninfo URL
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def parse_store_url(url: str) -> StoreUrl:
+    """Split a store URL into dialect, target and URL-borne options (InvalidInput if bad)."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidInput(
+            "url",
+            "format",
+            f"a store URL looks like sqlite:///path.db or postgresql://..., got {url!r}",
+        )
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return StoreUrl("postgresql", url)
+    if scheme != "sqlite":
+        raise InvalidInput(
+            "url",
+            "scheme",
+            f"unknown store URL scheme {scheme!r}: use sqlite:///path.db or postgresql://...",
+        )
+    parts = urlsplit(url)
+    if parts.netloc:
+        raise InvalidInput(
+            "url",
+            "format",
+            "a SQLite URL has no host: write sqlite:///relative.db or sqlite:////abs.db, "
+            f"got {url!r}",
+        )
+    path = parts.path[1:]  # "/rel.db" -> "rel.db", "//abs.db" -> "/abs.db"
+    if not path:
+        raise InvalidInput("url", "path", f"the SQLite URL names no database file: {url!r}")
+    if path == ":memory:":
+        raise InvalidInput(
+            "url", "path", "an in-memory SQLite database is not durable; name a file"
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InvalidInput(
+            "url", "path", f"directory {directory!r} of the SQLite file does not exist"
+        )
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(SQLITE_URL_OPTIONS))
+    if unknown:
+        raise InvalidInput(
+            "url",
+            "option",
+            f"unknown SQLite URL option(s) {unknown}; known: {list(SQLITE_URL_OPTIONS)}",
+        )
+    return StoreUrl("sqlite", path, options)

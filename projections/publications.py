@@ -1,0 +1,287 @@
+"""Read models of publications, publishers and admission receipts.
+
+Folded from the `publication-`, `publisher-` and `admission-` streams (see
+docs/EVENTS.md), in the append's transaction. The head of an installation is its
+newest generation, whatever its status: a withdrawn or quarantined head blocks
+starts until a new generation is published; starts never fall back to an older
+generation. The readers at the bottom take a store or an open transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from domain.records import Record
+from domain.values import ACTIVE, QUARANTINED, WITHDRAWN, Publication
+
+COMPONENT = "projections.publications"
+STREAM_PREFIXES = ("publication-", "publisher-", "admission-")
+
+PUBLISHED = "publication.published"
+PUBLICATION_WITHDRAWN = "publication.withdrawn"
+PUBLICATION_QUARANTINED = "publication.quarantined"
+PUBLISHER_REVOKED = "publisher.revoked"
+PUBLISHER_REINSTATED = "publisher.reinstated"
+RECEIPT = "admission.receipt"
+REVOKED = "revoked"
+
+MIGRATIONS = [
+    {
+        "sqlite": [
+            """CREATE TABLE publications (
+                publication_id TEXT PRIMARY KEY,
+                project TEXT NOT NULL,
+                package TEXT NOT NULL,
+                installation TEXT NOT NULL,
+                publisher TEXT NOT NULL,
+                generation INTEGER NOT NULL,
+                revision_id TEXT NOT NULL,
+                revision_digest TEXT NOT NULL,
+                publication_digest TEXT NOT NULL,
+                lock_digest TEXT NOT NULL,
+                workflows TEXT NOT NULL,
+                withdrawn INTEGER NOT NULL DEFAULT 0,
+                quarantined INTEGER NOT NULL DEFAULT 0,
+                status TEXT NOT NULL,
+                head INTEGER NOT NULL,
+                published_at_ms INTEGER NOT NULL,
+                status_changed_at_ms INTEGER,
+                UNIQUE (project, installation, generation)
+            )""",
+            "CREATE INDEX publications_heads_by_package ON publications (package) WHERE head = 1",
+            """CREATE INDEX publications_heads_by_installation ON publications (installation)
+                WHERE head = 1""",
+            """CREATE TABLE publishers (
+                publisher TEXT PRIMARY KEY,
+                status TEXT NOT NULL,
+                changed_at_ms INTEGER,
+                reason TEXT
+            )""",
+            """CREATE TABLE admission_receipts (
+                receipt_stream TEXT PRIMARY KEY,
+                admission_key TEXT NOT NULL,
+                run_id TEXT NOT NULL UNIQUE,
+                plan_digest TEXT NOT NULL,
+                receipt_digest TEXT NOT NULL,
+                package TEXT NOT NULL,
+                workflow_key TEXT NOT NULL,
+                publication_id TEXT NOT NULL,
+                admitted_at_ms INTEGER NOT NULL
+            )""",
+        ],
+    }
+]
+# PostgreSQL takes the same DDL with BIGINT for the integer columns.
+MIGRATIONS[0]["postgresql"] = [
+    stmt.replace("INTEGER", "BIGINT") for stmt in MIGRATIONS[0]["sqlite"]
+]
+
+TABLES = {
+    "publications": ("publication_id",),
+    "publishers": ("publisher",),
+    "admission_receipts": ("receipt_stream",),
+}
+
+_PUBLICATION_COLUMNS = (
+    "publication_id, package, publisher, generation, revision_digest, project, installation, "
+    "revision_id, publication_digest, lock_digest, workflows, status, head, published_at_ms"
+)
+
+
+def apply(tx, records: Sequence[Record]) -> None:
+    """Fold freshly appended publication, publisher and receipt records."""
+    for record in records:
+        kind = record.type
+        if kind == PUBLISHED:
+            _published(tx, record)
+        elif kind in (PUBLICATION_WITHDRAWN, PUBLICATION_QUARANTINED):
+            _flagged(tx, record)
+        elif kind in (PUBLISHER_REVOKED, PUBLISHER_REINSTATED):
+            _publisher(tx, record)
+        elif kind == RECEIPT:
+            _receipt(tx, record)
+
+
+def _published(tx, record: Record) -> None:
+    ref = record.data["publication"]
+    tx.execute(
+        f"""INSERT INTO publications ({_PUBLICATION_COLUMNS})
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)""",
+        (
+            ref["publication_id"],
+            ref["package"],
+            ref["publisher"],
+            ref["generation"],
+            ref["revision_digest"],
+            ref["project"],
+            ref["installation"],
+            ref["revision_id"],
+            ref["publication_digest"],
+            ref["lock_digest"],
+            ",".join(sorted(ref["workflow_digests"])),
+            ACTIVE,
+            record.data["published_at_ms"],
+        ),
+    )
+    # The head is the newest generation of the installation.
+    tx.execute(
+        "UPDATE publications SET head = 0 WHERE project = ? AND installation = ? AND head = 1",
+        (ref["project"], ref["installation"]),
+    )
+    tx.execute(
+        """UPDATE publications SET head = 1 WHERE publication_id = (
+               SELECT publication_id FROM publications WHERE project = ? AND installation = ?
+               ORDER BY generation DESC LIMIT 1)""",
+        (ref["project"], ref["installation"]),
+    )
+
+
+def _flagged(tx, record: Record) -> None:
+    column = "withdrawn" if record.type == PUBLICATION_WITHDRAWN else "quarantined"
+    publication_id = record.data["publication_id"]
+    tx.execute(
+        f"UPDATE publications SET {column} = 1, status_changed_at_ms = ? WHERE publication_id = ?",
+        (record.data["at_ms"], publication_id),
+    )
+    # Quarantine (a safety verdict) outranks withdrawal (a lifecycle decision).
+    tx.execute(
+        """UPDATE publications SET status = CASE WHEN quarantined = 1 THEN ?
+               WHEN withdrawn = 1 THEN ? ELSE ? END WHERE publication_id = ?""",
+        (QUARANTINED, WITHDRAWN, ACTIVE, publication_id),
+    )
+
+
+def _publisher(tx, record: Record) -> None:
+    status = REVOKED if record.type == PUBLISHER_REVOKED else ACTIVE
+    publisher = record.data["publisher"]
+    params = (status, record.data["at_ms"], record.data.get("reason"), publisher)
+    updated = tx.execute(
+        "UPDATE publishers SET status = ?, changed_at_ms = ?, reason = ? WHERE publisher = ?",
+        params,
+    )
+    if updated.rowcount == 0:
+        tx.execute(
+            "INSERT INTO publishers (status, changed_at_ms, reason, publisher) VALUES (?, ?, ?, ?)",
+            params,
+        )
+
+
+def _receipt(tx, record: Record) -> None:
+    data = record.data
+    tx.execute(
+        """INSERT INTO admission_receipts (receipt_stream, admission_key, run_id, plan_digest,
+               receipt_digest, package, workflow_key, publication_id, admitted_at_ms)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            record.stream_id,
+            data["admission_key"],
+            data["run_id"],
+            data["plan_digest"],
+            data["receipt_digest"],
+            data["package"],
+            data["workflow_key"],
+            data["publication_id"],
+            data["admitted_at_ms"],
+        ),
+    )
+
+
+# --- readers ----------------------------------------------------------------------------
+
+
+def publication(reader, publication_id: str) -> Publication | None:
+    """The publication `publication_id`, or None."""
+    rows = reader.query(
+        f"SELECT {_PUBLICATION_COLUMNS} FROM publications WHERE publication_id = ?",
+        (publication_id,),
+    )
+    return _publication(rows[0]) if rows else None
+
+
+def installation_head(reader, project: str, installation: str) -> Publication | None:
+    """The head (newest generation) of one installation, or None."""
+    rows = reader.query(
+        f"""SELECT {_PUBLICATION_COLUMNS} FROM publications
+            WHERE project = ? AND installation = ? AND head = 1""",
+        (project, installation),
+    )
+    return _publication(rows[0]) if rows else None
+
+
+def heads_named(reader, name: str) -> list[Publication]:
+    """Heads whose installation is `name`; if there are none, heads of package `name`.
+    Sorted by project and installation."""
+    for column in ("installation", "package"):
+        rows = reader.query(
+            f"""SELECT {_PUBLICATION_COLUMNS} FROM publications
+                WHERE {column} = ? AND head = 1 ORDER BY project, installation""",
+            (name,),
+        )
+        if rows:
+            return [_publication(row) for row in rows]
+    return []
+
+
+def publications(reader, package: str | None = None) -> list[Publication]:
+    """Every publication (of one package name, if given), oldest generation first."""
+    where, params = ("WHERE package = ?", (package,)) if package is not None else ("", ())
+    rows = reader.query(
+        f"""SELECT {_PUBLICATION_COLUMNS} FROM publications {where}
+            ORDER BY project, installation, generation""",
+        params,
+    )
+    return [_publication(row) for row in rows]
+
+
+def publisher_status(reader, publisher: str) -> str | None:
+    """ "active" or "revoked" for a publisher with a trust event; None for one without."""
+    rows = reader.query("SELECT status FROM publishers WHERE publisher = ?", (publisher,))
+    return rows[0][0] if rows else None
+
+
+def publisher_known(reader, publisher: str) -> bool:
+    """Whether `publisher` ever published or had a trust event."""
+    if publisher_status(reader, publisher) is not None:
+        return True
+    return bool(reader.query("SELECT 1 FROM publications WHERE publisher = ?", (publisher,)))
+
+
+def receipt_stream_of_run(reader, run_id: str) -> str | None:
+    """The receipt stream of the admission that created `run_id`, or None."""
+    rows = reader.query("SELECT receipt_stream FROM admission_receipts WHERE run_id = ?", (run_id,))
+    return rows[0][0] if rows else None
+
+
+def _publication(row: tuple) -> Publication:
+    (
+        publication_id,
+        package,
+        publisher,
+        generation,
+        revision_digest,
+        project,
+        installation,
+        revision_id,
+        publication_digest,
+        lock_digest,
+        workflows,
+        status,
+        head,
+        published_at_ms,
+    ) = row
+    return Publication(
+        publication_id=publication_id,
+        package=package,
+        publisher=publisher,
+        generation=int(generation),
+        revision_digest=revision_digest,
+        project=project,
+        installation=installation,
+        revision_id=revision_id,
+        publication_digest=publication_digest,
+        lock_digest=lock_digest,
+        workflows=tuple(workflows.split(",")) if workflows else (),
+        status=status,
+        head=bool(head),
+        published_at_ms=int(published_at_ms),
+    )

@@ -1,0 +1,49 @@
+"""The read-model modules and how records reach them.
+
+Each projection module defines:
+
+- `COMPONENT`: its schema component name (see `EventStore.migrate`);
+- `MIGRATIONS`: its schema steps, each `{dialect: sql or [sql, ...]}`;
+- `TABLES`: `{table: (key column, ...)}` — what `rebuild` recreates and `verify` compares;
+- `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
+- `apply(tx, records)`: update its tables for records just appended, in the
+  append's transaction. It must be deterministic and depend only on the records
+  and the tables' current rows, so that a replay of the log gives the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+from domain.records import Record
+
+
+def modules() -> tuple[ModuleType, ...]:
+    """All projection modules, in the order their records are applied."""
+    from projections import publications, runs
+
+    return (publications, runs)
+
+
+def migrate_all(store) -> None:
+    """Bring every projection schema up to date (idempotent)."""
+    for module in modules():
+        store.migrate(module.COMPONENT, module.MIGRATIONS)
+
+
+def apply_records(tx, records: Sequence[Record]) -> None:
+    """Route freshly appended records to the modules that fold them."""
+    if not records:
+        return
+    for module in modules():
+        mine = [r for r in records if r.stream_id.startswith(module.STREAM_PREFIXES)]
+        if mine:
+            module.apply(tx, mine)
+
+
+def commit(tx, appends) -> list[Record]:
+    """Append through the store and update the read models in the same transaction."""
+    records = tx.append(appends)
+    apply_records(tx, records)
+    return records

@@ -1,0 +1,305 @@
+"""The host loop behind `qlflow run`, `qlflow worker` and `qlflow serve`.
+
+qlflow itself never runs anything between calls (SPEC §1): this module is one
+host. Each tick it calls `rt.cycle()` (unless it is a plain worker), leases
+claimed Attempts for the local executor up to its free slots, and runs each on
+its own thread. Between ticks it waits on an event for `interval_ms`, woken early
+when an Attempt finishes (so the next step starts at once) or when the caller
+signals (cancel, stop, abort).
+
+Three ways out, each an event the caller sets (from a signal handler, say):
+- `cancel`: record the Run's cancel intent (reason user) and keep converging
+  until the Run is terminal; running processes learn `stop_requested` at once;
+- `stop`: stop leasing, let running Attempts finish for `drain_s`, then SIGTERM
+  them (SIGKILL `kill_after_s` later) and return — a clean shutdown;
+- `abort`: SIGKILL every process now, give their completions a moment to be
+  recorded, and return what is left unfinished.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.errors import QlflowError
+from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
+
+log = logging.getLogger("qlflow.driver")
+
+DEFAULT_RUN_INTERVAL_MS = 250
+DEFAULT_SERVE_INTERVAL_MS = 1000
+ABORT_RECORD_S = 1.0
+MAX_CONSECUTIVE_FAILURES = 30
+
+
+@dataclass
+class DriveResult:
+    """How a drive ended: the Run (when driving one), whether it was aborted, the
+    Attempts this host ran, and what was still unfinished on an abort."""
+
+    run: Any = None
+    aborted: bool = False
+    stopped: bool = False
+    reports: list[AttemptReport] = field(default_factory=list)
+    left_running: list[RunningProcess] = field(default_factory=list)
+
+
+class WorkerPool:
+    """Leases Attempts for one local executor and runs each on its own thread, at
+    most `slots` at once."""
+
+    def __init__(
+        self,
+        rt,
+        executor: LocalProcessExecutor,
+        *,
+        worker_id: str,
+        slots: int,
+        ttl_ms: int,
+        run_id: str | None = None,
+        tasks: Iterable[str] | None = None,
+        on_finish: Callable[[AttemptReport], None] | None = None,
+    ) -> None:
+        self._rt = rt
+        self.executor = executor
+        self.worker_id = worker_id
+        self.slots = slots
+        self.ttl_ms = ttl_ms
+        self.run_id = run_id
+        self.tasks = list(tasks) if tasks is not None else None
+        self._on_finish = on_finish
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.reports: list[AttemptReport] = []
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._threads)
+
+    def fill(self) -> int:
+        """Lease up to the free slots and start each Attempt; returns how many."""
+        free = self.slots - self.busy
+        if free <= 0:
+            return 0
+        leases = self._rt.lease_attempts(
+            self.worker_id, limit=free, ttl_ms=self.ttl_ms, run_id=self.run_id, tasks=self.tasks
+        )
+        for lease in leases:
+            thread = threading.Thread(
+                target=self._execute, args=(lease,), name=f"attempt-{lease.step_key}", daemon=True
+            )
+            with self._lock:
+                self._threads[lease.attempt_id] = thread
+            thread.start()
+        return len(leases)
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait until no Attempt is running (at most `timeout_s`); True if idle."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._idle:
+            while self._threads:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def _execute(self, lease) -> None:
+        report = None
+        try:
+            report = self.executor.execute(lease)
+        except Exception:
+            # The lease expires and recovery records the loss; this host goes on.
+            log.exception("attempt %s: the executor failed", lease.attempt_id)
+        finally:
+            with self._idle:
+                self._threads.pop(lease.attempt_id, None)
+                if report is not None:
+                    self.reports.append(report)
+                self._idle.notify_all()
+            if report is not None and self._on_finish is not None:
+                self._on_finish(report)
+
+
+class Driver:
+    """One host loop: cycles (optional) plus a pool of local workers.
+
+    `until_run`: return once that Run is terminal (and nothing of it still runs).
+    `cycles=False`: a plain worker (another process runs the cycles).
+    `once`: one lease pass; wait for what was leased, then return.
+    """
+
+    def __init__(
+        self,
+        rt,
+        executor: LocalProcessExecutor,
+        *,
+        worker_id: str,
+        workers: int = 1,
+        interval_ms: int = DEFAULT_SERVE_INTERVAL_MS,
+        ttl_ms: int = 30_000,
+        cycles: bool = True,
+        until_run: str | None = None,
+        tasks: Iterable[str] | None = None,
+        once: bool = False,
+        drain_s: float = 10.0,
+        on_progress: Callable[[Any], None] | None = None,
+    ) -> None:
+        self._rt = rt
+        self.executor = executor
+        self.interval_s = interval_ms / 1000
+        self.cycles = cycles
+        self.until_run = until_run
+        self.once = once
+        self.drain_s = drain_s
+        self._on_progress = on_progress
+        self.cancel = threading.Event()
+        self.stop = threading.Event()
+        self.abort = threading.Event()
+        self._wake = threading.Event()
+        self.pool = WorkerPool(
+            rt,
+            executor,
+            worker_id=worker_id,
+            slots=workers,
+            ttl_ms=ttl_ms,
+            run_id=until_run,
+            tasks=tasks,
+            on_finish=lambda _report: self._wake.set(),
+        )
+        self._relayed: set[str] = set()
+
+    def wake(self) -> None:
+        """Make the loop look again now (after setting cancel, stop or abort)."""
+        self._wake.set()
+
+    def request_cancel(self) -> None:
+        self.cancel.set()
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        self._wake.set()
+
+    def request_abort(self) -> None:
+        self.abort.set()
+        self._wake.set()
+
+    def run(self) -> DriveResult:
+        """Loop until the Run is terminal, `once` is done, or stop / abort is set."""
+        result = DriveResult()
+        cancel_recorded = False
+        leased_once = False
+        failures = 0
+        while True:
+            if self.abort.is_set():
+                return self._abort(result)
+            if self.stop.is_set():
+                return self._shutdown(result)
+            try:
+                if self.until_run and self.cancel.is_set() and not cancel_recorded:
+                    self._rt.cancel(self.until_run, reason="user")
+                    cancel_recorded = True
+                    log.info("run %s: cancel requested by the user", self.until_run)
+                if self.cycles:
+                    self._rt.cycle()
+                if self.until_run:
+                    result.run = self._rt.get_run(self.until_run)
+                    if self._on_progress is not None:
+                        self._on_progress(result.run)
+                    if result.run.terminal and self.pool.busy == 0:
+                        result.reports = list(self.pool.reports)
+                        return result
+                self._relay_cancel_intent()
+                if not (self.once and leased_once) and not self.stop.is_set():
+                    self.pool.fill()
+                    leased_once = True
+                failures = 0
+            except QlflowError as error:
+                if self.until_run and result.run is None:
+                    raise
+                failures += 1
+                log.warning("host loop: %s", error)
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    raise
+            if self.once and leased_once and self.pool.busy == 0:
+                result.reports = list(self.pool.reports)
+                return result
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    def _relay_cancel_intent(self) -> None:
+        """A Run with cancel intent asks its workers to stop at their next renewal;
+        renew this host's Attempts of such a Run now instead of up to ttl/3 later."""
+        for run_id in {p.run_id for p in self.executor.running()} - self._relayed:
+            view = self._rt.get_run(run_id)
+            if view.cancel_requested_at_ms is not None or view.terminal:
+                self._relayed.add(run_id)
+                self.executor.renew_now(run_id)
+
+    def _shutdown(self, result: DriveResult) -> DriveResult:
+        result.stopped = True
+        if not self.pool.join(self.drain_s):
+            log.info("shutdown: stopping %d running attempt(s)", self.pool.busy)
+            self.executor.stop_all("shutdown")
+            if not self.pool.join(self.executor.kill_after_s + ABORT_RECORD_S):
+                self.executor.kill_all()
+                self.pool.join(ABORT_RECORD_S)
+        result.left_running = self.executor.running()
+        self.executor.close()
+        result.reports = list(self.pool.reports)
+        return result
+
+    def _abort(self, result: DriveResult) -> DriveResult:
+        result.aborted = True
+        result.left_running = self.executor.running()
+        self.executor.kill_all()
+        self.pool.join(ABORT_RECORD_S)
+        result.reports = list(self.pool.reports)
+        if self.until_run:
+            try:
+                result.run = self._rt.get_run(self.until_run)
+            except QlflowError:
+                pass
+        return result
+
+
+def drive(
+    rt,
+    until_run: str | None = None,
+    *,
+    executor: LocalProcessExecutor,
+    worker_id: str,
+    workers: int = 1,
+    interval_ms: int = DEFAULT_SERVE_INTERVAL_MS,
+    ttl_ms: int = 30_000,
+    stop_event: threading.Event | None = None,
+    cycles: bool = True,
+    on_progress: Callable[[Any], None] | None = None,
+) -> DriveResult:
+    """Drive cycles and local workers until `until_run` is terminal (or, without a
+    Run, until `stop_event` is set)."""
+    driver = Driver(
+        rt,
+        executor,
+        worker_id=worker_id,
+        workers=workers,
+        interval_ms=interval_ms,
+        ttl_ms=ttl_ms,
+        cycles=cycles,
+        until_run=until_run,
+        on_progress=on_progress,
+    )
+    if stop_event is not None:
+        threading.Thread(
+            target=lambda: (stop_event.wait(), driver.request_stop()),
+            name="drive-stop",
+            daemon=True,
+        ).start()
+    return driver.run()

@@ -1,0 +1,32 @@
+"""Typed errors of the public API (SPEC §10). Every one says what was wrong and
+what to do; catch `QlflowError` for all of them."""
+
+from domain.errors import (
+    AdmissionCollision,
+    CorruptionError,
+    FenceError,
+    IdempotencyConflict,
+    InvalidInput,
+    ManifestError,
+    NotFound,
+    PlanError,
+    QlflowError,
+    SchemaError,
+    StartGuardError,
+    VersionConflict,
+)
+
+__all__ = [
+    "AdmissionCollision",
+    "CorruptionError",
+    "FenceError",
+    "IdempotencyConflict",
+    "InvalidInput",
+    "ManifestError",
+    "NotFound",
+    "PlanError",
+    "QlflowError",
+    "SchemaError",
+    "StartGuardError",
+    "VersionConflict",
+]

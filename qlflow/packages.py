@@ -1,0 +1,145 @@
+"""Reading packages (SPEC §11): a folder with `qlflow.toml`, or a manifest dict.
+
+This is the I/O half of packaging: read the manifest, hash the files each Task
+names, and hand both to the pure core (`domain.manifest`, `domain.package`),
+which validates them and materializes the revision. A bad manifest or a missing
+file raises `ManifestError` naming the file, the table and the key.
+
+A manifest dict has no folder, so its Tasks give file digests instead of paths to
+read (`files = {"fetch.py" = "sha256:<64 hex>"}`), or name no files at all; see
+`domain.manifest`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from domain.canonical import DIGEST_PREFIX
+from domain.manifest import (
+    DICT_SOURCE,
+    MANIFEST_FILE,
+    Manifest,
+    manifest_error,
+    parse_manifest,
+    revision_from_manifest,
+    validate_manifest,
+)
+from domain.package import MaterializedRevision
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPackage:
+    """A validated package ready to publish.
+
+    `revision` is materialized at generation 1 as a draft: publishing assigns the
+    real generation (the installation's head + 1) and re-materializes it there.
+    `file_digests` maps every file a Task names to the SHA-256 of its bytes.
+    """
+
+    source: str
+    folder: Path | None
+    manifest: Manifest
+    revision: MaterializedRevision
+    publisher: str
+    file_digests: Mapping[str, str]
+
+
+def load(path_or_manifest: str | os.PathLike[str] | Mapping[str, Any]) -> LoadedPackage:
+    """Load a package folder (or its `qlflow.toml` path), or a manifest dict."""
+    if isinstance(path_or_manifest, Mapping):
+        return package_from_manifest(path_or_manifest)
+    if isinstance(path_or_manifest, (str, os.PathLike)):
+        return load_package(path_or_manifest)
+    raise manifest_error(
+        DICT_SOURCE,
+        None,
+        None,
+        "publish takes a package folder path or a manifest dict, "
+        f"not {type(path_or_manifest).__name__}",
+    )
+
+
+def load_package(path: str | os.PathLike[str]) -> LoadedPackage:
+    """Read a package folder (or the path of its `qlflow.toml`) and hash its files."""
+    given = Path(path)
+    manifest_path = (
+        given if given.name == MANIFEST_FILE and given.is_file() else given / MANIFEST_FILE
+    )
+    source = str(manifest_path)
+    if not manifest_path.is_file():
+        raise manifest_error(
+            source, None, None, f"no {MANIFEST_FILE} here; a package is a folder holding one"
+        )
+    folder = manifest_path.parent
+    try:
+        text = manifest_path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise manifest_error(source, None, None, f"not UTF-8 text: {error}") from None
+    manifest = parse_manifest(text, source, folder=True)
+    digests: dict[str, str] = {}
+    for task in manifest.tasks:
+        for relative in task.files:
+            if relative not in digests:
+                digests[relative] = _file_digest(folder, relative, source, task.task_id)
+    revision = revision_from_manifest(manifest, digests)
+    return LoadedPackage(
+        source=source,
+        folder=folder,
+        manifest=manifest,
+        revision=revision,
+        publisher=manifest.package.publisher,
+        file_digests=MappingProxyType(dict(sorted(digests.items()))),
+    )
+
+
+def package_from_manifest(manifest: Mapping[str, Any]) -> LoadedPackage:
+    """Validate a manifest dict (the shape of a parsed `qlflow.toml`)."""
+    validated = validate_manifest(manifest, DICT_SOURCE, folder=False)
+    digests = {path: digest for task in validated.tasks for path, digest in task.file_digests}
+    revision = revision_from_manifest(validated)
+    return LoadedPackage(
+        source=DICT_SOURCE,
+        folder=None,
+        manifest=validated,
+        revision=revision,
+        publisher=validated.package.publisher,
+        file_digests=MappingProxyType(dict(sorted(digests.items()))),
+    )
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """ "sha256:" and the hex SHA-256 of a file's bytes."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            hasher.update(chunk)
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
+def _file_digest(folder: Path, relative: str, source: str, task_id: str) -> str:
+    table = f"tasks.{task_id}"
+    path = folder / relative
+    root = folder.resolve()
+    resolved = path.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise manifest_error(
+            source, table, "files", f"{relative!r} leads outside the package folder (a symlink)"
+        )
+    if not path.exists():
+        raise manifest_error(source, table, "files", f"file {relative!r} does not exist")
+    if not path.is_file():
+        raise manifest_error(source, table, "files", f"{relative!r} is not a regular file")
+    try:
+        return file_digest(path)
+    except OSError as error:
+        raise manifest_error(
+            source, table, "files", f"cannot read {relative!r}: {error.strerror}"
+        ) from None

@@ -1,0 +1,89 @@
+"""Lost COMMIT responses inside a cycle, and the async facade's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+import qlflow
+from eventstore import faults
+from tests.cycle.helpers import DIAMOND, T0, drive, fan_out, manifest, work
+
+
+@pytest.fixture
+def rt(store_url):
+    runtime = qlflow.open(store_url)
+    yield runtime
+    runtime.close()
+    faults.disarm()
+
+
+def all_event_ids(rt) -> list[str]:
+    return [record.event_id for record in rt.store.iter_all(0)]
+
+
+@pytest.mark.parametrize("phase", ["frontier", "admission", "cancellation"])
+def test_lost_commit_response_in_a_cycle_is_replayed_exactly(rt, phase):
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
+    if phase == "frontier":
+        rt.cycle(now_ms=T0)
+        work(rt, T0)  # a succeeded: b and c wait for the frontier
+    if phase == "cancellation":
+        rt.cancel(run_id, now_ms=T0)
+    before = rt.store.head_position()
+    faults.arm(f"{phase}.after_commit", "raise")
+    first = rt.cycle(now_ms=T0 + 1)
+    errors = getattr(first, phase).errors
+    assert len(errors) == 1 and "injected fault" in errors[0]
+    assert rt.store.head_position() > before, "the commit itself went through"
+    drive(rt, T0 + 2)
+    ids = all_event_ids(rt)
+    assert len(ids) == len(set(ids)), "no event id twice"
+    run = rt.get_run(run_id)
+    assert run.status == ("cancelled" if phase == "cancellation" else "succeeded")
+    per_step = Counter(a.status for step in run.steps.values() for a in step.attempts)
+    assert per_step.get("claimed", 0) == 0
+
+
+def test_every_stream_stays_contiguous_after_a_busy_workload(rt):
+    rt.publish(manifest(fan_out(20)), now_ms=T0)
+    runs = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(6)]
+    rt.cancel(runs[0], now_ms=T0)
+    drive(rt, T0 + 1, outcomes={"leaf003": "failed"})
+    versions: dict[str, list[int]] = {}
+    for record in rt.store.iter_all(0):
+        versions.setdefault(record.stream_id, []).append(record.stream_version)
+    for stream, got in versions.items():
+        assert got == list(range(1, len(got) + 1)), stream
+    assert {rt.get_run(r).status for r in runs[1:]} == {"failed"}
+    assert rt.get_run(runs[0]).status == "cancelled"
+
+
+async def test_async_cycle_does_not_block_the_event_loop(store_url):
+    rt = await qlflow.open_async(store_url)
+    try:
+        await rt.publish(manifest(fan_out(60)), now_ms=T0)
+        for i in range(8):
+            await rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0)
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        result = await rt.cycle(now_ms=T0)
+        stop.set()
+        await task
+        assert result.admission.scanned == 8
+        assert ticks > 1, "the loop kept running other tasks during the cycle"
+        leases = await rt.lease_attempts("w", limit=8, now_ms=T0)
+        assert len(leases) == 8
+    finally:
+        await rt.close()
