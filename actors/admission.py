@@ -95,12 +95,13 @@ def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[s
         or not admission_key
         or len(admission_key) > MAX_ADMISSION_KEY_CHARS
         or "\x00" in admission_key
+        or not _utf8(admission_key)
     ):
         raise InvalidInput(
             "admission_key",
             "text",
             f"admission_key must be a non-empty string of at most {MAX_ADMISSION_KEY_CHARS} "
-            f"characters without NUL, got {admission_key!r}",
+            f"characters of UTF-8 text without NUL, got {admission_key!r}",
         )
     if run_id is not None and (not isinstance(run_id, str) or not ID_PATTERN.fullmatch(run_id)):
         raise InvalidInput(
@@ -114,6 +115,14 @@ def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[s
     if run_id is None:
         run_id = derive_id(RUN_ID, admission_key)
     return admission_key, run_id
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def start(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from domain.aggregate import fold
-
 from domain.errors import NotFound
 
 

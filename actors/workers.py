@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from actors.loading import load_aggregate
+from actors.pglocks import advisory_lock, try_advisory_locks
 from domain import worker as worker_rules
 from domain.cancellation import request_cancel
-from domain.errors import NotFound, VersionConflict
+from domain.errors import FenceError, InvalidInput, NotFound, VersionConflict
 from projections import candidates
 from projections.registry import commit
 
@@ -54,7 +55,9 @@ def _with_retries(authority, fn: Callable, name: str):
     raise AssertionError("unreachable")
 
 
-def _decide_and_commit(tx, run_id: str, decide):
+def _decide_and_commit(tx, run_id: str, decide, attempt_id: str | None = None):
+    if attempt_id is not None and tx.dialect == "postgresql":
+        advisory_lock(tx, f"attempt:{attempt_id}")
     aggregate = load_aggregate(tx, run_id)
     decision = decide(aggregate)
     if decision.appends:
@@ -83,90 +86,99 @@ def lease_attempts(
             break
 
         def grant(tx, attempt_id=attempt_id, attempt_run_id=attempt_run_id):
-            if tx.dialect == "postgresql" and not tx.try_advisory_locks([f"attempt:{attempt_id}"]):
+            if not _lock_attempt(tx, attempt_id):
                 return None  # another replica is on it: skip, never wait
             aggregate = load_aggregate(tx, attempt_run_id)
-            if not worker_rules.can_lease(aggregate, attempt_id, now_ms):
-                return None
-            decision = worker_rules.grant_lease(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
+            try:
+                decision = worker_rules.grant_lease(
+                    aggregate, attempt_id, worker_id, ttl_ms, now_ms
+                )
+            except (FenceError, InvalidInput):
+                return None  # no longer leasable: someone else got it, or the Run moved on
             commit(tx, decision.appends)
-            return decision.lease
+            return _lease_value(aggregate, decision.lease)
 
         try:
             granted = authority.execute(grant, name="lease")
         except VersionConflict:
             continue
         if granted is not None:
-            leases.append(_lease_value(granted, worker_id))
+            leases.append(granted)
     if leases:
         log.info("worker %s leased %d attempt(s)", worker_id, len(leases))
     return leases
 
 
-def _lease_value(granted, worker_id: str) -> Lease:
+def _lease_value(aggregate, grant, stop_requested: bool = False) -> Lease:
+    attempt = aggregate.attempts[grant.attempt_id]
+    step = aggregate.steps[attempt.step_key]
     return Lease(
-        lease_id=granted.lease_id,
-        attempt_id=granted.attempt_id,
-        run_id=granted.run_id,
-        step_key=granted.step_key,
-        task_ref=granted.task_ref,
-        version=granted.version,
-        expires_at_ms=granted.expires_at_ms,
-        worker_id=worker_id,
-        stop_requested=bool(getattr(granted, "stop_requested", False)),
+        lease_id=grant.lease_id,
+        attempt_id=grant.attempt_id,
+        run_id=aggregate.run_id,
+        step_key=attempt.step_key,
+        task_ref=step.task_ref,
+        version=grant.version,
+        expires_at_ms=grant.expires_at_ms,
+        worker_id=grant.worker_id,
+        stop_requested=stop_requested,
+    )
+
+
+def _lock_attempt(tx, attempt_id: str) -> bool:
+    """PostgreSQL: the Attempt's advisory lock first (SPEC §8 order); never waits."""
+    return tx.dialect != "postgresql" or try_advisory_locks(tx, [f"attempt:{attempt_id}"])
+
+
+def _worker_write(authority, lease: Lease, name: str, decide):
+    """One fenced worker write on the lease's Run; retried on a version conflict."""
+    return _with_retries(
+        authority,
+        lambda tx: _decide_and_commit(tx, lease.run_id, decide, attempt_id=lease.attempt_id),
+        name,
     )
 
 
 def mark_starting(authority, lease: Lease, now_ms: int) -> Lease:
     """The start barrier: written durably before the worker spawns anything."""
-    _with_retries(
+    _worker_write(
         authority,
-        lambda tx: _decide_and_commit(
-            tx,
-            lease.run_id,
-            lambda agg: worker_rules.mark_starting(
-                agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
-            ),
-        ),
+        lease,
         "start",
+        lambda agg: worker_rules.mark_starting(
+            agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
+        ),
     )
     return lease
 
 
 def mark_running(authority, lease: Lease, now_ms: int) -> Lease:
     """starting -> running (from claimed+leased through starting in one transaction)."""
-    _with_retries(
+    _worker_write(
         authority,
-        lambda tx: _decide_and_commit(
-            tx,
-            lease.run_id,
-            lambda agg: worker_rules.mark_running(
-                agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
-            ),
-        ),
+        lease,
         "running",
+        lambda agg: worker_rules.mark_running(
+            agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
+        ),
     )
     return lease
 
 
 def renew(authority, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     """Extend the lease; the answer says whether the Run asks the worker to stop."""
-    _, decision = _with_retries(
+    _, decision = _worker_write(
         authority,
-        lambda tx: _decide_and_commit(
-            tx,
-            lease.run_id,
-            lambda agg: worker_rules.renew(
-                agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now_ms
-            ),
-        ),
+        lease,
         "renew",
+        lambda agg: worker_rules.renew(
+            agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now_ms
+        ),
     )
-    granted = decision.lease
     return replace(
         lease,
-        version=granted.version,
-        expires_at_ms=granted.expires_at_ms,
+        version=decision.lease.version,
+        expires_at_ms=decision.lease.expires_at_ms,
         stop_requested=decision.stop_requested,
     )
 
@@ -181,42 +193,45 @@ def complete(
     now_ms: int,
 ) -> str:
     """Record the Attempt's end under its lease; returns the recorded status."""
-    _, decision = _with_retries(
+    aggregate, decision = _worker_write(
         authority,
-        lambda tx: _decide_and_commit(
-            tx,
-            lease.run_id,
-            lambda agg: worker_rules.complete(
-                agg,
-                lease.attempt_id,
-                lease.lease_id,
-                lease.version,
-                outcome,
-                result_code,
-                output,
-                now_ms,
-            ),
-        ),
+        lease,
         "complete",
+        lambda agg: worker_rules.complete(
+            agg,
+            lease.attempt_id,
+            lease.lease_id,
+            lease.version,
+            outcome,
+            result_code,
+            output,
+            now_ms,
+        ),
     )
+    if decision.replayed:
+        recorded = aggregate.attempts[lease.attempt_id].status
+    else:
+        recorded = next(
+            e.type.split(".", 1)[1]
+            for e in decision.events(f"run-{lease.run_id}")
+            if e.type.startswith("attempt.") and e.data.get("attempt_id") == lease.attempt_id
+        )
     log.info(
         "attempt %s (%s/%s) completed: reported %s, recorded %s",
         lease.attempt_id,
         lease.run_id,
         lease.step_key,
         outcome,
-        decision.attempt_status,
+        recorded,
     )
-    return decision.attempt_status
+    return recorded
 
 
 def cancel(authority, run_id: str, reason: str, now_ms: int) -> bool:
     """Record cancel intent on the Run (idempotent). True if this call recorded it."""
     _, decision = _with_retries(
         authority,
-        lambda tx: _decide_and_commit(
-            tx, run_id, lambda agg: request_cancel(agg, reason, now_ms)
-        ),
+        lambda tx: _decide_and_commit(tx, run_id, lambda agg: request_cancel(agg, reason, now_ms)),
         "cancel",
     )
     if decision.appends:

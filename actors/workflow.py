@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pykka
-from domain.attempts import decide_attempt_admission
-from domain.cancellation import decide_cancellation
-from domain.frontier import decide_frontier
-from domain.recovery import decide_recovery
 
 from actors.loading import lease_stream, load_aggregate, run_stream, steps_stream
+from actors.pglocks import try_advisory_locks, try_lock_stream_heads
+from domain.attempts import decide_attempt_admission
+from domain.cancellation import decide_cancellation
 from domain.errors import VersionConflict
+from domain.frontier import decide_frontier
+from domain.recovery import decide_recovery
 from projections.candidates import active_attempt_ids
 from projections.registry import commit
 
@@ -52,10 +53,10 @@ def lock_for_convergence(tx, run_id: str) -> bool:
     if tx.dialect != "postgresql":
         return True
     attempt_ids = active_attempt_ids(tx, run_id)
-    if not tx.try_advisory_locks([f"attempt:{a}" for a in attempt_ids]):
+    if not try_advisory_locks(tx, [f"attempt:{a}" for a in attempt_ids]):
         return False
     heads = [run_stream(run_id), *(lease_stream(a) for a in attempt_ids), steps_stream(run_id)]
-    return tx.try_lock_streams(heads)
+    return try_lock_stream_heads(tx, heads)
 
 
 def converge(tx, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:

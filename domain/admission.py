@@ -7,7 +7,7 @@ n + 1 RunEvents, n mutations, and a Run at version n + 1.
 
 from __future__ import annotations
 
-from domain.decision import Decision, DecisionBuilder, check_now
+from domain.decision import Decision, DecisionBuilder, check_now, sibling_id
 from domain.errors import InvalidInput
 from domain.ids import ADMISSION_EVENT, ADMISSION_MUTATION, derive_id
 from domain.plan import ExecutionPlan, plan_to_dict
@@ -47,11 +47,12 @@ def admission_records(plan: ExecutionPlan, admission_key: str, now_ms: int) -> D
     )
     builder.causation_id = admitted_id  # every StepRun is created by the admission
     for step in sorted(plan.steps, key=lambda s: s.key):
+        event_id = derive_id(ADMISSION_EVENT, digest, step.step_run_id, 1)
         builder.create_step(
             step.key,
             step.step_run_id,
             step.initial_status,
-            derive_id(ADMISSION_EVENT, digest, step.step_run_id, 1),
-            derive_id(ADMISSION_MUTATION, digest, step.step_run_id, 1),
+            event_id,
+            sibling_id(ADMISSION_MUTATION, event_id),
         )
     return builder.build()

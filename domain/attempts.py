@@ -11,7 +11,7 @@ up its 64 Attempts (or a Run its 8,192) fails with `attempts_exhausted`.
 from __future__ import annotations
 
 from domain.aggregate import RunAggregate, effective_intent
-from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
+from domain.decision import EMPTY, Decision, DecisionBuilder, check_now, sibling_id
 from domain.errors import InvalidInput
 from domain.ids import FRONTIER_MUTATION, TASK_ATTEMPT, TASK_ATTEMPT_EVENT, derive_id
 from domain.transitions import (
@@ -26,7 +26,8 @@ ATTEMPTS_ACTOR = "cycle:attempts"
 
 
 def attempt_id_for(plan_digest: str, step_run_id: str, step_epoch: int) -> str:
-    """The id of the Attempt admitted against `step_epoch` of a StepRun."""
+    """The id of the Attempt admitted against `step_epoch` of a StepRun (its
+    `attempt.claimed` event id shares the digest, prefix `wte:`)."""
     return derive_id(TASK_ATTEMPT, plan_digest, step_run_id, step_epoch)
 
 
@@ -65,7 +66,7 @@ def decide_attempt_admission(
         attempt_id = attempt_id_for(digest, step.step_run_id, step.epoch)
         run_total += 1
         builder.event(
-            derive_id(TASK_ATTEMPT_EVENT, digest, step.step_run_id, step.epoch),
+            sibling_id(TASK_ATTEMPT_EVENT, attempt_id),
             "attempt.claimed",
             {
                 "attempt_id": attempt_id,

@@ -158,15 +158,11 @@ def _end_attempt(
 ) -> None:
     lease = attempt.lease
     to_status = "timed_out" if timeout else "cancelled"
+    event_id = derive_id(
+        CANCEL_ATTEMPT_EVENT, run_id, cancel_at, "attempt", attempt.attempt_id, attempt.step_epoch
+    )
     builder.event(
-        derive_id(
-            CANCEL_ATTEMPT_EVENT,
-            run_id,
-            cancel_at,
-            "attempt",
-            attempt.attempt_id,
-            attempt.step_epoch,
-        ),
+        event_id,
         f"attempt.{to_status}",
         {
             "attempt_id": attempt.attempt_id,
@@ -181,6 +177,6 @@ def _end_attempt(
         builder.lease_event(
             attempt.attempt_id,
             "lease.released",
-            (lease.lease_id, "cancellation"),
             {"lease_id": lease.lease_id, "reason": LEASE_EXPIRED},
+            born_with=event_id,
         )

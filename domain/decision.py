@@ -18,6 +18,7 @@ from typing import Any
 from domain.aggregate import (
     MUTATION_TYPE,
     RunAggregate,
+    StepRunState,
     lease_stream,
     run_stream,
     steps_stream,
@@ -89,6 +90,12 @@ def check_now(now_ms: object) -> int:
     return now_ms
 
 
+def sibling_id(prefix: str, base_id: str) -> str:
+    """The id of a record born with `base_id` (a StepRunMutation with its RunEvent, an
+    Attempt with its claim event): the same 32 hex digits under its own prefix."""
+    return prefix + base_id[-32:]
+
+
 class DecisionBuilder:
     """Collects the records of one decision over one Run.
 
@@ -103,7 +110,7 @@ class DecisionBuilder:
         run_id: str,
         run_version: int,
         steps_version: int,
-        steps: Mapping[str, tuple[str, str, int]],
+        steps: Mapping[str, StepRunState],
         lease_versions: Mapping[str, int],
         now_ms: int,
         actor: str,
@@ -119,8 +126,11 @@ class DecisionBuilder:
         self._run_events: list[NewEvent] = []
         self._mutations: list[NewEvent] = []
         self._lease_events: dict[str, list[NewEvent]] = {}
-        # key -> (step_run_id, status, epoch), projected through this decision's changes
-        self._steps = dict(steps)
+        self._base_steps = steps
+        # key -> (step_run_id, status, epoch) of the StepRuns this decision changed
+        self._changed: dict[str, tuple[str, str, int]] = {}
+        self._version = run_version
+        self._shared_metadata: dict[str, Any] | None = None
         self.settled_steps = 0
         self.settled_attempts = 0
 
@@ -133,7 +143,7 @@ class DecisionBuilder:
             run_id=aggregate.run_id,
             run_version=aggregate.version,
             steps_version=aggregate.steps_version,
-            steps={k: (s.step_run_id, s.status, s.epoch) for k, s in aggregate.steps.items()},
+            steps=aggregate.steps,
             lease_versions=aggregate.lease_versions,
             now_ms=now_ms,
             actor=actor,
@@ -145,19 +155,28 @@ class DecisionBuilder:
     @property
     def run_version(self) -> int:
         """The Run's version after the events added so far."""
-        return self._base_run_version + len(self._run_events)
+        return self._version
+
+    def _current(self, key: str) -> tuple[str, str, int]:
+        changed = self._changed.get(key)
+        if changed is not None:
+            return changed
+        step = self._base_steps[key]
+        return step.step_run_id, step.status, step.epoch
 
     def step(self, key: str) -> tuple[str, int]:
         """Projected (status, epoch) of a StepRun."""
-        _, status, epoch = self._steps[key]
+        _, status, epoch = self._current(key)
         return status, epoch
 
     def step_statuses(self) -> dict[str, str]:
         """Projected status of every StepRun, by key."""
-        return {key: status for key, (_, status, _) in self._steps.items()}
+        statuses = {key: step.status for key, step in self._base_steps.items()}
+        statuses.update((key, status) for key, (_, status, _) in self._changed.items())
+        return statuses
 
     def all_steps_terminal(self) -> bool:
-        return all(status in STEP_TERMINAL for _, status, _ in self._steps.values())
+        return all(status in STEP_TERMINAL for status in self.step_statuses().values())
 
     def lease_version(self, attempt_id: str) -> int:
         """The lease stream's version after the events added so far."""
@@ -167,12 +186,16 @@ class DecisionBuilder:
     # -- adding records --
 
     def _metadata(self, causation_id: str | None) -> dict[str, Any]:
-        return {
-            "at_ms": self.now_ms,
-            "causation_id": causation_id,
-            "correlation_id": self.run_id,
-            "actor": self.actor,
-        }
+        """Metadata for a record; records with the same cause share one (read-only) dict."""
+        shared = self._shared_metadata
+        if shared is None or shared["causation_id"] != causation_id:
+            shared = self._shared_metadata = {
+                "at_ms": self.now_ms,
+                "causation_id": causation_id,
+                "correlation_id": self.run_id,
+                "actor": self.actor,
+            }
+        return shared
 
     def event(
         self, event_id: str, event_type: str, data: dict[str, Any], causation_id: str | None = None
@@ -181,7 +204,8 @@ class DecisionBuilder:
         self._run_events.append(
             NewEvent(event_id, event_type, data, self._metadata(causation_id or self.causation_id))
         )
-        return self.run_version
+        self._version += 1
+        return self._version
 
     def create_step(
         self, key: str, step_run_id: str, status: str, event_id: str, mutation_id: str
@@ -190,7 +214,7 @@ class DecisionBuilder:
         data = {"step_run_id": step_run_id, "step_key": key, "status": status, "epoch": 1}
         version = self.event(event_id, "step.created", data)
         self._mutation(mutation_id, step_run_id, key, None, status, 1, version, event_id)
-        self._steps[key] = (step_run_id, status, 1)
+        self._changed[key] = (step_run_id, status, 1)
 
     def change_step(
         self,
@@ -203,36 +227,31 @@ class DecisionBuilder:
     ) -> None:
         """`step.<to>` and its StepRunMutation; the epoch grows by one.
 
-        `ids` is (event prefix, mutation prefix, id parts): both ids derive from
-        the same durable parts, so a recomputation yields the same pair.
+        `ids` is (event prefix, mutation prefix, id parts): the event id derives
+        from the durable parts, the mutation id shares its digest — a
+        recomputation yields the same pair.
         """
-        step_run_id, from_status, epoch = self._steps[key]
+        step_run_id, from_status, epoch = self._current(key)
         if not step_change_allowed(from_status, to_status):
             raise AssertionError(f"decision bug: StepRun {key!r} {from_status} -> {to_status}")
         event_prefix, mutation_prefix, parts = ids
         event_id = derive_id(event_prefix, *parts)
-        new_epoch = epoch + 1
+        epoch += 1
         data = {
             "step_run_id": step_run_id,
             "step_key": key,
             "from": from_status,
             "to": to_status,
-            "epoch": new_epoch,
+            "epoch": epoch,
             "result_code": result_code,
             "attempt_id": attempt_id,
         }
         version = self.event(event_id, f"step.{to_status}", data)
         self._mutation(
-            derive_id(mutation_prefix, *parts),
-            step_run_id,
-            key,
-            from_status,
-            to_status,
-            new_epoch,
-            version,
-            event_id,
-        )
-        self._steps[key] = (step_run_id, to_status, new_epoch)
+            sibling_id(mutation_prefix, event_id), step_run_id, key, from_status, to_status, epoch,
+            version, event_id,
+        )  # fmt: skip
+        self._changed[key] = (step_run_id, to_status, epoch)
         if to_status in STEP_TERMINAL:
             self.settled_steps += 1
 
@@ -256,19 +275,33 @@ class DecisionBuilder:
             "run_version": run_version,
             "event_id": event_id,
         }
-        self._mutations.append(NewEvent(mutation_id, MUTATION_TYPE, data, self._metadata(event_id)))
+        # a mutation names its RunEvent in `data`; it shares the event's cause
+        self._mutations.append(
+            NewEvent(mutation_id, MUTATION_TYPE, data, self._metadata(self.causation_id))
+        )
 
     def lease_event(
-        self, attempt_id: str, event_type: str, parts: tuple[Any, ...], data: dict[str, Any]
+        self,
+        attempt_id: str,
+        event_type: str,
+        data: dict[str, Any],
+        *,
+        parts: tuple[Any, ...] = (),
+        born_with: str | None = None,
     ) -> int:
         """Append to `lease-<attempt_id>`; returns the new lease version.
 
-        The id derives from the attempt, the stream position, the type and `parts`
-        (which name the lease and who writes), so two different writes competing
-        for one position get different ids and meet a version conflict.
+        A lease event written with an Attempt event shares that event's digest
+        (`born_with`); otherwise its id derives from the attempt, the stream
+        position, the type and `parts` (which name the lease and the writer), so
+        two different writes competing for one position get different ids and
+        meet a version conflict rather than an idempotency conflict.
         """
         version = self.lease_version(attempt_id) + 1
-        event_id = derive_id(LEASE_EVENT, attempt_id, version, event_type, *parts)
+        if born_with is not None:
+            event_id = sibling_id(LEASE_EVENT, born_with)
+        else:
+            event_id = derive_id(LEASE_EVENT, attempt_id, version, event_type, *parts)
         self._lease_events.setdefault(attempt_id, []).append(
             NewEvent(event_id, event_type, data, self._metadata(self.causation_id))
         )

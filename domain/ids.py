@@ -34,6 +34,8 @@ LEASE_ID = "wls:"  # lease identity
 RECOVERY_EVENT = "wre:"  # attempt.lost / step.* written by recovery
 RECOVERY_MUTATION = "wrm:"
 RECEIPT = "wrr:"  # admission receipt digest-derived id
+REVISION_ID = "rev:"
+PUBLICATION_ID = "pub:"
 PUBLICATION_EVENT = "wpe:"
 PUBLISHER_EVENT = "wpp:"
 RUN_ID = "run:"  # run id derived from an admission key when none is given
@@ -46,16 +48,28 @@ _PREFIXES = {
 }
 
 
+_SEEDED = hashlib.sha256(ID_DOMAIN)
+_encode_text = json.encoder.encode_basestring  # exactly what json.dumps(ensure_ascii=False) emits
+
+
+def _encode_part(part: str | int | None) -> str:
+    if part is None:
+        return "null"
+    if isinstance(part, bool) or not isinstance(part, (str, int)):
+        raise TypeError(f"id part must be str, int or None, not {type(part).__name__}")
+    return _encode_text(part) if isinstance(part, str) else int.__repr__(part)
+
+
 def derive_id(prefix: str, *parts: str | int | None) -> str:
     """Return `prefix` + 32 hex digits of SHA-256(domain, prefix, parts).
 
-    Parts are encoded as a JSON array so that ("ab", "c") and ("a", "bc") differ.
+    Parts are encoded as a compact JSON array (byte-identical to `json.dumps`
+    with `ensure_ascii=False`), so ("ab", "c") and ("a", "bc") differ. Decisions
+    derive many ids, so the encoding is hand-rolled and the hash pre-seeded.
     """
     if prefix not in _PREFIXES:
         raise ValueError(f"unknown id prefix {prefix!r}")
-    for part in parts:
-        if part is not None and not isinstance(part, (str, int)) or isinstance(part, bool):
-            raise TypeError(f"id part must be str, int or None, not {type(part).__name__}")
-    payload = json.dumps([prefix, *parts], ensure_ascii=False, separators=(",", ":"))
-    digest = hashlib.sha256(ID_DOMAIN + payload.encode("utf-8")).hexdigest()
-    return prefix + digest[:32]
+    payload = "[" + ",".join([_encode_text(prefix), *map(_encode_part, parts)]) + "]"
+    digest = _SEEDED.copy()
+    digest.update(payload.encode("utf-8"))
+    return prefix + digest.hexdigest()[:32]

@@ -63,8 +63,9 @@ def _recover(
     lease = attempt.lease
     lease_id = lease.lease_id if lease is not None else None
     lease_version = lease.version if lease is not None else 0
+    event_id = derive_id(RECOVERY_EVENT, attempt.attempt_id, "lost", lease_id, lease_version)
     builder.event(
-        derive_id(RECOVERY_EVENT, attempt.attempt_id, "lost", lease_id, lease_version),
+        event_id,
         "attempt.lost",
         {
             "attempt_id": attempt.attempt_id,
@@ -79,8 +80,8 @@ def _recover(
         builder.lease_event(
             attempt.attempt_id,
             "lease.released",
-            (lease.lease_id, "recovery"),
             {"lease_id": lease.lease_id, "reason": LEASE_EXPIRED},
+            born_with=event_id,
         )
     key = attempt.step_key
     status, epoch = builder.step(key)
@@ -95,11 +96,7 @@ def _recover(
     if status != STEP_RUNNING or epoch != attempt.step_epoch + 1:
         return  # the StepRun moved on without this Attempt: nothing of it to settle
     builder.change_step(
-        key,
-        "lost",
-        _ids(step_run_id, epoch, "lost"),
-        result_code=LEASE_EXPIRED,
-        attempt_id=attempt.attempt_id,
+        key, "lost", _ids(step_run_id, epoch, "lost"), attempt_id=attempt.attempt_id
     )
     if not intent:
         builder.change_step(

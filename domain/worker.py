@@ -89,8 +89,8 @@ def grant_lease(
         builder.lease_event(
             attempt_id,
             "lease.released",
-            (lease.lease_id, "grant"),
             {"lease_id": lease.lease_id, "reason": LEASE_EXPIRED},
+            parts=(lease.lease_id, "grant"),
         )
     version = builder.lease_version(attempt_id) + 1
     lease_id = derive_id(LEASE_ID, attempt_id, version)
@@ -98,7 +98,6 @@ def grant_lease(
     builder.lease_event(
         attempt_id,
         "lease.granted",
-        (lease_id, worker_id),
         {
             "lease_id": lease_id,
             "attempt_id": attempt_id,
@@ -110,6 +109,7 @@ def grant_lease(
             "ttl_ms": ttl_ms,
             "expires_at_ms": expires_at_ms,
         },
+        parts=(lease_id, worker_id),
     )
     return builder.build(lease=LeaseGrant(attempt_id, lease_id, version, worker_id, expires_at_ms))
 
@@ -130,7 +130,7 @@ def mark_starting(
     lease = _fence(attempt, lease_id, lease_version, now_ms)
     if attempt.status in (ATTEMPT_STARTING, ATTEMPT_RUNNING):
         return _replayed(attempt_id, lease)
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id), lease_id)
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     _start(builder, aggregate, attempt, lease)
     return builder.build()
 
@@ -145,7 +145,7 @@ def mark_running(
     lease = _fence(attempt, lease_id, lease_version, now_ms)
     if attempt.status == ATTEMPT_RUNNING:
         return _replayed(attempt_id, lease)
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id), lease_id)
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     if attempt.status == ATTEMPT_CLAIMED:
         _start(builder, aggregate, attempt, lease)
     builder.event(
@@ -206,18 +206,18 @@ def renew(
     ):
         return Decision(lease=_grant_of(attempt_id, lease), stop_requested=stop, replayed=True)
     lease = _fence(attempt, lease_id, lease_version, now_ms)
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id), lease_id)
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     expires_at_ms = now_ms + ttl_ms
     version = builder.lease_event(
         attempt_id,
         "lease.renewed",
-        (lease_id, lease_version),
         {
             "lease_id": lease_id,
             "renewed_at_ms": now_ms,
             "ttl_ms": ttl_ms,
             "expires_at_ms": expires_at_ms,
         },
+        parts=(lease_id, lease_version),
     )
     grant = LeaseGrant(attempt_id, lease_id, version, lease.worker_id, expires_at_ms)
     return builder.build(lease=grant, stop_requested=stop)
@@ -289,9 +289,10 @@ def complete(
         status, code = "succeeded", None
     else:
         status, code = "failed", result_code or EXECUTION_FAILED
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id), lease_id)
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
+    completed_id = derive_id(WORKER_EVENT, attempt_id, "completed", lease_id)
     builder.event(
-        derive_id(WORKER_EVENT, attempt_id, "completed", lease_id),
+        completed_id,
         f"attempt.{status}",
         {
             "attempt_id": attempt_id,
@@ -310,7 +311,10 @@ def complete(
         attempt_id=attempt_id,
     )
     builder.lease_event(
-        attempt_id, "lease.completed", (lease_id,), {"lease_id": lease_id, "outcome": status}
+        attempt_id,
+        "lease.completed",
+        {"lease_id": lease_id, "outcome": status},
+        born_with=completed_id,
     )
     return builder.build()
 
@@ -351,9 +355,12 @@ def release(
             f"Attempt {attempt_id!r} is {attempt.status}: past the start barrier a worker "
             "completes its Attempt (outcome 'failed') instead of releasing it",
         )
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id), lease_id)
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     builder.lease_event(
-        attempt_id, "lease.released", (lease_id, "worker"), {"lease_id": lease_id, "reason": reason}
+        attempt_id,
+        "lease.released",
+        {"lease_id": lease_id, "reason": reason},
+        parts=(lease_id, "worker"),
     )
     return builder.build()
 
@@ -379,6 +386,8 @@ def _fence(attempt: AttemptState, lease_id: str, lease_version: int, now_ms: int
         )
     if now_ms >= lease.expires_at_ms:
         raise FenceError(f"lease {lease_id!r} expired at {lease.expires_at_ms} (now {now_ms})")
+    if not attempt.is_active:
+        raise FenceError(f"Attempt {aid!r} is {attempt.status}: it holds no execution authority")
     if attempt.started_lease_id is not None and attempt.started_lease_id != lease_id:
         raise FenceError(
             f"Attempt {aid!r} started under lease {attempt.started_lease_id!r}, not {lease_id!r}"

@@ -30,28 +30,46 @@ from typing import Any
 import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
-from domain.errors import IdempotencyConflict, SchemaError
+from domain.errors import SchemaError
 from eventstore.store import BaseStore
-from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
-from eventstore.validation import EncodedEvent
+from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
+from eventstore.validation import EncodedAppend, EncodedBatch, EncodedEvent
 
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _MIGRATION_LOCK_KEY = 0x716C666C6F77  # "qlflow": serialises schema migrations
 
+# The position counter is updated only when `head` (the CAS) produced a row, and it is the
+# last lock the append takes. `head` is empty for a multi-stream append, whose CAS runs first.
 _INSERT_EVENTS = f"""
-WITH allocated AS (UPDATE qlflow_position SET last = last + %(count)s RETURNING last)
+WITH {{head}}
+allocated AS (
+    UPDATE qlflow_position SET last = last + %(count)s {{when_cas_passed}} RETURNING last
+)
 INSERT INTO events ({EVENT_COLUMNS})
 SELECT allocated.last - %(count)s + e.ord, e.event_id, e.stream_id, e.stream_version,
        e.type, e.data, e.metadata
 FROM allocated,
-     unnest(%(event_ids)s::text[], %(stream_ids)s::text[], %(versions)s::bigint[],
-            %(types)s::text[], %(data)s::text[], %(metadata)s::text[])
+     unnest(%(event_ids)b::text[], %(stream_ids)b::text[], %(versions)b::bigint[],
+            %(types)b::text[], %(data)b::text[], %(metadata)b::text[])
          WITH ORDINALITY AS e(event_id, stream_id, stream_version, type, data, metadata, ord)
 ON CONFLICT (event_id) DO NOTHING
 RETURNING global_position, event_id
 """
+_CAS_THEN = "WHERE EXISTS (SELECT 1 FROM head)"
+INSERT_AFTER_CAS = _INSERT_EVENTS.format(head="", when_cas_passed="")
+CREATE_STREAM_AND_INSERT = _INSERT_EVENTS.format(
+    head="head AS (INSERT INTO streams (stream_id, version) "
+    "VALUES (%(stream_id)s, %(new_version)s) ON CONFLICT (stream_id) DO NOTHING RETURNING 1),",
+    when_cas_passed=_CAS_THEN,
+)
+MOVE_STREAM_AND_INSERT = _INSERT_EVENTS.format(
+    head="head AS (UPDATE streams SET version = %(new_version)s "
+    "WHERE stream_id = %(stream_id)s AND version = %(expected)s RETURNING 1),",
+    when_cas_passed=_CAS_THEN,
+)
 
 
 @functools.lru_cache(maxsize=512)
@@ -71,40 +89,80 @@ class PostgresTransaction(BaseTransaction):
         self._cursor = conn.cursor()
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        return self._cursor.execute(_native(sql), params or None).fetchall()
+        return self._send(self._cursor, _native(sql), params or None).fetchall()
 
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
-        return self._conn.cursor().execute(_native(sql), params or None)
+    def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
+        return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
+
+    def _send(
+        self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
+    ) -> psycopg.Cursor:
+        # Statements are planned per execution unless marked `prepared`: a generic plan
+        # made while a table was small (a seq scan) would be reused as the table grows.
+        prepare = None if prepared else False
+        if self._conn.pgconn.transaction_status == TransactionStatus.IDLE:
+            # the implicit BEGIN travels with the first statement: one round trip, not two
+            with self._conn.pipeline():
+                cursor.execute(sql, params, prepare=prepare)
+            return cursor
+        return cursor.execute(sql, params, prepare=prepare)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
-        return self._cursor.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s)", (list(event_ids),)
+        return self._send(
+            self._cursor,
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b)",
+            (list(event_ids),),
         ).fetchall()
 
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
-        return self._cursor.execute(
-            "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%s)", (list(stream_ids),)
+        return self._send(
+            self._cursor,
+            "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)",
+            (list(stream_ids),),
         ).fetchall()
 
-    def _insert(self, events: Sequence[EncodedEvent]) -> list[int]:
-        rows = self._cursor.execute(
-            _INSERT_EVENTS,
-            {
-                "count": len(events),
-                "event_ids": [e.event_id for e in events],
-                "stream_ids": [e.stream_id for e in events],
-                "versions": [e.stream_version for e in events],
-                "types": [e.type for e in events],
-                "data": [e.data for e in events],
-                "metadata": [e.metadata for e in events],
-            },
-        ).fetchall()
-        position_of = {event_id: position for position, event_id in rows}
-        if len(position_of) < len(events):
-            # another transaction committed one of these ids after our lookup
-            missing = next(e.event_id for e in events if e.event_id not in position_of)
-            raise IdempotencyConflict(missing, "(committed by a concurrent transaction)")
-        return [position_of[e.event_id] for e in events]
+    def _write(self, batch: EncodedBatch) -> list[int] | Refused:
+        if len(batch.appends) > 1:
+            return super()._write(batch)
+        # one stream: CAS, position allocation and insert in one statement, one round trip
+        [append] = batch.appends
+        sql = CREATE_STREAM_AND_INSERT if append.expected_version == 0 else MOVE_STREAM_AND_INSERT
+        inserted = self._insert_rows(sql, batch.events, append)
+        if len(inserted) == len(batch.events):
+            return _in_call_order(inserted, batch.events)
+        # nothing inserted: the CAS failed, or it passed and every id was stored already;
+        # some inserted: the CAS passed and some ids were stored already
+        return Refused(None if inserted else append, heads_moved=bool(inserted))
+
+    def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
+        inserted = self._insert_rows(INSERT_AFTER_CAS, events)
+        return _in_call_order(inserted, events) if len(inserted) == len(events) else None
+
+    def _insert_rows(
+        self, sql: str, events: Sequence[EncodedEvent], cas: EncodedAppend | None = None
+    ) -> list[tuple[int, str]]:
+        params = {
+            "count": len(events),
+            "event_ids": [e.event_id for e in events],
+            "stream_ids": [e.stream_id for e in events],
+            "versions": [e.stream_version for e in events],
+            "types": [e.type for e in events],
+            "data": [e.data for e in events],
+            "metadata": [e.metadata for e in events],
+        }
+        if cas is not None:
+            params |= {
+                "stream_id": cas.stream_id,
+                "expected": cas.expected_version,
+                "new_version": cas.new_version,
+            }
+        # key lookups and the one-row counter only: a cached generic plan stays right
+        return self._send(self._cursor, sql, params, prepared=True).fetchall()
+
+
+def _in_call_order(inserted: list[tuple[int, str]], events: Sequence[EncodedEvent]) -> list[int]:
+    position_of = {event_id: position for position, event_id in inserted}
+    return [position_of[event.event_id] for event in events]
 
 
 class PostgresStore(BaseStore):
@@ -158,11 +216,13 @@ class PostgresStore(BaseStore):
     @contextmanager
     def _session(self) -> Iterator[PostgresTransaction]:
         with self._pool.connection() as conn:
+            conn.autocommit = True  # a read is one statement: no BEGIN / COMMIT round trips
             session = PostgresTransaction(conn)
             try:
                 yield session
             finally:
                 session.ended = True
+                conn.autocommit = False
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
         tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))

@@ -39,7 +39,8 @@ class SqliteTransaction(BaseTransaction):
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._conn.execute(sql, params).fetchall()
 
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> sqlite3.Cursor:
+        # sqlite3 caches every statement it compiles; `prepared` matters to PostgreSQL only
         return self._conn.execute(sql, params)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
@@ -48,18 +49,16 @@ class SqliteTransaction(BaseTransaction):
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
         return self._rows_in("SELECT stream_id, version FROM streams WHERE stream_id", stream_ids)
 
-    def _insert(self, events: Sequence[EncodedEvent]) -> list[int]:
+    def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
         last = self._conn.execute("SELECT COALESCE(MAX(global_position), 0) FROM events")
         first = last.fetchone()[0] + 1
-        positions = list(range(first, first + len(events)))
-        self._conn.executemany(
-            f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                (position, e.event_id, e.stream_id, e.stream_version, e.type, e.data, e.metadata)
-                for position, e in zip(positions, events, strict=True)
-            ],
+        positions = range(first, first + len(events))
+        cursor = self._conn.executemany(
+            f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (event_id) DO NOTHING",
+            [(position, *event) for position, event in zip(positions, events, strict=True)],
         )
-        return positions
+        return list(positions) if cursor.rowcount == len(events) else None
 
     def _rows_in(self, select: str, values: Sequence[str]) -> list[tuple]:
         rows: list[tuple] = []

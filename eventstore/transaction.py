@@ -1,13 +1,21 @@
 """The append flow and reads both adapters share; each adapter supplies a few SQL hooks.
 
-Append, in this order (SPEC §2):
+The outcome of an append is decided in this order (SPEC §2): every event id already
+stored with identical content at the same place is an exact replay (return the
+original Records, write nothing); some ids stored is an `IdempotencyConflict`;
+otherwise a stream not at its expected version is a `VersionConflict`; otherwise the
+events are inserted, positions assigned by the adapter in call order.
 
-1. look up the call's event ids — all present with identical content at the same place
-   is an exact replay (return the original Records, write nothing); some present is an
-   `IdempotencyConflict`;
-2. version CAS per stream, in stream id order (a fixed lock order, so two multi-stream
-   appends cannot deadlock) — a mismatch is a `VersionConflict`;
-3. insert the events with positions assigned by the adapter (in call order).
+The hot path runs optimistically and looks ids up only when something did not fit,
+which gives the same outcomes with one statement fewer per append:
+
+1. version CAS per stream, in stream id order (a fixed lock order, so two multi-stream
+   appends cannot deadlock). An exact replay always fails the first CAS, before any
+   write: its events sit at versions above each expected version. So on a mismatch
+   the ids are looked up: all identical -> replay, some stored -> IdempotencyConflict,
+   none -> VersionConflict.
+2. insert, skipping ids that already exist. If any was skipped the ids were stored
+   elsewhere (the CAS passed, so this is no replay): IdempotencyConflict.
 
 A conflict dooms the transaction: it can only roll back, so a half-done append (one
 stream's head already moved) can never commit, even if the caller catches the error.
@@ -18,9 +26,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-from domain.errors import InvalidInput, VersionConflict
+from domain.errors import CorruptionError, InvalidInput, VersionConflict
 from domain.records import Record, StreamAppend
 from eventstore.api import StoreUsageError
 from eventstore.validation import (
@@ -34,6 +42,18 @@ from eventstore.validation import (
 )
 
 EVENT_COLUMNS = "global_position, event_id, stream_id, stream_version, type, data, metadata"
+
+
+def _stream_id_of(append: EncodedAppend) -> str:
+    return append.stream_id
+
+
+class Refused(NamedTuple):
+    """Why a write did not go through: the stream whose CAS failed (None if the CAS passed
+    but an event id was already stored), and whether any stream head had moved."""
+
+    stream: EncodedAppend | None
+    heads_moved: bool
 
 
 class BaseTransaction(ABC):
@@ -52,8 +72,9 @@ class BaseTransaction(ABC):
         """Run one query written with `?` placeholders and return all rows."""
 
     @abstractmethod
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """Run one statement written with `?` placeholders and return its cursor."""
+    def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> Any:
+        """Run one statement written with `?` placeholders and return its cursor;
+        `prepared` marks a key lookup whose cached generic plan stays right at any size."""
 
     @abstractmethod
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
@@ -64,8 +85,9 @@ class BaseTransaction(ABC):
         """(stream_id, version) of those of `stream_ids` that exist."""
 
     @abstractmethod
-    def _insert(self, events: Sequence[EncodedEvent]) -> list[int]:
-        """Insert `events` in order; return the global position given to each."""
+    def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
+        """Insert `events` in order and return the global position given to each — or
+        None, having inserted only some, if an event id already exists."""
 
     # -- the contract ------------------------------------------------------------------
 
@@ -78,21 +100,44 @@ class BaseTransaction(ABC):
         """`append` for an already validated call (validation can then run outside a lock)."""
         self._check_usable()
         try:
-            existing = self._rows_by_event_id(batch.event_ids)
-            if existing:
-                return replay_or_conflict(batch, existing)
-            for append in sorted(batch.appends, key=lambda a: a.stream_id):
-                if not self._compare_and_set(append):
-                    actual = self.stream_versions([append.stream_id])[append.stream_id]
-                    raise VersionConflict(append.stream_id, append.expected_version, actual)
-            positions = self._insert(batch.events)
+            written = self._write(batch)
+            if isinstance(written, Refused):
+                return self._explain(batch, written)
         except BaseException as exc:
             self.failure = exc
             raise
         return [
             record_from_event(event, position)
-            for event, position in zip(batch.events, positions, strict=True)
+            for event, position in zip(batch.events, written, strict=True)
         ]
+
+    def _write(self, batch: EncodedBatch) -> list[int] | Refused:
+        """CAS every stream in id order, then insert: the positions, or what stopped it."""
+        appends = batch.appends
+        if len(appends) > 1:
+            appends = sorted(appends, key=_stream_id_of)
+        for moved, append in enumerate(appends):
+            if not self._compare_and_set(append):
+                return Refused(append, heads_moved=moved > 0)
+        positions = self._insert(batch.events)
+        return Refused(None, heads_moved=True) if positions is None else positions
+
+    def _explain(self, batch: EncodedBatch, refused: Refused) -> list[Record]:
+        """Return the original records of an exact replay, or raise the conflict."""
+        stored = self._rows_by_event_id(batch.event_ids)
+        if stored:
+            records = replay_or_conflict(batch, stored)  # raises unless an exact replay
+            if refused.heads_moved:
+                raise CorruptionError(
+                    "stream heads accepted the expected versions of an exact replay: "
+                    "the streams table disagrees with the events"
+                )
+            return records
+        if refused.stream is None:
+            raise CorruptionError("an event insert was skipped, yet none of its ids is stored")
+        stream_id = refused.stream.stream_id
+        actual = self.stream_versions([stream_id])[stream_id]
+        raise VersionConflict(stream_id, refused.stream.expected_version, actual)
 
     def _compare_and_set(self, append: EncodedAppend) -> bool:
         if append.expected_version == 0:
@@ -100,11 +145,13 @@ class BaseTransaction(ABC):
                 "INSERT INTO streams (stream_id, version) VALUES (?, ?) "
                 "ON CONFLICT (stream_id) DO NOTHING",
                 (append.stream_id, append.new_version),
+                prepared=True,
             )
         else:
             cursor = self._run(
                 "UPDATE streams SET version = ? WHERE stream_id = ? AND version = ?",
                 (append.new_version, append.stream_id, append.expected_version),
+                prepared=True,
             )
         return cursor.rowcount == 1
 

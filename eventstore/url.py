@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from domain.errors import InvalidInput
 
@@ -68,3 +68,14 @@ def parse_store_url(url: str) -> StoreUrl:
             f"unknown SQLite URL option(s) {unknown}; known: {list(SQLITE_URL_OPTIONS)}",
         )
     return StoreUrl("sqlite", path, options)
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """A PostgreSQL URL whose connections use `schema` first (libpq `options`), so the
+    store creates and reads its tables there."""
+    parts = urlsplit(url)
+    query = [(key, value) for key, value in parse_qsl(parts.query) if key != "options"]
+    existing = dict(parse_qsl(parts.query)).get("options", "")
+    options = f"{existing} -c search_path={schema}".strip()
+    query.append(("options", options))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))

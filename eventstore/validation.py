@@ -5,14 +5,16 @@ input raises `InvalidInput` (naming the field and the rule) and writes nothing.
 `data` and `metadata` are stored as the text of `orjson` with sorted keys: the same
 mapping always encodes to the same bytes, which is what makes an exact replay
 detectable by comparing stored text.
+
+This is the append hot path, so checks test exact types first and build error
+messages only when a rule is broken.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -26,11 +28,13 @@ MAX_TYPE_LENGTH = 100
 MAX_RECORD_BYTES = 256 * 1024  # encoded data + metadata of one record
 
 _JSON_OPTIONS = orjson.OPT_SORT_KEYS
+_event_id_ok = EVENT_ID_PATTERN.fullmatch
+_stream_id_ok = STREAM_ID_PATTERN.fullmatch
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedEvent:
-    """One validated event with its place decided and its payload encoded."""
+class EncodedEvent(NamedTuple):
+    """One validated event with its place decided and its payload encoded
+    (field order = the events table's columns after global_position)."""
 
     event_id: str
     stream_id: str
@@ -40,8 +44,7 @@ class EncodedEvent:
     metadata: str
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedAppend:
+class EncodedAppend(NamedTuple):
     """One validated stream append: the CAS to perform and the events to insert."""
 
     stream_id: str
@@ -53,8 +56,7 @@ class EncodedAppend:
         return self.expected_version + len(self.events)
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedBatch:
+class EncodedBatch(NamedTuple):
     """A whole append call, validated: streams in call order, events in call order."""
 
     appends: tuple[EncodedAppend, ...]
@@ -67,13 +69,13 @@ class EncodedBatch:
 
 def encode_json(value: Any, field: str, where: str) -> bytes:
     """Encode a JSON object as sorted-key orjson bytes, or raise InvalidInput."""
-    if not isinstance(value, Mapping):
-        raise InvalidInput(
-            field,
-            "object",
-            f"{where}.{field} must be a JSON object (a mapping), got {type(value).__name__}",
-        )
-    if not isinstance(value, dict):
+    if type(value) is not dict:
+        if not isinstance(value, Mapping):
+            raise InvalidInput(
+                field,
+                "object",
+                f"{where}.{field} must be a JSON object (a mapping), got {type(value).__name__}",
+            )
         value = dict(value)
     try:
         return orjson.dumps(value, option=_JSON_OPTIONS)
@@ -85,7 +87,9 @@ def encode_json(value: Any, field: str, where: str) -> bytes:
 
 def encode_appends(appends: Sequence[StreamAppend]) -> EncodedBatch:
     """Validate one append call and encode it; raise InvalidInput on the first broken rule."""
-    if isinstance(appends, StreamAppend | str | bytes) or not isinstance(appends, Sequence):
+    if type(appends) not in (list, tuple) and (
+        isinstance(appends, StreamAppend | str | bytes) or not isinstance(appends, Sequence)
+    ):
         raise InvalidInput(
             "appends", "sequence", "appends must be a sequence of StreamAppend (a list or tuple)"
         )
@@ -93,70 +97,102 @@ def encode_appends(appends: Sequence[StreamAppend]) -> EncodedBatch:
         raise InvalidInput("appends", "non_empty", "an append call needs at least one StreamAppend")
     encoded: list[EncodedAppend] = []
     all_events: list[EncodedEvent] = []
-    seen_streams: set[str] = set()
     seen_events: set[str] = set()
     for index, append in enumerate(appends):
-        where = f"appends[{index}]"
-        if not isinstance(append, StreamAppend):
+        if type(append) is not StreamAppend:
             raise InvalidInput(
-                "appends", "type", f"{where} must be a StreamAppend, got {type(append).__name__}"
+                "appends",
+                "type",
+                f"appends[{index}] must be a StreamAppend, got {type(append).__name__}",
             )
-        stream_id = _check_stream_id(append.stream_id, where)
-        if stream_id in seen_streams:
-            raise InvalidInput(
-                "stream_id",
-                "unique_in_call",
-                f"{where}: stream {stream_id!r} appears twice in one call; "
-                "put all its events in one StreamAppend",
+        stream_id, expected, events = append.stream_id, append.expected_version, append.events
+        _check_stream(index, stream_id, expected, events, encoded)
+        stream_events = []
+        for offset, event in enumerate(events):
+            version = expected + offset + 1
+            encoded_event = _encode_event(event, stream_id, version) or _encode_event_slowly(
+                event, stream_id, version, f"appends[{index}].events[{offset}]"
             )
-        seen_streams.add(stream_id)
-        expected = append.expected_version
-        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
-            raise InvalidInput(
-                "expected_version",
-                "non_negative",
-                f"{where}.expected_version must be an int >= 0 (0 = the stream must not exist), "
-                f"got {expected!r}",
-            )
-        events = append.events
-        if isinstance(events, NewEvent) or not isinstance(events, Sequence) or not events:
-            raise InvalidInput(
-                "events", "non_empty", f"{where}.events must be a non-empty sequence of NewEvent"
-            )
-        stream_events = tuple(
-            _encode_event(event, stream_id, expected + offset, f"{where}.events[{offset}]")
-            for offset, event in enumerate(events, start=1)
-        )
-        for event in stream_events:
-            if event.event_id in seen_events:
+            if encoded_event.event_id in seen_events:
                 raise InvalidInput(
                     "event_id",
                     "unique_in_call",
-                    f"event id {event.event_id!r} appears twice in one call",
+                    f"event id {encoded_event.event_id!r} appears twice in one call",
                 )
-            seen_events.add(event.event_id)
-        encoded.append(EncodedAppend(stream_id, expected, stream_events))
+            seen_events.add(encoded_event.event_id)
+            stream_events.append(encoded_event)
+        encoded.append(EncodedAppend(stream_id, expected, tuple(stream_events)))
         all_events.extend(stream_events)
     return EncodedBatch(tuple(encoded), tuple(all_events))
 
 
-def _check_stream_id(stream_id: object, where: str) -> str:
-    if not isinstance(stream_id, str) or not STREAM_ID_PATTERN.fullmatch(stream_id):
+def _check_stream(
+    index: int, stream_id: object, expected: object, events: object, earlier: list[EncodedAppend]
+) -> None:
+    where = f"appends[{index}]"
+    if type(stream_id) is not str or not _stream_id_ok(stream_id):
         raise InvalidInput(
             "stream_id",
             "format",
             f"{where}.stream_id must be 1..200 characters of [A-Za-z0-9:._@/+-], got {stream_id!r}",
         )
-    return stream_id
+    if any(append.stream_id == stream_id for append in earlier):
+        raise InvalidInput(
+            "stream_id",
+            "unique_in_call",
+            f"{where}: stream {stream_id!r} appears twice in one call; "
+            "put all its events in one StreamAppend",
+        )
+    if type(expected) is not int or expected < 0:
+        raise InvalidInput(
+            "expected_version",
+            "non_negative",
+            f"{where}.expected_version must be an int >= 0 (0 = the stream must not exist), "
+            f"got {expected!r}",
+        )
+    if type(events) not in (tuple, list) and (
+        isinstance(events, NewEvent | str | bytes) or not isinstance(events, Sequence)
+    ):
+        events = None
+    if not events:
+        raise InvalidInput(
+            "events", "non_empty", f"{where}.events must be a non-empty sequence of NewEvent"
+        )
 
 
-def _encode_event(event: object, stream_id: str, version: int, where: str) -> EncodedEvent:
+def _encode_event(event: object, stream_id: str, version: int) -> EncodedEvent | None:
+    """The encoded event for the common case (exact types), else None."""
+    if type(event) is not NewEvent:
+        return None
+    event_id, event_type = event.event_id, event.type
+    if type(event_id) is not str or not _event_id_ok(event_id):
+        return None
+    if type(event_type) is not str or not 0 < len(event_type) <= MAX_TYPE_LENGTH:
+        return None
+    data, metadata = event.data, event.metadata
+    if type(data) is not dict or type(metadata) is not dict:
+        return None
+    try:
+        data_bytes = orjson.dumps(data, option=_JSON_OPTIONS)
+        metadata_bytes = orjson.dumps(metadata, option=_JSON_OPTIONS)
+    except TypeError:
+        return None
+    if len(data_bytes) + len(metadata_bytes) > MAX_RECORD_BYTES:
+        return None
+    return EncodedEvent(
+        event_id, stream_id, version, event_type, data_bytes.decode(), metadata_bytes.decode()
+    )
+
+
+def _encode_event_slowly(event: object, stream_id: str, version: int, where: str) -> EncodedEvent:
+    """Check an event the fast path declined, rule by rule: raise the rule it breaks, or
+    encode it (a NewEvent subclass, mappings that are not dicts)."""
     if not isinstance(event, NewEvent):
         raise InvalidInput(
             "events", "type", f"{where} must be a NewEvent, got {type(event).__name__}"
         )
     event_id = event.event_id
-    if not isinstance(event_id, str) or not EVENT_ID_PATTERN.fullmatch(event_id):
+    if not isinstance(event_id, str) or not _event_id_ok(event_id):
         raise InvalidInput(
             "event_id",
             "format",
@@ -187,26 +223,27 @@ def record_from_row(row: Sequence[Any]) -> Record:
     type, data, metadata) — the column order every adapter selects."""
     position, event_id, stream_id, version, event_type, data, metadata = row
     return Record(
-        event_id=event_id,
-        stream_id=stream_id,
-        stream_version=version,
-        global_position=position,
-        type=event_type,
-        data=orjson.loads(data),
-        metadata=orjson.loads(metadata),
+        event_id,
+        stream_id,
+        version,
+        position,
+        event_type,
+        orjson.loads(data),
+        orjson.loads(metadata),
     )
 
 
 def record_from_event(event: EncodedEvent, position: int) -> Record:
     """The Record an appended event becomes (payloads decoded from the stored text)."""
+    event_id, stream_id, version, event_type, data, metadata = event
     return Record(
-        event_id=event.event_id,
-        stream_id=event.stream_id,
-        stream_version=event.stream_version,
-        global_position=position,
-        type=event.type,
-        data=orjson.loads(event.data),
-        metadata=orjson.loads(event.metadata),
+        event_id,
+        stream_id,
+        version,
+        position,
+        event_type,
+        orjson.loads(data),
+        orjson.loads(metadata),
     )
 
 
@@ -221,7 +258,7 @@ def replay_or_conflict(batch: EncodedBatch, stored_rows: Sequence[Sequence[Any]]
         if row is None:
             raise IdempotencyConflict(
                 event.event_id,
-                "only in part: other event ids of this call are already stored but this one is not",
+                "only in part: other event ids of this call are stored, this one is not",
             )
         _, _, stream_id, version, event_type, data, metadata = row
         if (stream_id, version) != (event.stream_id, event.stream_version):

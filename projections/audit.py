@@ -222,9 +222,11 @@ def aggregate_at(store, run_id: str, version: int | None = None) -> RunAggregate
     Folds run records 1..version, the StepRunMutations they caused (run_version <=
     version), and each lease record appended before run record version+1 — so the
     lease changes written with record `version` are in, and so are grants and
-    renewals made while the Run stayed at that version."""
+    renewals made while the Run stayed at that version. Admission writes versions
+    1..n+1 (n steps) in one append, so the first version with a state is n+1."""
     log = read_run_log(store, run_id)
     head = len(log.run)
+    first = 1 + len(log.run[0].data["plan"]["steps"])
     if version is None:
         version = head
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= head:
@@ -232,6 +234,13 @@ def aggregate_at(store, run_id: str, version: int | None = None) -> RunAggregate
             "version",
             "range",
             f"run {run_id!r} has versions 1..{head}; got {version!r}",
+        )
+    if version < first:
+        raise InvalidInput(
+            "version",
+            "admitted",
+            f"run {run_id!r} was admitted at versions 1..{first} in one append; "
+            f"its first state is version {first}",
         )
     return fold(*_cut(log, version))
 
@@ -681,19 +690,26 @@ def follow(
     stop: Callable[[], bool] | None = None,
     types: Sequence[str] | None = None,
 ) -> Iterator[Record]:
-    """Yield every event after `after_position` as it commits, in position order, until
-    `stop()` returns True while caught up. Never skips one: positions become visible in
-    order on both stores (see eventstore.postgres_store), so asking for positions after
-    the last one seen is enough."""
+    """Yield every event after `after_position` as it commits, in position order.
+
+    Never skips one: positions become visible in order on both stores (see
+    eventstore.postgres_store), so asking for positions after the last one seen is
+    enough. When caught up it asks `stop()`; once that says True it reads what has
+    committed meanwhile and returns (without `stop`, it follows forever)."""
     wanted = frozenset(types) if types is not None else None
     position = after_position
+    stopping = False
     while True:
         records = store.read_all(position, batch)
         for record in records:
             position = record.global_position
             if wanted is None or record.type in wanted:
                 yield record
-        if len(records) < batch:
-            if stop is not None and stop():
-                return
-            time.sleep(poll_interval_s)
+        if len(records) == batch:
+            continue
+        if stopping:
+            return
+        if stop is not None and stop():
+            stopping = True  # one more read: what committed before stop() said so
+            continue
+        time.sleep(poll_interval_s)

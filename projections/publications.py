@@ -155,11 +155,12 @@ def _publisher(tx, record: Record) -> None:
     status = REVOKED if record.type == PUBLISHER_REVOKED else ACTIVE
     publisher = record.data["publisher"]
     params = (status, record.data["at_ms"], record.data.get("reason"), publisher)
-    updated = tx.execute(
-        "UPDATE publishers SET status = ?, changed_at_ms = ?, reason = ? WHERE publisher = ?",
-        params,
-    )
-    if updated.rowcount == 0:
+    if tx.query("SELECT 1 FROM publishers WHERE publisher = ?", (publisher,)):
+        tx.execute(
+            "UPDATE publishers SET status = ?, changed_at_ms = ?, reason = ? WHERE publisher = ?",
+            params,
+        )
+    else:
         tx.execute(
             "INSERT INTO publishers (status, changed_at_ms, reason, publisher) VALUES (?, ?, ?, ?)",
             params,

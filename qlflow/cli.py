@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -26,16 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.live import Live
 from rich.text import Text
 
 from domain.errors import CorruptionError, NotFound, QlflowError
+from projections import views
 from qlflow import cli_render as render
 from qlflow.driver import (
     DEFAULT_RUN_INTERVAL_MS,
     DEFAULT_SERVE_INTERVAL_MS,
+    CycleFailing,
     Driver,
     DriveResult,
 )
@@ -54,6 +56,7 @@ RUN_EXIT_CODES = {
     "timed_out": EXIT_TIMED_OUT,
 }
 LOG_DIR_NAME = ".qlflow-logs"
+MIN_TTL_MS, MAX_TTL_MS = 5_000, 600_000  # SPEC §5: lease TTL 5 s to 10 min
 
 log = logging.getLogger("qlflow.cli")
 _verbosity = 0  # set by the global options; -vv shows the traceback of an internal error
@@ -74,6 +77,7 @@ class Settings:
     db: str | None
     profile: str | None
     json: bool
+    connect_timeout_s: float | None = None
 
     @property
     def url(self) -> str:
@@ -133,6 +137,13 @@ def _global_options(
     json_out: Annotated[
         bool, typer.Option("--json", help="Machine output for every read command.")
     ] = False,
+    connect_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--connect-timeout-s",
+            help="PostgreSQL: give up connecting after this many seconds (default 10).",
+        ),
+    ] = None,
     verbose: Annotated[
         int,
         typer.Option("-v", "--verbose", count=True, help="Log to stderr (-v info, -vv debug)."),
@@ -147,7 +158,9 @@ def _global_options(
         format="qlflow: %(levelname)s %(name)s: %(message)s",
         force=True,
     )
-    ctx.obj = Settings(db=db, profile=profile, json=json_out)
+    if connect_timeout_s is not None and connect_timeout_s <= 0:
+        raise CliError(f"--connect-timeout-s must be positive, got {connect_timeout_s}")
+    ctx.obj = Settings(db=db, profile=profile, json=json_out, connect_timeout_s=connect_timeout_s)
 
 
 # -- shared helpers ---------------------------------------------------------------
@@ -178,17 +191,39 @@ def opened(ctx: typer.Context) -> Iterator[Any]:
 
     settings = _settings(ctx)
     url = settings.url
+    options = {}
+    if settings.connect_timeout_s is not None and url.startswith(("postgresql:", "postgres:")):
+        options["connect_timeout_s"] = settings.connect_timeout_s
+    # The connection pool logs every failed attempt; keep the last one as the reason
+    # instead of letting each print (and the final error say only "timed out").
+    pool_log = logging.getLogger("psycopg.pool")
+    reason = _LastWarning()
+    pool_log.addHandler(reason)
+    propagate, pool_log.propagate = pool_log.propagate, _verbosity > 0
     try:
-        rt = qlflow.open(url, settings.profile)
+        rt = qlflow.open(url, settings.profile, **options)
     except QlflowError as error:
         raise CliError(f"--db {redact(url)}: {error}") from None
     except Exception as error:  # sqlite3 / psycopg / OS errors, by driver
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise CliError(f"cannot open the database {redact(url)}: {first_line}") from None
+        cause = reason.message or str(error).strip() or repr(error)
+        cause = re.sub(r"^error connecting in '[^']*': ", "", cause)
+        raise CliError(f"cannot open the database {redact(url)}: {cause.splitlines()[0]}") from None
+    finally:
+        pool_log.removeHandler(reason)
+        pool_log.propagate = propagate
     try:
         yield rt
     finally:
         rt.close()
+
+
+class _LastWarning(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.message: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.message = record.getMessage()
 
 
 def _console():
@@ -229,6 +264,13 @@ def _split_list(values: list[str] | None) -> list[str] | None:
 def _positive(name: str, value: int | None, low: int = 1) -> None:
     if value is not None and value < low:
         raise CliError(f"{name} must be at least {low}, got {value}")
+
+
+def _check_ttl(ttl_ms: int) -> None:
+    if not MIN_TTL_MS <= ttl_ms <= MAX_TTL_MS:
+        raise CliError(
+            f"--ttl-ms must be between {MIN_TTL_MS} and {MAX_TTL_MS} (5 s to 10 min), got {ttl_ms}"
+        )
 
 
 def _executor(
@@ -411,7 +453,9 @@ class RunProgress:
                 self._seen[step.step_key] = state
                 suffix = f" (attempt #{state[1]})" if attempt else ""
                 code = f" [{step.result_code}]" if step.result_code else ""
-                self.console.print(f"{render.at(_now_ms())}  {step.step_key}: {step.status}{suffix}{code}")
+                self.console.print(
+                    f"{render.at(_now_ms())}  {step.step_key}: {step.status}{suffix}{code}"
+                )
 
 
 def _now_ms() -> int:
@@ -437,9 +481,9 @@ def run(
         int, typer.Option(help="Cycle interval while waiting (a finished step wakes it).")
     ] = DEFAULT_RUN_INTERVAL_MS,
     ttl_ms: Annotated[int, typer.Option(help="Lease TTL; renewed every TTL/3.")] = 30_000,
-    kill_after_ms: Annotated[
-        int, typer.Option(help="SIGKILL this long after SIGTERM.")
-    ] = int(DEFAULT_KILL_AFTER_S * 1000),
+    kill_after_ms: Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")] = int(
+        DEFAULT_KILL_AFTER_S * 1000
+    ),
     timeout_ms: Annotated[
         int | None, typer.Option(help="Aggregate timeout of the Run (ms).")
     ] = None,
@@ -455,6 +499,7 @@ def run(
     _positive("--workers", workers)
     _positive("--interval-ms", interval_ms)
     _positive("--timeout-ms", timeout_ms)
+    _check_ttl(ttl_ms)
     _positive("--kill-after-ms", kill_after_ms, 0)
     folder = _package_folder(path)
     _check_workflow(folder, workflow)
@@ -471,8 +516,12 @@ def run(
         )
         if not as_json:
             console.print(
-                f"run [bold]{receipt.run_id}[/bold]: {publication.package} / {workflow} "
-                f"(generation {publication.generation}, admission {receipt.status})"
+                Text.assemble(
+                    "run ",
+                    (receipt.run_id, "bold"),
+                    f": {publication.package} / {workflow} "
+                    f"(generation {publication.generation}, admission {receipt.status})",
+                )
             )
         tasks = PublishedTasks(rt, {publication.package: folder})
         executor = _executor(
@@ -570,9 +619,7 @@ def _report_abort(rt, result: DriveResult) -> None:
                     else ""
                 )
                 err.print(f"    {step.step_key}: {step.status}{lease}")
-        err.print(
-            f"  a later cycle settles it (qlflow cycle); see qlflow why {run.run_id}"
-        )
+        err.print(f"  a later cycle settles it (qlflow cycle); see qlflow why {run.run_id}")
 
 
 # -- cancel / cycle ------------------------------------------------------------------------
@@ -597,8 +644,12 @@ def cancel(
         view = rt.get_run(run_id)
     if _wants_json(ctx, json_out):
         render.write_json(
-            {"run_id": run_id, "recorded": recorded, "status": view.status,
-             "cancel_reason": view.cancel_reason}
+            {
+                "run_id": run_id,
+                "recorded": recorded,
+                "status": view.status,
+                "cancel_reason": view.cancel_reason,
+            }
         )
         return
     console = _console()
@@ -648,6 +699,7 @@ def _host(
     _positive("--interval-ms", interval_ms)
     _positive("--kill-after-ms", kill_after_ms, 0)
     _positive("--drain-ms", drain_ms, 0)
+    _check_ttl(ttl_ms)
     folders = [_package_folder(p) for p in package_dirs or []]
     err = render.stderr_console()
     with opened(ctx) as rt:
@@ -744,9 +796,9 @@ def worker(
     drain_ms: Annotated[
         int, typer.Option(help="On SIGTERM, time running steps get to finish.")
     ] = 10_000,
-    kill_after_ms: Annotated[
-        int, typer.Option(help="SIGKILL this long after SIGTERM.")
-    ] = int(DEFAULT_KILL_AFTER_S * 1000),
+    kill_after_ms: Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")] = int(
+        DEFAULT_KILL_AFTER_S * 1000
+    ),
     log_dir: Annotated[Path | None, typer.Option(help="Where step logs go.")] = None,
 ) -> None:
     """Run leased Attempts as local processes (no cycles: a separate worker)."""
@@ -788,9 +840,9 @@ def serve(
     drain_ms: Annotated[
         int, typer.Option(help="On SIGTERM, time running steps get to finish.")
     ] = 10_000,
-    kill_after_ms: Annotated[
-        int, typer.Option(help="SIGKILL this long after SIGTERM.")
-    ] = int(DEFAULT_KILL_AFTER_S * 1000),
+    kill_after_ms: Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")] = int(
+        DEFAULT_KILL_AFTER_S * 1000
+    ),
     log_dir: Annotated[Path | None, typer.Option(help="Where step logs go.")] = None,
 ) -> None:
     """Cycles plus local workers in a loop, until SIGTERM."""
@@ -865,12 +917,14 @@ def show(
                 _console().print(render.run_document(view))
             return
         state = _run_at(rt, run_id, at_version)
+    if not isinstance(state, views.RunView):
+        state = render.view_of_aggregate(state)
     if as_json:
         render.write_json(state)
-    elif hasattr(state, "steps") and hasattr(state, "run_id"):
-        _console().print(render.run_document(state))
     else:
-        _console().print(render.generic(state, f"run {run_id} at version {at_version}"))
+        console = _console()
+        console.print(f"run {run_id} as of version {at_version}", style="bold")
+        console.print(render.run_document(state))
 
 
 def _run_at(rt, run_id: str, version: int):
@@ -901,9 +955,7 @@ def events(
     ] = None,
     since_ms: Annotated[int | None, typer.Option(help="At or after this time (epoch ms).")] = None,
     until_ms: Annotated[int | None, typer.Option(help="Before this time (epoch ms).")] = None,
-    after: Annotated[
-        int, typer.Option(metavar="POSITION", help="After this global position.")
-    ] = 0,
+    after: Annotated[int, typer.Option(metavar="POSITION", help="After this global position.")] = 0,
     limit: Annotated[int | None, typer.Option(help="At most this many.")] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")
@@ -976,7 +1028,7 @@ def why(
     with opened(ctx) as rt:
         report = _why(rt, run_id)
     if _wants_json(ctx, json_out):
-        render.write_json(report)
+        render.write_json(report.to_dict() if hasattr(report, "to_dict") else report)
     else:
         console = _console()
         for line in report.lines():
@@ -1054,22 +1106,20 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="qlflow", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as error:
-        error.show()
-        code = error.exit_code
-    except click.ClickException as error:
-        hint = ""
-        if error.__class__ is click.UsageError or isinstance(error, click.BadParameter):
-            hint = " (see --help)"
-        _error_line(error.format_message() + hint)
-        code = EXIT_BAD_INPUT if isinstance(error, click.UsageError) else error.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         _error_line("interrupted")
         code = EXIT_INTERRUPTED
+    except typer.TyperException as error:  # usage errors: typer's own click exceptions
+        if type(error).__name__ == "NoArgsIsHelpError":
+            error.show()
+        else:
+            message = error.format_message() if hasattr(error, "format_message") else str(error)
+            _error_line(f"{message} (see --help)")
+        code = getattr(error, "exit_code", EXIT_BAD_INPUT)
     except CliError as error:
         _error_line(str(error))
         code = error.exit_code
-    except CorruptionError as error:
+    except (CorruptionError, CycleFailing) as error:
         _error_line(str(error))
         code = EXIT_FAILED
     except NotFound as error:

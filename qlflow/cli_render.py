@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -33,11 +34,17 @@ PHASES = ("recovery", "cancellation", "frontier", "admission")
 
 
 def stdout_console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """The console for results (markup off, as for stderr). Piped output is not cut
+    at 80 columns: a log path or an id stays whole on one line (COLUMNS wins if set)."""
+    console = Console(highlight=False, markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, markup=False, width=200)
+    return console
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    # markup off: ids, paths and messages print as they are, brackets included
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 # -- JSON -------------------------------------------------------------------------
@@ -193,7 +200,6 @@ def steps_table(run, now_ms: int | None = None, *, detail: bool = True) -> Table
     table.add_column("result")
     if detail:
         table.add_column("worker")
-        table.add_column("log")
     for step in _in_plan_order(run.steps):
         attempt = step.attempts[-1] if step.attempts else None
         row = [step.step_key]
@@ -204,15 +210,28 @@ def steps_table(run, now_ms: int | None = None, *, detail: bool = True) -> Table
         row.append(duration(_attempt_duration(attempt, now_ms)))
         row.append(_result(step, attempt))
         if detail:
-            output = (attempt.output or {}) if attempt else {}
             row.append(_cell(attempt.worker_id if attempt else None))
-            row.append(_cell(output.get("log_path")))
         table.add_row(*row)
     return table
 
 
+def log_paths(run) -> Table | None:
+    """Where each step's latest Attempt wrote its output (the paths are long, so
+    they go under the table, one a line)."""
+    rows = []
+    for step in _in_plan_order(run.steps):
+        output = (step.attempts[-1].output or {}) if step.attempts else {}
+        if output.get("log_path"):
+            rows.append((step.step_key, output["log_path"]))
+    return key_values("logs", rows) if rows else None
+
+
 def run_document(run, now_ms: int | None = None) -> Group:
-    return Group(run_header(run), Text(""), steps_table(run, now_ms))
+    parts = [run_header(run), Text(""), steps_table(run, now_ms)]
+    logs = log_paths(run)
+    if logs is not None:
+        parts += [Text(""), logs]
+    return Group(*parts)
 
 
 def _in_plan_order(steps: Mapping[str, Any]) -> list:
@@ -287,21 +306,19 @@ def event_summary(record) -> str:
     return " ".join(parts)
 
 
-def cycle_table(result) -> Table:
+def cycle_table(result) -> Table | Group:
     table = Table(title="cycle", title_justify="left")
     table.add_column("phase")
-    for column in ("scanned", "settled runs", "settled attempts", "blocked", "conflicts"):
-        table.add_column(column, justify="right")
+    columns = ("scanned", "changed", "settled_runs", "settled_attempts", "blocked", "conflicts")
+    for column in columns:
+        table.add_column(column.replace("_", " "), justify="right")
+    errors = []
     for phase in PHASES:
         page = getattr(result, phase)
-        table.add_row(
-            phase,
-            str(page.scanned),
-            str(page.settled_runs),
-            str(page.settled_attempts),
-            str(page.blocked),
-            str(page.conflicts),
-        )
+        table.add_row(phase, *(str(getattr(page, column, 0)) for column in columns))
+        errors += [f"{phase}: {error}" for error in getattr(page, "errors", ())]
+    if errors:
+        return Group(table, *(Text(f"error: {line}", style="red") for line in errors))
     return table
 
 
@@ -321,3 +338,63 @@ def generic(value: Any, title: str | None = None) -> Table | Text:
             ],
         )
     return Text(str(document))
+
+
+def view_of_aggregate(aggregate):
+    """A Run aggregate (the state at some version) in the shape `show` prints:
+    the read models' RunView, with what only the read models know (times of
+    attempts, end of the Run) left empty."""
+    from projections.views import AttemptView, RunView, StepView
+
+    run = aggregate.run
+    plan = run.plan
+    steps = {}
+    for key, step in aggregate.steps.items():
+        attempts = []
+        for attempt_id in step.attempt_ids:
+            attempt = aggregate.attempts[attempt_id]
+            lease = attempt.lease
+            attempts.append(
+                AttemptView(
+                    attempt_id=attempt.attempt_id,
+                    status=attempt.status,
+                    attempt_number=attempt.attempt_number,
+                    lease_id=lease.lease_id if lease else None,
+                    lease_version=lease.version if lease else None,
+                    lease_status=lease.status if lease else None,
+                    worker_id=attempt.worker_id or (lease.worker_id if lease else None),
+                    expires_at_ms=lease.expires_at_ms if lease else None,
+                    started_at_ms=None,
+                    ended_at_ms=None,
+                    result_code=attempt.result_code,
+                    output=dict(attempt.output) if attempt.output is not None else None,
+                )
+            )
+        steps[key] = StepView(
+            step_key=key,
+            step_run_id=step.step_run_id,
+            task_ref=step.task_ref,
+            needs=tuple(step.needs),
+            status=step.status,
+            result_code=step.result_code,
+            epoch=step.epoch,
+            attempts=attempts,
+        )
+    return RunView(
+        run_id=run.run_id,
+        package=plan.package,
+        workflow_key=plan.workflow_key,
+        publication_id=plan.publication_id,
+        plan_digest=plan.plan_digest,
+        admission_key=run.admission_key,
+        status=run.status,
+        version=run.version,
+        admitted_at_ms=run.admitted_at_ms,
+        deadline_ms=run.deadline_ms,
+        cancel_requested_at_ms=run.cancel_requested_at_ms,
+        cancel_reason=run.cancel_reason,
+        result_code=run.result_code,
+        error_code=run.error_code,
+        terminal_at_ms=None,
+        steps=steps,
+    )

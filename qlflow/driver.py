@@ -18,22 +18,46 @@ Three ways out, each an event the caller sets (from a signal handler, say):
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.errors import QlflowError
+from domain.errors import QlflowError, VersionConflict
 from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
 
 log = logging.getLogger("qlflow.driver")
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors a long-running host outlives: a lost race, a busy or unreachable
+    database. Anything else (bad input, a bug) ends the loop. PostgreSQL's are
+    added only once a PostgreSQL store has loaded its driver."""
+    errors: list[type[BaseException]] = [VersionConflict, sqlite3.OperationalError]
+    if "psycopg" in sys.modules:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        errors += [psycopg.OperationalError, PoolTimeout]
+    return tuple(errors)
+
 
 DEFAULT_RUN_INTERVAL_MS = 250
 DEFAULT_SERVE_INTERVAL_MS = 1000
 ABORT_RECORD_S = 1.0
 MAX_CONSECUTIVE_FAILURES = 30
+
+
+PHASES = ("recovery", "cancellation", "frontier", "admission")
+
+
+class CycleFailing(QlflowError):
+    """The cycle keeps failing on the Run being driven: it cannot converge."""
 
 
 @dataclass
@@ -114,9 +138,15 @@ class WorkerPool:
         report = None
         try:
             report = self.executor.execute(lease)
-        except Exception:
+        except Exception as error:
             # The lease expires and recovery records the loss; this host goes on.
-            log.exception("attempt %s: the executor failed", lease.attempt_id)
+            log.error(
+                "attempt %s: the executor failed: %s: %s",
+                lease.attempt_id,
+                type(error).__name__,
+                error,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
         finally:
             with self._idle:
                 self._threads.pop(lease.attempt_id, None)
@@ -196,7 +226,8 @@ class Driver:
         result = DriveResult()
         cancel_recorded = False
         leased_once = False
-        failures = 0
+        failures = cycle_failures = 0
+        transient = transient_errors()
         while True:
             if self.abort.is_set():
                 return self._abort(result)
@@ -208,7 +239,7 @@ class Driver:
                     cancel_recorded = True
                     log.info("run %s: cancel requested by the user", self.until_run)
                 if self.cycles:
-                    self._rt.cycle()
+                    cycle_failures = self._check_cycle(self._rt.cycle(), cycle_failures)
                 if self.until_run:
                     result.run = self._rt.get_run(self.until_run)
                     if self._on_progress is not None:
@@ -221,11 +252,9 @@ class Driver:
                     self.pool.fill()
                     leased_once = True
                 failures = 0
-            except QlflowError as error:
-                if self.until_run and result.run is None:
-                    raise
+            except transient as error:
                 failures += 1
-                log.warning("host loop: %s", error)
+                log.warning("host loop: %s: %s (will retry)", type(error).__name__, error)
                 if failures >= MAX_CONSECUTIVE_FAILURES:
                     raise
             if self.once and leased_once and self.pool.busy == 0:
@@ -234,12 +263,35 @@ class Driver:
             self._wake.wait(self.interval_s)
             self._wake.clear()
 
+    def _check_cycle(self, cycle_result, failures: int) -> int:
+        """Count consecutive cycles that failed on the driven Run; a Run the cycle
+        cannot converge would otherwise be waited on forever."""
+        if not self.until_run:
+            return 0
+        errors = [
+            error
+            for phase in PHASES
+            for error in getattr(getattr(cycle_result, phase, None), "errors", ())
+            if error.startswith(f"{self.until_run}:")
+        ]
+        if not errors:
+            return 0
+        failures += 1
+        if failures >= MAX_CONSECUTIVE_FAILURES:
+            raise CycleFailing(
+                f"{failures} cycles in a row failed on run {self.until_run}: {errors[-1]}; "
+                f"the Run is left as it is (see qlflow why {self.until_run})"
+            )
+        return failures
+
     def _relay_cancel_intent(self) -> None:
         """A Run with cancel intent asks its workers to stop at their next renewal;
         renew this host's Attempts of such a Run now instead of up to ttl/3 later."""
+        now_ms = time.time_ns() // 1_000_000
         for run_id in {p.run_id for p in self.executor.running()} - self._relayed:
             view = self._rt.get_run(run_id)
-            if view.cancel_requested_at_ms is not None or view.terminal:
+            past_deadline = view.deadline_ms is not None and now_ms >= view.deadline_ms
+            if view.cancel_requested_at_ms is not None or past_deadline or view.terminal:
                 self._relayed.add(run_id)
                 self.executor.renew_now(run_id)
 
@@ -263,10 +315,8 @@ class Driver:
         self.pool.join(ABORT_RECORD_S)
         result.reports = list(self.pool.reports)
         if self.until_run:
-            try:
+            with contextlib.suppress(QlflowError):
                 result.run = self._rt.get_run(self.until_run)
-            except QlflowError:
-                pass
         return result
 
 

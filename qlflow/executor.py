@@ -104,6 +104,7 @@ class PublishedTasks:
         self._rt = rt
         self._folders: dict[str, Path] = {}
         self._revisions: dict[str, tuple[Any, Path | None]] = {}
+        self._publication_by_run: dict[str, str] = {}
         self._lock = threading.Lock()
         for package, folder in (folders or {}).items():
             self.add_folder(folder, package)
@@ -140,10 +141,13 @@ class PublishedTasks:
         return TaskCommand(argv=tuple(task.command), env=dict(task.env), cwd=folder)
 
     def _publication_of(self, run_id: str) -> str:
-        rows = self._rt.store.query("SELECT publication_id FROM runs WHERE run_id = ?", (run_id,))
-        if not rows:
-            raise NotFound(f"run {run_id!r} does not exist")
-        return rows[0][0]
+        with self._lock:
+            known = self._publication_by_run.get(run_id)
+        if known is None:
+            known = self._rt.get_run(run_id).publication_id
+            with self._lock:
+                self._publication_by_run[run_id] = known
+        return known
 
     def _revision(self, publication_id: str):
         with self._lock:
@@ -414,7 +418,9 @@ class LocalProcessExecutor:
     def _abandon(self, item: _Supervised, reason: str) -> AttemptReport:
         """The lease is gone: nothing this worker writes would be accepted, and the
         process must not run on unowned. Kill it and let recovery record the loss."""
-        log.warning("attempt %s: %s; killing pid %d", item.lease.attempt_id, reason, item.process.pid)
+        log.warning(
+            "attempt %s: %s; killing pid %d", item.lease.attempt_id, reason, item.process.pid
+        )
         _signal_group(item.process, signal.SIGKILL)
         item.exited.wait()
         return _report(
@@ -437,8 +443,9 @@ class LocalProcessExecutor:
         return _report(lease, status, None, None, log_path, error=reason)
 
     def _log_path(self, lease) -> Path:
-        safe_attempt = lease.attempt_id.replace(":", "_")
-        return self.log_dir / lease.run_id.replace(":", "_") / f"{lease.step_key}-{safe_attempt}.log"
+        run_folder = lease.run_id.replace(":", "_")
+        attempt = lease.attempt_id.replace(":", "_")
+        return self.log_dir / run_folder / f"{lease.step_key}-{attempt}.log"
 
 
 def _report(lease, status, exit_code, pid, log_path, *, stopped_by=None, error=None):

@@ -173,8 +173,9 @@ def test_bad_identity_is_refused(store) -> None:
     publish(store, manifest())
     with pytest.raises(InvalidInput, match="run_id must be"):
         admit(store, "demo", "flow", run_id="has space")
-    with pytest.raises(InvalidInput, match="admission_key must be"):
-        admit(store, "demo", "flow", "")
+    for key in ("", "lone \ud800 surrogate", "nul\x00", "k" * 1025):
+        with pytest.raises(InvalidInput, match="admission_key must be"):
+            admit(store, "demo", "flow", key)
     assert census(store)["runs"] == 0
 
 
@@ -266,3 +267,17 @@ def test_package_resolution(store) -> None:
     assert by_id.publication_id == eu.publication_id
     with pytest.raises(NotFound, match="no published package or installation 'nope'"):
         admit(store, "nope", "flow")
+
+
+def test_largest_plan_admits_in_one_transaction(store) -> None:
+    steps = tuple((f"s{i:03d}", (f"s{i - 1:03d}",) if i else ()) for i in range(128))
+    publish(store, manifest(steps=steps))
+    receipt = admit(store, "demo", "flow", "big", timeout_ms=60_000)
+    assert len(receipt.steps) == 128
+    assert (receipt.final_run_version, receipt.final_steps_version) == (129, 128)
+    counts = census(store)
+    assert (counts["run_events"], counts["mutations"], counts["step_runs"]) == (129, 128, 128)
+    plan = normalize(store.read_stream(f"run-{receipt.run_id}")[0].data["plan"])
+    assert plan.timeout_ms == 60_000
+    ready = store.query("SELECT step_key FROM step_runs WHERE status = 'ready'")
+    assert [tuple(row) for row in ready] == [("s000",)]

@@ -136,7 +136,10 @@ def test_cancel_while_running_maps_any_exit_to_cancelled(rt):
     for lease in leases.values():
         rt.mark_running(lease, now_ms=T0)
     rt.cancel(run_id, now_ms=T0 + 1)
-    assert rt.cycle(now_ms=T0 + 2).cancellation.blocked == 1
+    # only running steps are left: the Run waits for its workers and costs no scan
+    assert rt.cycle(now_ms=T0 + 2).cancellation.scanned == 0
+    assert rt.get_run(run_id).status == "running"
+    assert statuses(rt, run_id) == {"a": "running", "b": "running"}
     assert rt.complete(leases["a"], "succeeded", now_ms=T0 + 3) == "cancelled"
     assert rt.complete(leases["b"], "failed", now_ms=T0 + 3) == "cancelled"
     rt.cycle(now_ms=T0 + 4)

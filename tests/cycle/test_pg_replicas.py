@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 
 import qlflow
+from qlflow.errors import FenceError
 
 RUNS = 200
 REPLICAS = 4
@@ -43,9 +44,12 @@ def worker(url: str, name: str, stop, seed: int) -> None:
     try:
         while not stop.is_set():
             for lease in rt.lease_attempts(name, limit=4, ttl_ms=30_000):
-                rt.mark_running(lease)
-                outcome = "failed" if rng.random() < 0.1 else "succeeded"
-                rt.complete(lease, outcome)
+                try:
+                    rt.mark_running(lease)
+                    outcome = "failed" if rng.random() < 0.1 else "succeeded"
+                    rt.complete(lease, outcome)
+                except FenceError:
+                    continue  # the lease was lost (expired or the Run moved on)
     finally:
         rt.close()
 

@@ -107,7 +107,7 @@ class World:
         self.streams: dict[str, list[Record]] = defaultdict(list)
         self.event_ids: set[str] = set()
         self.position = 0
-        self.decisions: list[Decision] = []
+        self.history: list[tuple[Decision, RunAggregate]] = []  # each decision, state after
         self.aggregate: RunAggregate | None = None
         self.apply(admission_records(plan, admission_key, now_ms))
 
@@ -157,7 +157,7 @@ class World:
             self.aggregate = fold(run_new, steps_new, leases_new)
         else:
             self.aggregate = extend(self.aggregate, run_new, steps_new, leases_new)
-        self.decisions.append(decision)
+        self.history.append((decision, self.aggregate))
         return decision
 
     def refold(self) -> RunAggregate:
@@ -248,18 +248,45 @@ def dag_needs(draw, min_steps: int = 1, max_steps: int = 128) -> dict[str, list[
 @st.composite
 def plans(draw, min_steps: int = 1, max_steps: int = 128) -> ExecutionPlan:
     needs = draw(dag_needs(min_steps, max_steps))
-    timeout = draw(st.sampled_from((None, None, 4_000, 20_000, 60_000)))
+    timeout = draw(st.sampled_from((None, None, None, 4_000, 30_000, 120_000)))
     return make_plan(needs, timeout_ms=timeout)
 
 
 @st.composite
-def reachable_worlds(draw, max_steps: int = 40, max_actions: int = 60) -> World:
-    """A Run driven by random legal decisions and worker actions, clock increasing."""
+def reachable_worlds(draw, max_steps: int = 40, max_actions: int = 120) -> World:
+    """A Run driven by random legal decisions and worker actions, clock increasing.
+
+    The action mix favours progress (cycle phases, a worker's next step) so that
+    deep states — running, lost, partially cancelled — are common.
+    """
     world = World(draw(plans(1, max_steps)))
-    rng = draw(st.randoms(use_true_random=False))
-    for action in draw(st.lists(st.sampled_from(ACTIONS), max_size=max_actions)):
-        act(world, action, rng)
+    rng = random.Random(draw(st.integers(0, 2**32)))  # a seed: an even spread of actions
+    for _ in range(draw(st.integers(0, max_actions))):
+        action = rng.choices(WEIGHTED_ACTIONS, weights=ACTION_WEIGHTS)[0]
+        if action == "progress":
+            attempts = world.agg.active_attempts()
+            if attempts:
+                attempt = rng.choice(attempts)
+                act_on(world, attempt.attempt_id, next_worker_step(world, attempt), rng)
+        else:
+            act(world, action, rng)
     return world
+
+
+ACTION_WEIGHT = {
+    "recovery": 3, "cancellation": 1, "frontier": 4, "attempts": 4, "cancel": 0.3,
+    "grant": 1, "start": 1, "running": 1, "renew": 1, "complete": 1, "release": 0.5,
+    "tick": 2, "progress": 12,
+}  # fmt: skip
+WEIGHTED_ACTIONS = tuple(ACTION_WEIGHT)
+ACTION_WEIGHTS = tuple(ACTION_WEIGHT.values())
+
+
+def next_worker_step(world: World, attempt: AttemptState) -> str:
+    """What a well-behaved worker does next with `attempt`."""
+    if attempt.status == "claimed":
+        return "start" if attempt.has_live_lease(world.now_ms) else "grant"
+    return "running" if attempt.status == "starting" else "complete"
 
 
 def drive(world: World, rng: random.Random, max_rounds: int = 400) -> int:

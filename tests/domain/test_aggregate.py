@@ -9,9 +9,10 @@ import re
 import pytest
 
 from domain.admission import admission_records
-from domain.aggregate import effective_intent, extend, fold, lease_stream, run_stream, steps_stream
-from domain.cancellation import request_cancel
+from domain.aggregate import effective_intent, fold, lease_stream, run_stream, steps_stream
+from domain.cancellation import decide_cancellation, request_cancel
 from domain.errors import CorruptionError, InvalidInput
+from domain.worker import renew
 from tests.domain.strategies import (
     RUN_ID,
     START_MS,
@@ -162,7 +163,7 @@ def test_illegal_step_transition_names_the_record():
     world = two_step_world()
     claim(world)
     start(world, "a")
-    run, steps, leases = streams(world)
+    run, _steps, _leases = streams(world)
     # rewrite the start barrier's step.running as pending->running on b's neighbour a
     index = next(i for i, r in enumerate(run) if r.type == "step.running")
     bad = with_data(run[index], **{"from": "ready", "to": "succeeded"})
@@ -218,14 +219,10 @@ def test_event_after_terminal_is_corrupt():
     world = World(make_plan({"a": []}))
     claim(world)
     world.apply(request_cancel(world.agg, "user", world.now_ms))
-    from domain.cancellation import decide_cancellation
-
     world.apply(decide_cancellation(world.agg, world.now_ms))
     assert world.agg.run.status == "cancelled"
-    run, steps, leases = streams(world)
-    extra = dataclasses.replace(
-        run[-2], stream_version=len(run) + 1, event_id="wfe:" + "0" * 32
-    )
+    run, steps, _leases = streams(world)
+    extra = dataclasses.replace(run[-2], stream_version=len(run) + 1, event_id="wfe:" + "0" * 32)
     expect_corruption("follows the Run's terminal status 'cancelled'", [*run, extra], steps)
 
 
@@ -292,13 +289,13 @@ def test_gap_in_lease_versions_is_corrupt():
     claim(world)
     grant = lease(world, "a")
     world.apply(
-        __import__("domain.worker", fromlist=["renew"]).renew(
-            world.agg, grant.attempt_id, grant.lease_id, grant.version, TTL_MS, world.now_ms
-        )
+        renew(world.agg, grant.attempt_id, grant.lease_id, grant.version, TTL_MS, world.now_ms)
     )
     run, steps, leases = streams(world)
     records = leases[grant.attempt_id]
-    message = expect_corruption("version gap: expected v1", run, steps, {grant.attempt_id: records[1:]})
+    message = expect_corruption(
+        "version gap: expected v1", run, steps, {grant.attempt_id: records[1:]}
+    )
     assert lease_stream(grant.attempt_id) in message
 
 
@@ -311,7 +308,10 @@ def test_lease_change_of_a_lease_not_held_is_corrupt():
     twice = dataclasses.replace(records[0], stream_version=2)
     expect_corruption("grants while lease", run, steps, {grant.attempt_id: [records[0], twice]})
     renamed = dataclasses.replace(
-        records[0], stream_version=2, type="lease.renewed", data={**records[0].data, "lease_id": "x"}
+        records[0],
+        stream_version=2,
+        type="lease.renewed",
+        data={**records[0].data, "lease_id": "x"},
     )
     expect_corruption("names lease 'x'", run, steps, {grant.attempt_id: [records[0], renamed]})
 

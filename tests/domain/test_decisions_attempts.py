@@ -8,7 +8,7 @@ from domain.aggregate import run_stream
 from domain.attempts import attempt_id_for, decide_attempt_admission
 from domain.cancellation import request_cancel
 from domain.errors import InvalidInput
-from domain.ids import TASK_ATTEMPT_EVENT, derive_id
+from domain.ids import TASK_ATTEMPT, TASK_ATTEMPT_EVENT, derive_id
 from domain.recovery import decide_recovery
 from domain.transitions import MAX_ATTEMPTS_PER_STEP
 from tests.domain.strategies import RUN_ID, TTL_MS, World, attempt_of, lease, make_plan
@@ -24,9 +24,11 @@ def test_every_ready_step_gets_one_claimed_attempt_at_its_epoch():
     plan = world.agg.plan
     a = world.agg.steps["a"]
     claimed = events[0]
-    assert claimed.event_id == derive_id(TASK_ATTEMPT_EVENT, plan.plan_digest, a.step_run_id, 1)
+    attempt_id = derive_id(TASK_ATTEMPT, plan.plan_digest, a.step_run_id, 1)
+    assert attempt_id == attempt_id_for(plan.plan_digest, a.step_run_id, 1)
+    assert claimed.event_id == TASK_ATTEMPT_EVENT + attempt_id.removeprefix(TASK_ATTEMPT)
     assert claimed.data == {
-        "attempt_id": attempt_id_for(plan.plan_digest, a.step_run_id, 1),
+        "attempt_id": attempt_id,
         "step_run_id": a.step_run_id,
         "step_key": "a",
         "step_epoch": 1,

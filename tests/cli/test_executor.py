@@ -1,0 +1,189 @@
+"""The local_process executor and the host loop, in process, on a real SQLite runtime:
+environment, logs, exit codes, start failures, stop and kill, and no process left."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import qlflow
+from qlflow.driver import Driver
+from qlflow.executor import LocalProcessExecutor, PublishedTasks
+from tests.cli.helpers import process_alive, read_pid, wait_for, write_package
+
+
+def _package(tmp_path: Path, tasks: str, steps: str, files: dict[str, str] | None = None):
+    toml = f"""
+[package]
+name = "probe"
+publisher = "tests"
+{tasks}
+[workflows.flow]
+steps = {steps}
+"""
+    return write_package(tmp_path / "probe", toml, files)
+
+
+@pytest.fixture
+def rt(tmp_path: Path):
+    runtime = qlflow.open(f"sqlite:///{tmp_path / 'q.db'}")
+    yield runtime
+    runtime.close()
+
+
+def drive(
+    rt,
+    folder: Path,
+    tmp_path: Path,
+    *,
+    folders=None,
+    kill_after_s: float = 5.0,
+    while_running=None,
+    change_after_publish=None,
+):
+    """Publish `folder`, start its flow and drive it to the end; returns (run, driver)."""
+    publication = rt.publish(folder)
+    if change_after_publish is not None:
+        change_after_publish()
+    receipt = rt.start(publication.package, "flow")
+    tasks = PublishedTasks(rt, {publication.package: folder} if folders is None else folders)
+    executor = LocalProcessExecutor(
+        rt, tasks.resolve, log_dir=tmp_path / "logs", ttl_ms=30_000, kill_after_s=kill_after_s
+    )
+    driver = Driver(
+        rt, executor, worker_id="probe-worker", workers=2, interval_ms=50, until_run=receipt.run_id
+    )
+    watcher = None
+    if while_running is not None:
+        watcher = threading.Thread(target=while_running, args=(driver,), daemon=True)
+        watcher.start()
+    try:
+        result = driver.run()
+    finally:
+        executor.close()
+    if watcher is not None:
+        watcher.join(10)
+    return result.run, result
+
+
+def test_environment_output_and_exit_code_are_recorded(rt, tmp_path: Path):
+    script = (
+        'echo "run=$QLFLOW_RUN_ID step=$QLFLOW_STEP_KEY attempt=$QLFLOW_ATTEMPT_ID '
+        'greeting=$GREETING cwd=$(pwd)"; echo oops >&2; exit 3'
+    )
+    folder = _package(
+        tmp_path,
+        f'[tasks.t]\ncommand = ["sh", "-c", {script!r}]\nenv = {{ GREETING = "hello" }}\n',
+        '[{ key = "only", task = "t" }]',
+    )
+
+    run, _ = drive(rt, folder, tmp_path)
+
+    step = run.steps["only"]
+    attempt = step.attempts[0]
+    assert (run.status, step.status, step.result_code) == ("failed", "failed", "execution_failed")
+    assert attempt.output["exit_code"] == 3
+    log_path = Path(attempt.output["log_path"])
+    assert log_path.parent.parent == tmp_path / "logs"
+    lines = log_path.read_text().splitlines()
+    assert lines == [
+        f"run={run.run_id} step=only attempt={attempt.attempt_id} greeting=hello "
+        f"cwd={folder.resolve()}",
+        "oops",
+    ]
+
+
+def test_a_command_that_cannot_start_fails_with_start_failed(rt, tmp_path: Path):
+    folder = _package(
+        tmp_path,
+        '[tasks.t]\ncommand = ["./no-such-program"]\n',
+        '[{ key = "only", task = "t" }, { key = "after", task = "t", needs = ["only"] }]',
+    )
+
+    run, result = drive(rt, folder, tmp_path)
+
+    step = run.steps["only"]
+    assert (step.status, step.result_code) == ("failed", "start_failed")
+    assert "cannot start './no-such-program'" in step.attempts[0].output["error"]
+    assert step.attempts[0].output["exit_code"] is None
+    assert run.steps["after"].status == "skipped"
+    assert [r.pid for r in result.reports] == [None]
+
+
+def test_a_package_folder_unknown_to_the_worker_fails_to_start(rt, tmp_path: Path):
+    folder = _package(tmp_path, '[tasks.t]\ncommand = ["true"]\n', '[{ key = "only", task = "t" }]')
+
+    run, _ = drive(rt, folder, tmp_path, folders={})
+
+    step = run.steps["only"]
+    assert (step.status, step.result_code) == ("failed", "start_failed")
+    assert "--package-dir" in step.attempts[0].output["error"]
+
+
+def test_a_folder_changed_since_publication_never_runs(rt, tmp_path: Path):
+    folder = _package(
+        tmp_path,
+        '[tasks.t]\ncommand = ["python3", "x.py"]\nfiles = ["x.py"]\n',
+        '[{ key = "only", task = "t" }]',
+        {"x.py": "open('ran', 'w').write('old')\n"},
+    )
+
+    def edit():
+        (folder / "x.py").write_text("open('ran', 'w').write('new')\n")
+
+    run, _ = drive(rt, folder, tmp_path, change_after_publish=edit)
+
+    step = run.steps["only"]
+    assert (step.status, step.result_code) == ("failed", "start_failed")
+    assert "changed since probe generation 1 was published" in step.attempts[0].output["error"]
+    assert not (folder / "ran").exists()
+
+
+def test_processes_a_finished_step_left_behind_are_killed(rt, tmp_path: Path):
+    folder = _package(
+        tmp_path,
+        '[tasks.t]\ncommand = ["sh", "-c", "sleep 300 & echo $! > straggler.pid"]\n',
+        '[{ key = "only", task = "t" }]',
+    )
+
+    run, _ = drive(rt, folder, tmp_path)
+
+    assert run.status == "succeeded"
+    straggler = read_pid(folder / "straggler.pid")
+    assert straggler is not None
+    wait_for(lambda: not process_alive(straggler), 5, "the straggler to be gone")
+
+
+def test_cancel_sends_sigterm_then_sigkill_after_the_grace_period(rt, tmp_path: Path):
+    hold = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open('hold.pid.tmp', 'w').write(str(os.getpid()))\n"
+        "os.replace('hold.pid.tmp', 'hold.pid')\n"
+        "time.sleep(300)\n"
+    )
+    folder = _package(
+        tmp_path,
+        '[tasks.t]\ncommand = ["python3", "hold.py"]\nfiles = ["hold.py"]\n',
+        '[{ key = "only", task = "t" }]',
+        {"hold.py": hold},
+    )
+    pid_file = folder / "hold.pid"
+
+    def cancel_once_started(driver):
+        wait_for(lambda: read_pid(pid_file), 20, "the step to start")
+        driver.request_cancel()
+
+    run, result = drive(rt, folder, tmp_path, kill_after_s=0.3, while_running=cancel_once_started)
+
+    pid = read_pid(pid_file)
+    attempt = run.steps["only"].attempts[0]
+    assert (run.status, run.cancel_reason) == ("cancelled", "user")
+    assert attempt.status == "cancelled"
+    assert attempt.output["pid"] == pid
+    assert attempt.output["signal"] == "SIGKILL"  # SIGTERM was ignored
+    assert attempt.output["stopped_by"] == "stop_requested"
+    assert not process_alive(pid)
+    assert result.reports[0].recorded_status == "cancelled"

@@ -1,0 +1,145 @@
+"""`qlflow run` through the real entry point on SQLite: success, failure with skip
+propagation, timeout, and every read command on the result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from tests.cli.helpers import (
+    Spawned,
+    copy_example,
+    qlflow,
+    qlflow_json,
+    sqlite_url,
+    wait_for,
+)
+
+
+def test_run_nightly_succeeds_and_every_read_command_shows_it(tmp_path: Path):
+    package = copy_example("nightly", tmp_path)
+    db = sqlite_url(tmp_path)
+
+    done = qlflow("run", str(package), "nightly", db=db, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "succeeded" in done.stdout
+    assert (package / "out.tgz").is_file()  # the archive step ran after fetch
+    run = qlflow_json("runs", db=db, cwd=tmp_path)
+    assert [r["status"] for r in run] == ["succeeded"]
+    run_id = run[0]["run_id"]
+
+    shown = qlflow_json("show", run_id, db=db, cwd=tmp_path)
+    assert shown["status"] == "succeeded"
+    assert {k: s["status"] for k, s in shown["steps"].items()} == {
+        "fetch": "succeeded",
+        "archive": "succeeded",
+    }
+    fetch_output = shown["steps"]["fetch"]["attempts"][0]["output"]
+    assert fetch_output["exit_code"] == 0
+    log_text = Path(fetch_output["log_path"]).read_text(encoding="utf-8")
+    assert "fetched data/fetched.txt" in log_text
+    assert (package / "data" / "fetched.txt").read_text() == f"fetched for run {run_id}\n"
+    assert Path(fetch_output["log_path"]).is_relative_to(tmp_path / ".qlflow-logs")
+
+    events = qlflow_json("events", "--run", run_id, db=db, cwd=tmp_path)
+    types = [e["type"] for e in events]
+    assert types[0] == "workflow.admitted"
+    assert "workflow.succeeded" in types
+    assert [e["global_position"] for e in events] == sorted(e["global_position"] for e in events)
+    only = qlflow_json("events", "--type", "attempt.succeeded", db=db, cwd=tmp_path)
+    assert sorted(e["data"]["attempt_id"] for e in only) == sorted(
+        s["attempts"][0]["attempt_id"] for s in shown["steps"].values()
+    )
+
+    human = qlflow("show", run_id, db=db, cwd=tmp_path)
+    assert human.returncode == 0
+    assert "fetch" in human.stdout and "archive" in human.stdout
+    assert fetch_output["log_path"] in human.stdout
+
+    admitted = qlflow_json("show", run_id, "--at", "3", db=db, cwd=tmp_path)  # 2 steps + 1
+    assert (admitted["version"], admitted["status"]) == (3, "running")
+    assert {k: (s["status"], s["attempts"]) for k, s in admitted["steps"].items()} == {
+        "fetch": ("ready", []),
+        "archive": ("pending", []),
+    }
+
+    why = qlflow("why", run_id, db=db, cwd=tmp_path)
+    assert why.returncode == 0, why.stderr
+    assert "succeeded" in why.stdout
+
+    verified = qlflow("verify", db=db, cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rebuilt = qlflow_json("rebuild", db=db, cwd=tmp_path)
+    assert rebuilt["position"] >= max(e["global_position"] for e in events)
+    assert rebuilt["tables"]["runs"] == 1
+    assert qlflow_json("show", run_id, db=db, cwd=tmp_path) == shown
+
+    again = qlflow_json("cancel", run_id, db=db, cwd=tmp_path)
+    assert again == {
+        "run_id": run_id,
+        "recorded": False,
+        "status": "succeeded",
+        "cancel_reason": None,
+    }
+    idle = qlflow_json("cycle", db=db, cwd=tmp_path)
+    assert all(phase["settled_runs"] == 0 for phase in idle.values())
+
+
+def test_failing_diamond_exits_1_and_shows_the_skipped_step(tmp_path: Path):
+    package = copy_example("diamond", tmp_path)
+    db = sqlite_url(tmp_path)
+
+    done = qlflow("run", str(package), "diamond", db=db, cwd=tmp_path)
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "skipped" in done.stdout
+    assert "failed c; skipped d" in done.stdout
+    run_id = qlflow_json("runs", db=db, cwd=tmp_path)[0]["run_id"]
+    shown = qlflow_json("show", run_id, db=db, cwd=tmp_path)
+    assert shown["status"] == "failed"
+    assert shown["error_code"] == "workflow_step_failed"
+    steps = shown["steps"]
+    assert {k: s["status"] for k, s in steps.items()} == {
+        "a": "succeeded",
+        "b": "succeeded",
+        "c": "failed",
+        "d": "skipped",
+    }
+    assert steps["c"]["result_code"] == "execution_failed"
+    assert steps["c"]["attempts"][0]["output"]["exit_code"] == 1
+    assert steps["d"]["result_code"] == "dependency_not_succeeded"
+    assert steps["d"]["attempts"] == []  # never ran
+    c_log = Path(steps["c"]["attempts"][0]["output"]["log_path"]).read_text()
+    assert "failing on purpose" in c_log
+
+
+def test_run_past_its_timeout_is_stopped_and_exits_4(tmp_path: Path):
+    package = copy_example("long", tmp_path)
+    db = sqlite_url(tmp_path)
+    pid_file = tmp_path / "work.pid"
+
+    run = Spawned(
+        "run",
+        str(package),
+        "long",
+        "--timeout-ms",
+        "2500",
+        "--json",
+        db=db,
+        cwd=tmp_path,
+        env={"LONG_PID_FILE": str(pid_file)},
+    )
+    try:
+        assert run.wait(30) == 4, run.stderr
+    finally:
+        run.kill()
+    shown = orjson.loads(run.stdout)
+    assert shown["status"] == "timed_out"
+    assert shown["cancel_reason"] == "timeout"
+    work = shown["steps"]["work"]
+    assert work["status"] == "timed_out"
+    assert work["attempts"][0]["output"]["exit_code"] == 143  # it got SIGTERM
+    assert shown["steps"]["report"]["status"] == "cancelled"  # never ran
+    assert wait_for(lambda: pid_file.exists(), 1, "the pid file")

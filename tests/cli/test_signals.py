@@ -1,0 +1,162 @@
+"""Signals through the real entry point: Ctrl-C cancels `qlflow run` (a second one
+exits at once), SIGTERM stops `qlflow serve` within its grace period. Every
+subprocess a step started is gone afterwards."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import orjson
+
+from tests.cli.helpers import (
+    Spawned,
+    copy_example,
+    process_alive,
+    qlflow,
+    qlflow_json,
+    read_pid,
+    sqlite_url,
+    wait_for,
+    write_package,
+)
+
+STUBBORN = """
+[package]
+name = "stubborn"
+publisher = "tests"
+
+[tasks.hold]
+command = ["python3", "hold.py"]
+files = ["hold.py"]
+
+[workflows.hold]
+steps = [{ key = "hold", task = "hold" }]
+"""
+
+HOLD_PY = """
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a step that will not stop politely
+with open(os.environ["HOLD_PID_FILE"] + ".tmp", "w") as handle:
+    handle.write(str(os.getpid()))
+os.replace(os.environ["HOLD_PID_FILE"] + ".tmp", os.environ["HOLD_PID_FILE"])
+while True:
+    time.sleep(1)
+"""
+
+
+def test_ctrl_c_cancels_the_run_stops_the_step_and_exits_3(tmp_path: Path):
+    package = copy_example("long", tmp_path)
+    db = sqlite_url(tmp_path)
+    pid_file = tmp_path / "work.pid"
+    run = Spawned(
+        "run", str(package), "long", db=db, cwd=tmp_path, env={"LONG_PID_FILE": str(pid_file)}
+    )
+    try:
+        pid = wait_for(lambda: read_pid(pid_file), 30, "the long step to start")
+        assert process_alive(pid)
+
+        run.process.send_signal(signal.SIGINT)
+        code = run.wait(30)
+    finally:
+        run.kill()
+
+    assert code == 3, run.stdout + run.stderr
+    assert not process_alive(pid)
+    assert "cancelling run" in run.stderr
+    run_id = qlflow_json("runs", db=db, cwd=tmp_path)[0]["run_id"]
+    shown = qlflow_json("show", run_id, db=db, cwd=tmp_path)
+    assert shown["status"] == "cancelled"
+    assert shown["cancel_reason"] == "user"
+    work = shown["steps"]["work"]
+    assert work["status"] == "cancelled"
+    output = work["attempts"][0]["output"]
+    assert output["pid"] == pid
+    assert output["exit_code"] == 143  # work.py exits 143 on SIGTERM
+    assert output["stopped_by"] == "stop_requested"
+    assert "SIGTERM" in Path(output["log_path"]).read_text()
+    assert shown["steps"]["prepare"]["status"] == "succeeded"
+    assert shown["steps"]["report"]["status"] == "cancelled"
+    assert shown["steps"]["report"]["attempts"] == []
+
+
+def test_second_ctrl_c_exits_at_once_and_kills_the_stubborn_step(tmp_path: Path):
+    package = write_package(tmp_path / "stubborn", STUBBORN, {"hold.py": HOLD_PY})
+    db = sqlite_url(tmp_path)
+    pid_file = tmp_path / "hold.pid"
+    run = Spawned(
+        "run",
+        str(package),
+        "hold",
+        "--kill-after-ms",
+        "60000",  # SIGTERM is ignored; only the second Ctrl-C ends it
+        db=db,
+        cwd=tmp_path,
+        env={"HOLD_PID_FILE": str(pid_file)},
+    )
+    try:
+        pid = wait_for(lambda: read_pid(pid_file), 30, "the stubborn step to start")
+        run.process.send_signal(signal.SIGINT)
+        wait_for(lambda: "cancelling run" in run.stderr, 20, "the cancel notice")
+        assert run.process.poll() is None  # still converging: the step ignores SIGTERM
+        assert process_alive(pid)
+
+        run.process.send_signal(signal.SIGINT)
+        code = run.wait(10)
+    finally:
+        run.kill()
+
+    assert code == 130, run.stderr
+    assert "exiting without waiting" in run.stderr
+    assert f"pid {pid}" in run.stderr
+    assert not process_alive(pid)
+
+
+def test_sigterm_stops_serve_within_its_grace_period(tmp_path: Path):
+    package = copy_example("long", tmp_path)
+    db = sqlite_url(tmp_path)
+    pid_file = tmp_path / "work.pid"
+    assert qlflow("publish", str(package), db=db, cwd=tmp_path).returncode == 0
+    drain_ms, kill_after_ms = 300, 2000
+    serve = Spawned(
+        "serve",
+        "--package-dir",
+        str(package),
+        "--interval-ms",
+        "100",
+        "--drain-ms",
+        str(drain_ms),
+        "--kill-after-ms",
+        str(kill_after_ms),
+        db=db,
+        cwd=tmp_path,
+        env={"LONG_PID_FILE": str(pid_file)},
+        name="serve",
+    )
+    try:
+        receipt = qlflow_json("start", "long", "long", db=db, cwd=tmp_path)
+        pid = wait_for(lambda: read_pid(pid_file), 30, "serve to start the long step")
+
+        sent = time.monotonic()
+        serve.process.send_signal(signal.SIGTERM)
+        code = serve.wait(30)
+        took = time.monotonic() - sent
+    finally:
+        serve.kill()
+
+    assert code == 0, serve.stderr
+    assert took < (drain_ms + kill_after_ms) / 1000 + 3.0, took
+    assert not process_alive(pid)
+    shown = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)
+    work = shown["steps"]["work"]["attempts"][0]
+    assert work["status"] == "failed"  # past the start barrier: recorded, never rerun
+    assert work["output"]["stopped_by"] == "shutdown"
+    assert work["output"]["exit_code"] == 143
+
+    # Nothing runs between cycles: the next one (any host) settles the Run.
+    qlflow("cycle", db=db, cwd=tmp_path)
+    settled = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)
+    assert settled["status"] == "failed"
+    assert settled["steps"]["report"]["status"] == "skipped"
+    assert orjson.dumps(settled["steps"]["report"]["attempts"]) == b"[]"

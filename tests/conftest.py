@@ -1,0 +1,61 @@
+"""Store fixtures every layer's tests share.
+
+- `sqlite_url`: a SQLite file in the test's tmp_path.
+- `pg_url`: a fresh PostgreSQL schema per test (search_path set through the URL),
+  dropped afterwards. Needs QLFLOW_TEST_PG_URL; without it the test is skipped, and
+  if it is set but the server cannot be reached the test fails (never a silent skip).
+- `store_url`: each test runs once per dialect ("sqlite", "postgresql").
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from eventstore.url import with_search_path
+
+PG_ENV = "QLFLOW_TEST_PG_URL"
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    """URL of a fresh SQLite database file in tmp_path."""
+    return f"sqlite:///{tmp_path / 'qlflow.db'}"
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    """QLFLOW_TEST_PG_URL, checked once per session."""
+    url = os.environ.get(PG_ENV)
+    if not url:
+        pytest.skip(f"{PG_ENV} is not set: PostgreSQL tests skipped")
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        pytest.fail(f"{PG_ENV} is set but PostgreSQL cannot be reached at {url!r}: {exc}")
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL schema (dropped after the test)."""
+    schema = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_search_path(pg_server_url, schema)
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            # a test that leaked an open transaction must not hang the whole run here
+            conn.execute("SET lock_timeout = '10s'")
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """A fresh store URL, once per dialect."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")

@@ -1,0 +1,54 @@
+"""Byte-stable payload encoding: what exact replay compares."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from domain.records import NewEvent, StreamAppend
+from eventstore.validation import encode_appends
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+
+
+def encoded_data(data) -> str:
+    batch = encode_appends([StreamAppend("run-a", 0, (NewEvent("e1", "t", data),))])
+    return batch.events[0].data
+
+
+def reversed_keys(value):
+    if isinstance(value, dict):
+        return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [reversed_keys(item) for item in value]
+    return value
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_objects)
+def test_encoding_round_trips_and_ignores_key_order(data):
+    text = encoded_data(data)
+
+    assert orjson.loads(text) == data
+    assert encoded_data(reversed_keys(data)) == text
+
+
+def test_encoding_is_sorted_compact_orjson():
+    assert encoded_data({"b": [1.5, None], "a": {"z": True, "y": "é"}}) == (
+        '{"a":{"y":"é","z":true},"b":[1.5,null]}'
+    )
