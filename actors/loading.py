@@ -19,7 +19,15 @@ def lease_stream(attempt_id: str) -> str:
 
 
 def load_aggregate(tx, run_id: str):
-    """Read the Run, StepRun and lease streams in `tx` and fold them (SPEC §1)."""
+    """Read the Run, StepRun and lease streams in `tx` and fold them (SPEC §1).
+
+    On PostgreSQL the Run's stream head is row-locked first. Every writer of the
+    Run's streams holds that lock until it commits, so the separate reads below
+    (each its own READ COMMITTED snapshot) see one consistent point of the log.
+    The cycle took it already without waiting (SPEC §8); a worker write waits.
+    """
+    if tx.dialect == "postgresql":
+        tx.query("SELECT 1 FROM streams WHERE stream_id = ? FOR UPDATE", (run_stream(run_id),))
     run_records = tx.read_stream(run_stream(run_id))
     if not run_records:
         raise NotFound(f"run {run_id!r} does not exist; check the id (qlflow runs lists them)")

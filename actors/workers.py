@@ -19,7 +19,7 @@ from projections.registry import commit
 
 log = logging.getLogger("qlflow.worker")
 
-CONFLICT_RETRIES = 5
+CONFLICT_RETRIES = 20
 
 
 @dataclass(frozen=True, slots=True)

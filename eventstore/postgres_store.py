@@ -9,12 +9,20 @@ append (after the version CAS, in the statement that inserts the events). The ro
 is held until COMMIT, so the next appender gets its positions only after this one has
 committed and become visible: positions are assigned in commit order, and any event a
 reader can see has every lower position already visible. The price is that appends are
-serialised from their position allocation to COMMIT — keep that part short (do
-projection updates right after the append and commit).
+serialised from their position allocation to COMMIT — keep that part short: do the
+projection updates right after the append and commit (taking row locks after the
+append also keeps every appender's lock order the same: stream heads, counter, rows).
 
-Version CAS: `INSERT ... ON CONFLICT DO NOTHING` (expected 0) or `UPDATE ... WHERE
-version = expected`, judged by rowcount, so a conflict never raises inside PostgreSQL
-and never aborts the transaction by itself.
+Round trips. The implicit BEGIN rides in a pipeline with the first statement. A
+single-stream append is one statement — CAS (`INSERT ... ON CONFLICT DO NOTHING` for
+expected 0, else `UPDATE ... WHERE version = expected`), counter, insert — whose
+counter update runs only if the CAS produced a row. A multi-stream append runs the CAS
+per stream (judged by rowcount), then that insert. Either way a conflict never raises
+inside PostgreSQL, so it never aborts the transaction by itself.
+
+Plans. Statements are planned at each execution except the append's own (key lookups
+and the one-row counter), whose cached generic plan is right at any table size; a
+generic plan made while a table was small would otherwise keep seq-scanning it.
 
 The URL is passed to libpq as is, so `?options=-c%20search_path%3D<schema>` works;
 tables are created unqualified, in the first schema of the search_path.
@@ -30,6 +38,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from domain.errors import SchemaError
@@ -37,6 +46,8 @@ from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
 from eventstore.validation import EncodedAppend, EncodedBatch, EncodedEvent
 
+_PIPELINE = psycopg.Pipeline.is_supported()
+_IDLE = TransactionStatus.IDLE
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _MIGRATION_LOCK_KEY = 0x716C666C6F77  # "qlflow": serialises schema migrations
@@ -97,12 +108,11 @@ class PostgresTransaction(BaseTransaction):
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
     ) -> psycopg.Cursor:
-        # Statements are planned per execution unless marked `prepared`: a generic plan
-        # made while a table was small (a seq scan) would be reused as the table grows.
         prepare = None if prepared else False
-        if self._conn.pgconn.transaction_status == TransactionStatus.IDLE:
+        conn = self._conn
+        if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
             # the implicit BEGIN travels with the first statement: one round trip, not two
-            with self._conn.pipeline():
+            with conn.pipeline():
                 cursor.execute(sql, params, prepare=prepare)
             return cursor
         return cursor.execute(sql, params, prepare=prepare)
@@ -186,7 +196,13 @@ class PostgresStore(BaseStore):
             name="qlflow-eventstore",
         )
         try:
-            self._pool.open(wait=True, timeout=connect_timeout_s)
+            try:
+                self._pool.open(wait=True, timeout=connect_timeout_s)
+            except psycopg_pool.PoolTimeout as exc:
+                raise psycopg.OperationalError(
+                    f"cannot connect to PostgreSQL ({_describe(url)}) within "
+                    f"{connect_timeout_s:g}s: is it running, and is the URL right?"
+                ) from exc
             self._migrate_own_schema()
         except BaseException:
             self._pool.close()
@@ -239,3 +255,14 @@ class PostgresStore(BaseStore):
 
     def _close(self) -> None:
         self._pool.close()
+
+
+def _describe(url: str) -> str:
+    """Where a URL points, without its password."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "unparsable URL"
+    return ", ".join(
+        f"{key}={info[key]}" for key in ("host", "port", "dbname", "user") if key in info
+    )

@@ -32,6 +32,9 @@ _METHODS = frozenset(
         "rebuild_projections",
         "verify_projections",
         "close",
+        "timeline",
+        "step_history",
+        "aggregate_at",
     }
 )
 

@@ -115,8 +115,8 @@ def _cell(value: Any) -> str:
 
 def key_values(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:
     table = Table(title=title, show_header=False, box=None, pad_edge=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in rows:
         table.add_row(key, value if isinstance(value, Text) else _cell(value))
     return table
@@ -197,7 +197,7 @@ def steps_table(run, now_ms: int | None = None, *, detail: bool = True) -> Table
     table.add_column("status")
     table.add_column("attempt")
     table.add_column("duration", justify="right")
-    table.add_column("result")
+    table.add_column("result", overflow="fold")
     if detail:
         table.add_column("worker")
     for step in _in_plan_order(run.steps):

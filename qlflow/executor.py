@@ -351,7 +351,7 @@ class LocalProcessExecutor:
         except QlflowError as error:
             log.warning("attempt %s: mark_running failed: %s", lease.attempt_id, error)
         interval_s = self.ttl_ms / 3000
-        next_renew = time.monotonic() + interval_s
+        next_renew = time.monotonic() + _renew_after(lease, interval_s)
         while not item.exited.is_set():
             now = time.monotonic()
             waits = [next_renew - now]
@@ -366,7 +366,7 @@ class LocalProcessExecutor:
                 item.renew_now = False
                 try:
                     item.lease = lease = self._rt.renew(lease, ttl_ms=self.ttl_ms)
-                    next_renew = time.monotonic() + interval_s
+                    next_renew = time.monotonic() + _renew_after(lease, interval_s)
                     if lease.stop_requested and item.stop_reason is None:
                         item.stop_reason = "stop_requested"
                 except FenceError as error:
@@ -460,6 +460,13 @@ def _report(lease, status, exit_code, pid, log_path, *, stopped_by=None, error=N
         stopped_by,
         error,
     )
+
+
+def _renew_after(lease, interval_s: float) -> float:
+    """Seconds until the next renewal: every ttl/3, and sooner if the lease we hold
+    expires earlier than that (a replayed renewal answers with its own expiry)."""
+    remaining_s = (lease.expires_at_ms - time.time_ns() // 1_000_000) / 1000
+    return max(0.0, min(interval_s, remaining_s / 3))
 
 
 def _wait_for_exit(item: _Supervised) -> None:

@@ -327,6 +327,47 @@ class Runtime:
             limit=limit,
         )
 
+    def why(self, run_id: str, now_ms: int | None = None):
+        """Why the Run is not terminal (blocked Attempts, leases, holders, expiry), or
+        for a terminal Run its root cause."""
+        from projections import audit
+
+        return audit.why(self.store, _text("run_id", run_id), _now(now_ms))
+
+    def timeline(self, run_id: str):
+        """The Run's events (run, steps and lease streams) in commit order, summarized."""
+        from projections import audit
+
+        return audit.timeline(self.store, _text("run_id", run_id))
+
+    def step_history(self, run_id: str, step_key: str):
+        """Every event about one Step of a Run."""
+        from projections import audit
+
+        return audit.step_history(self.store, _text("run_id", run_id), _text("step_key", step_key))
+
+    def aggregate_at(self, run_id: str, version: int | None = None):
+        """The Run's aggregate as it was at run-stream `version` (None: now)."""
+        from projections import audit
+
+        if version is not None:
+            _positive("version", version)
+        return audit.aggregate_at(self.store, _text("run_id", run_id), version)
+
+    def rebuild_projections(self, progress=None):
+        """Replay the whole log into fresh read models and swap them in atomically."""
+        from projections import rebuild
+
+        summary = rebuild.rebuild(self.store, progress)
+        log.info("rebuilt read models from %d events", summary.events)
+        return summary
+
+    def verify_projections(self, progress=None):
+        """Prove the live read models equal a replay of the log (report.ok)."""
+        from projections import verify
+
+        return verify.verify(self.store, progress)
+
     def close(self) -> None:
         """Stop the runtime's actors and close the store. Idempotent."""
         if self._closed:

@@ -187,3 +187,63 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace_period(rt, tmp_path: 
     assert attempt.output["stopped_by"] == "stop_requested"
     assert not process_alive(pid)
     assert result.reports[0].recorded_status == "cancelled"
+
+
+def test_a_worker_that_loses_its_lease_kills_its_process_and_records_nothing(rt, tmp_path: Path):
+    folder = _package(
+        tmp_path,
+        '[tasks.t]\ncommand = ["sh", "-c", "echo $$ > hold.pid; exec sleep 300"]\n',
+        '[{ key = "only", task = "t" }]',
+    )
+    publication = rt.publish(folder)
+    receipt = rt.start(publication.package, "flow")
+    tasks = PublishedTasks(rt, {publication.package: folder})
+    executor = LocalProcessExecutor(rt, tasks.resolve, log_dir=tmp_path / "logs")
+    driver = Driver(rt, executor, worker_id="loser", workers=1, interval_ms=50)
+
+    def current_lease():
+        step = rt.get_run(receipt.run_id).steps["only"]
+        attempt = step.attempts[0]
+        return qlflow.Lease(
+            lease_id=attempt.lease_id,
+            attempt_id=attempt.attempt_id,
+            run_id=receipt.run_id,
+            step_key="only",
+            task_ref=step.task_ref,
+            version=attempt.lease_version,
+            expires_at_ms=attempt.expires_at_ms,
+            worker_id="loser",
+        )
+
+    def steal_the_lease(driver):
+        pid = wait_for(lambda: read_pid(folder / "hold.pid"), 20, "the step to start")
+        # One renewal behind, the worker's next renewal is answered as a replay with
+        # this short expiry: it must renew again well before it, not ttl/3 later.
+        short = rt.renew(current_lease(), ttl_ms=5_000)
+        executor.renew_now()
+        wait_for(
+            lambda: current_lease().version > short.version + 1, 4, "the worker to renew again"
+        )
+        # Someone else renews twice: now the worker's version is stale for good.
+        rt.renew(rt.renew(current_lease(), ttl_ms=30_000), ttl_ms=30_000)
+        executor.renew_now()
+        wait_for(lambda: driver.pool.reports, 10, "the worker to give up")
+        driver.request_stop()
+        return pid
+
+    stolen = []
+    watcher = threading.Thread(target=lambda: stolen.append(steal_the_lease(driver)), daemon=True)
+    watcher.start()
+    try:
+        result = driver.run()
+    finally:
+        executor.close()
+    watcher.join(10)
+
+    report = result.reports[0]
+    assert report.recorded_status is None
+    assert report.stopped_by == "lease_lost"
+    assert report.pid == stolen[0]
+    assert not process_alive(stolen[0])
+    attempt = rt.get_run(receipt.run_id).steps["only"].attempts[0]
+    assert attempt.status == "running"  # nothing recorded: recovery decides after expiry

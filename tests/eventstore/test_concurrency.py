@@ -115,7 +115,8 @@ def test_one_event_id_raced_into_two_streams_is_stored_once(store_url):
 
 
 @pytest.mark.pg
-def test_a_tailing_reader_never_skips_an_event_that_commits_late(pg_url):
+@pytest.mark.parametrize("slow_streams", [1, 2], ids=["slow-one-stream", "slow-two-streams"])
+def test_a_tailing_reader_never_skips_an_event_that_commits_late(pg_url, slow_streams):
     """One writer allocates positions and then holds its transaction open while others
     try to append; a reader tails read_all meanwhile. If positions were handed out
     outside commit order, the others would commit higher positions first, the reader
@@ -135,11 +136,8 @@ def test_a_tailing_reader_never_skips_an_event_that_commits_late(pg_url):
             with store.transaction() as tx:
                 tx.append(
                     [
-                        StreamAppend(
-                            "run-slow",
-                            0,
-                            (NewEvent("slow-1", "t", {}), NewEvent("slow-2", "t", {})),
-                        )
+                        StreamAppend(f"run-slow-{k}", 0, (NewEvent(f"slow-{k}", "t", {}),))
+                        for k in range(slow_streams)
                     ]
                 )
                 allocated.set()
@@ -210,7 +208,7 @@ def test_a_tailing_reader_never_skips_an_event_that_commits_late(pg_url):
     store.close()
 
     assert errors == []
-    assert len(everything) == 2 + fast_writers
+    assert len(everything) == slow_streams + fast_writers
     positions = [r.global_position for r in seen]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
     assert [r.event_id for r in seen] == [r.event_id for r in everything]

@@ -39,7 +39,7 @@ def reversed_keys(value):
     return value
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(json_objects)
 def test_encoding_round_trips_and_ignores_key_order(data):
     text = encoded_data(data)

@@ -51,5 +51,5 @@ def test_a_search_path_without_a_schema_is_a_schema_error(pg_server_url):
 
 
 def test_an_unreachable_server_fails_fast():
-    with pytest.raises(psycopg.OperationalError):
+    with pytest.raises(psycopg.OperationalError, match="cannot connect to PostgreSQL"):
         open_store("postgresql://postgres@127.0.0.1:9/none", connect_timeout_s=0.5)
