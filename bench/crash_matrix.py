@@ -71,7 +71,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 RESULTS = Path(__file__).parent / "results" / "crash_matrix.json"
 PROFILES = ("edge", "standalone", "cluster")
@@ -116,8 +116,10 @@ EXPECTED: dict[str, tuple[str, dict[str, str]]] = {
     "deadline": ("timed_out", {"z": "timed_out"}),
     "lost": ("failed", {"x": "failed", "y": "skipped"}),
     "backlog": ("cancelled", {"x": "cancelled", "y": "cancelled"}),
+    "quick": ("succeeded", {"z": "succeeded"}),
+    "shutdown": ("cancelled", {"z": "cancelled"}),
 }
-DEADLINE_TIMEOUT_MS = 20 * SECOND
+DEADLINE_TIMEOUT_MS = 30 * SECOND  # admitted at 5 s: the deadline is 35 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,54 +143,60 @@ def scenario() -> tuple[Op, ...]:
         (5, "start", "deadline", None, {"workflow": "solo", "timeout_ms": DEADLINE_TIMEOUT_MS}),
         (6, "start", "lost", None, {"workflow": "pair"}),
         (7, "start", "backlog", None, {"workflow": "pair"}),
-        (8, "cycle", None, None, {}),  # every first step claimed
-        (9, "cancel", "backlog", None, {}),  # a claim nobody leased: backlog, cancelled
-        (10, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (11, "starting", "ok", "a", {}),
-        (12, "running", "ok", "a", {}),
-        (13, "complete", "ok", "a", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (14, "lease", "fail", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (15, "running", "fail", "a", {}),  # claimed -> starting -> running in one write
-        (16, "complete", "fail", "a", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (17, "lease", "cancel", "x", {"worker": "w2", "ttl_ms": 60 * SECOND}),
-        (18, "running", "cancel", "x", {}),
-        (19, "lease", "deadline", "z", {"worker": "w3", "ttl_ms": 60 * SECOND}),
-        (20, "running", "deadline", "z", {}),
-        (21, "lease", "lost", "x", {"worker": "w4", "ttl_ms": 5 * SECOND}),  # expires at 26
-        (22, "running", "lost", "x", {}),
-        (23, "cycle", None, None, {}),  # frontier: ok and fail b, c; backlog converges
-        (24, "cancel", "cancel", None, {}),  # while w2 runs x
-        (25, "lease", "ok", "b", {"worker": "w1", "ttl_ms": 10 * SECOND}),
-        (26, "running", "ok", "b", {}),
-        (27, "lease", "ok", "c", {"worker": "w5", "ttl_ms": 5 * SECOND}),  # never started
-        (28, "renew", "ok", "b", {"ttl_ms": 10 * SECOND, "stop": False}),
-        (29, "renew", "cancel", "x", {"ttl_ms": 60 * SECOND, "stop": True}),
-        (30, "cycle", None, None, {}),  # lost/x expired: failed; deadline reached
-        (31, "lease", "fail", "b", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (32, "running", "fail", "b", {}),
-        (33, "complete", "fail", "b", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (34, "lease", "fail", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (35, "starting", "fail", "c", {}),
-        (36, "complete", "fail", "c", {"outcome": "failed", "recorded": "failed"}),
-        (37, "complete", "ok", "b", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (38, "complete", "cancel", "x", {"outcome": "succeeded", "recorded": "cancelled"}),
-        (39, "complete", "deadline", "z", {"outcome": "succeeded", "recorded": "timed_out"}),
-        (40, "cycle", None, None, {}),  # ok/c's claim expired: lost, requeued, claimed again
-        (41, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (42, "starting", "ok", "c", {}),
-        (43, "running", "ok", "c", {}),
-        (44, "complete", "ok", "c", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (45, "cycle", None, None, {}),  # ok/d ready and claimed
-        (46, "lease", "ok", "d", {"worker": "w2", "ttl_ms": 30 * SECOND}),
-        (47, "running", "ok", "d", {}),
-        (48, "renew", "ok", "d", {"ttl_ms": 30 * SECOND, "stop": False}),
-        (49, "complete", "ok", "d", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (50, "cycle", None, None, {}),
-        (51, "withdraw", None, None, {}),
-        (52, "start_refused", "late", None, {"workflow": "pair"}),
-        (53, "quarantine", None, None, {}),
-        (54, "revoke", None, None, {}),
-        (55, "cycle", None, None, {}),
+        (8, "start", "quick", None, {"workflow": "solo"}),
+        (9, "start", "shutdown", None, {"workflow": "solo"}),
+        (10, "cycle", None, None, {}),  # every first step claimed: a full edge page of 8
+        (11, "cancel", "backlog", None, {}),  # a claim nobody leased: backlog, cancelled
+        (12, "cancel", "shutdown", None, {"reason": "shutdown"}),
+        (13, "lease", "quick", "z", {"worker": "w6", "ttl_ms": 30 * SECOND}),
+        (14, "running", "quick", "z", {}),
+        (15, "complete", "quick", "z", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (16, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (17, "starting", "ok", "a", {}),
+        (18, "running", "ok", "a", {}),
+        (19, "complete", "ok", "a", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (20, "lease", "fail", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (21, "running", "fail", "a", {}),  # claimed -> starting -> running in one write
+        (22, "complete", "fail", "a", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (23, "lease", "cancel", "x", {"worker": "w2", "ttl_ms": 60 * SECOND}),
+        (24, "running", "cancel", "x", {}),
+        (25, "lease", "deadline", "z", {"worker": "w3", "ttl_ms": 60 * SECOND}),
+        (26, "running", "deadline", "z", {}),
+        (27, "lease", "lost", "x", {"worker": "w4", "ttl_ms": 5 * SECOND}),  # expires at 32
+        (28, "running", "lost", "x", {}),
+        (29, "cycle", None, None, {}),  # frontier: ok and fail b, c; backlog converges
+        (30, "cancel", "cancel", None, {}),  # while w2 runs x
+        (31, "lease", "ok", "b", {"worker": "w1", "ttl_ms": 10 * SECOND}),
+        (32, "running", "ok", "b", {}),
+        (33, "lease", "ok", "c", {"worker": "w5", "ttl_ms": 5 * SECOND}),  # never starts
+        (34, "renew", "ok", "b", {"ttl_ms": 10 * SECOND, "stop": False}),
+        (35, "renew", "cancel", "x", {"ttl_ms": 60 * SECOND, "stop": True}),
+        (36, "cycle", None, None, {}),  # lost/x expired: failed; deadline reached
+        (37, "lease", "fail", "b", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (38, "running", "fail", "b", {}),
+        (39, "complete", "fail", "b", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (40, "lease", "fail", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (41, "starting", "fail", "c", {}),
+        (42, "complete", "fail", "c", {"outcome": "failed", "recorded": "failed"}),
+        (43, "complete", "ok", "b", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (44, "complete", "cancel", "x", {"outcome": "succeeded", "recorded": "cancelled"}),
+        (45, "complete", "deadline", "z", {"outcome": "succeeded", "recorded": "timed_out"}),
+        (46, "cycle", None, None, {}),  # ok/c's claim expired: lost, requeued, claimed again
+        (47, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (48, "starting", "ok", "c", {}),
+        (49, "running", "ok", "c", {}),
+        (50, "complete", "ok", "c", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (51, "cycle", None, None, {}),  # ok/d ready and claimed
+        (52, "lease", "ok", "d", {"worker": "w2", "ttl_ms": 30 * SECOND}),
+        (53, "running", "ok", "d", {}),
+        (54, "renew", "ok", "d", {"ttl_ms": 30 * SECOND, "stop": False}),
+        (55, "complete", "ok", "d", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (56, "cycle", None, None, {}),
+        (57, "withdraw", None, None, {}),
+        (58, "start_refused", "late", None, {"workflow": "pair"}),
+        (59, "quarantine", None, None, {}),
+        (60, "revoke", None, None, {}),
+        (61, "cycle", None, None, {}),
     ]
     return tuple(
         Op(T0 + seconds * SECOND, kind, key, step, args)
@@ -240,13 +248,17 @@ class Driver:
 
     def _cycle(self, op: Op) -> None:
         result = self.rt.cycle(now_ms=op.at_ms)
-        errors = [e for phase in ("recovery", "cancellation", "frontier", "admission")
-                  for e in getattr(result, phase).errors]
+        errors = [
+            e
+            for phase in ("recovery", "cancellation", "frontier", "admission")
+            for e in getattr(result, phase).errors
+        ]
         if errors:
             raise ScenarioError(f"{op}: cycle errors {errors}")
 
     def _cancel(self, op: Op) -> None:
-        self.rt.cancel(self.run_id(op.key), now_ms=op.at_ms)
+        reason = op.args.get("reason", "user")
+        self.rt.cancel(self.run_id(op.key), reason=reason, now_ms=op.at_ms)
 
     def _lease(self, op: Op) -> None:
         run_id = self.run_id(op.key)
@@ -513,8 +525,18 @@ def run_child(
     repeat: int = 1,
 ) -> ChildRun:
     """Run the scenario in a fresh interpreter; wait4 gives its own peak RSS."""
-    command = [sys.executable, "-m", "bench.crash_matrix", "--child", "--url", url,
-               "--profile", profile, "--repeat", str(repeat)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.crash_matrix",
+        "--child",
+        "--url",
+        url,
+        "--profile",
+        profile,
+        "--repeat",
+        str(repeat),
+    ]
     for flag, value in (
         ("--snapshot", snapshot_path),
         ("--counts", counts_path),
@@ -612,7 +634,7 @@ def _pg_url(server_url: str, schema: str, *, application_name: str) -> str:
     parts = urlsplit(with_search_path(server_url, schema))
     query = [(k, v) for k, v in parse_qsl(parts.query) if k != "application_name"]
     query.append(("application_name", application_name))
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,24 +712,44 @@ def run_case(
     snapshot_path = workdir / f"{tag}.json"
     timings_path = workdir / f"{tag}.times"
     with stores.fresh() as (url, wait_for_the_dead):
-        crashed = run_child(url, stores.profile, fault=f"{name}@{nth}=kill",
-                            as_limit_mib=as_limit_mib)
+        crashed = run_child(
+            url, stores.profile, fault=f"{name}@{nth}=kill", as_limit_mib=as_limit_mib
+        )
         killed = crashed.returncode == -signal.SIGKILL
         if not killed:
-            return CaseResult(name, nth, False, False, detail=(
-                f"the child was not killed at the point (exit {crashed.returncode}): "
-                f"{crashed.stderr.strip()[-1500:]}"
-            ), peak_rss_kb=crashed.maxrss_kb)
+            return CaseResult(
+                name,
+                nth,
+                False,
+                False,
+                detail=(
+                    f"the child was not killed at the point (exit {crashed.returncode}): "
+                    f"{crashed.stderr.strip()[-1500:]}"
+                ),
+                peak_rss_kb=crashed.maxrss_kb,
+            )
         wait_for_the_dead()
-        recovered = run_child(url, stores.profile, snapshot_path=snapshot_path,
-                              timings_path=timings_path, as_limit_mib=as_limit_mib,
-                              fault="count")
+        recovered = run_child(
+            url,
+            stores.profile,
+            snapshot_path=snapshot_path,
+            timings_path=timings_path,
+            as_limit_mib=as_limit_mib,
+            fault="count",
+        )
         peak = max(crashed.maxrss_kb, recovered.maxrss_kb)
         if recovered.returncode != 0:
-            return CaseResult(name, nth, False, True, detail=(
-                f"recovery failed (exit {recovered.returncode}): "
-                f"{recovered.stderr.strip()[-1500:]}"
-            ), peak_rss_kb=peak)
+            return CaseResult(
+                name,
+                nth,
+                False,
+                True,
+                detail=(
+                    f"recovery failed (exit {recovered.returncode}): "
+                    f"{recovered.stderr.strip()[-1500:]}"
+                ),
+                peak_rss_kb=peak,
+            )
         final = orjson.loads(snapshot_path.read_bytes())
         timings = orjson.loads(timings_path.read_bytes())
     diff = compare(reference.final, final)
@@ -843,8 +885,20 @@ def render(reports: Sequence[ProfileReport]) -> None:
     from rich.table import Table
 
     table = Table(title="crash matrix: SIGKILL at a commit point, recover, compare")
-    for column in ("profile", "points", "cases", "passed", "lost", "extra", "changed",
-                   "AS limit", "peak RSS", "lock p95", "+COMMIT p95", "seconds"):
+    for column in (
+        "profile",
+        "points",
+        "cases",
+        "passed",
+        "lost",
+        "extra",
+        "changed",
+        "AS limit",
+        "peak RSS",
+        "lock p95",
+        "+COMMIT p95",
+        "seconds",
+    ):
         table.add_column(column, justify="left" if column == "profile" else "right")
     for report in reports:
         s = report.summary()
@@ -866,16 +920,24 @@ def render(reports: Sequence[ProfileReport]) -> None:
     console.print(table)
     for report in reports:
         for failure in report.summary()["failures"]:
-            console.print(f"[red]{report.profile} {failure['point']}@{failure['nth']}[/red]: "
-                          f"{failure['detail']}")
+            console.print(
+                f"[red]{report.profile} {failure['point']}@{failure['nth']}[/red]: "
+                f"{failure['detail']}"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.crash_matrix", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.crash_matrix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--profile", default="all", choices=(*PROFILES, "all"))
-    parser.add_argument("--full", action="store_true",
-                        help="every hit of every point (default: first and last hit of each)")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="every hit of every point (default: first and last hit of each)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--pg", default=os.environ.get(PG_ENV))
     parser.add_argument("--no-limits", action="store_true", help="no address-space limits")
@@ -896,14 +958,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if profile == "cluster" and not args.pg:
             print(f"cluster skipped: set {PG_ENV} or pass --pg", file=sys.stderr)
             continue
-        reports.append(run_profile(profile, full=args.full, jobs=args.jobs, pg_url=args.pg,
-                                   limits=not args.no_limits))
+        reports.append(
+            run_profile(
+                profile, full=args.full, jobs=args.jobs, pg_url=args.pg, limits=not args.no_limits
+            )
+        )
     render(reports)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(
-        {"full": args.full, "jobs": args.jobs, "profiles": [asdict_summary(r) for r in reports]},
-        indent=2,
-    ) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "full": args.full,
+                "jobs": args.jobs,
+                "profiles": [asdict_summary(r) for r in reports],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return 0 if all(r.passed == len(r.cases) for r in reports) else 1
 
 

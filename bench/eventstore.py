@@ -5,7 +5,10 @@
 Writes `--streams` streams of 10 events (~200-byte payloads), one transaction per
 stream, through the store and through plain sqlite3 / psycopg code doing the same
 rows with the same CAS statement; then reads everything back both ways. The two
-sides run interleaved in rounds so drift (page cache, checkpoints) hits both alike.
+sides run interleaved in chunks so drift (page cache, checkpoints, other load) hits
+both alike. Both encode payloads before BEGIN, as store.append does, so "lock hold" is
+BEGIN to COMMIT on both sides. read_all returns Records, so the raw read decodes its
+rows into Records too.
 Prints a table and writes bench/results/eventstore.json. The PostgreSQL part runs
 when --pg or QLFLOW_TEST_PG_URL is given, in fresh schemas dropped afterwards.
 """
@@ -30,6 +33,7 @@ from rich.table import Table
 from domain.records import NewEvent, Record, StreamAppend
 from eventstore import open_store
 from eventstore.url import with_search_path
+from eventstore.validation import encode_appends
 
 EVENTS_PER_STREAM = 10
 CHUNK = 50  # streams per turn: the sides alternate so the machine's noise hits both alike
@@ -126,9 +130,10 @@ def run_store(url: str, side: Side, **options):
     def append_chunk(chunk: Sequence[StreamAppend]) -> None:
         start = time.perf_counter()
         for append in chunk:
+            batch = encode_appends([append])  # what store.append does before BEGIN
             t0 = time.perf_counter()
             with store.transaction() as tx:
-                tx.append([append])
+                tx.append_encoded(batch)
             side.holds.append(time.perf_counter() - t0)
         side.append_seconds += time.perf_counter() - start
 
@@ -154,6 +159,7 @@ def raw_sqlite(path: str, synchronous: str, side: Side):
     def append_chunk(chunk: Sequence[StreamAppend]) -> None:
         start = time.perf_counter()
         for append in chunk:
+            rows = _event_rows(append)
             t0 = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
             cursor = conn.execute(
@@ -166,7 +172,7 @@ def raw_sqlite(path: str, synchronous: str, side: Side):
             conn.executemany(
                 "INSERT INTO events (event_id, stream_id, stream_version, type, data, metadata) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                _event_rows(append),
+                rows,
             )
             conn.execute("COMMIT")
             side.holds.append(time.perf_counter() - t0)
@@ -193,6 +199,7 @@ def raw_postgres(url: str, side: Side):
         start = time.perf_counter()
         with conn.cursor() as cursor:
             for append in chunk:
+                rows = _event_rows(append)
                 t0 = time.perf_counter()
                 cursor.execute(
                     "INSERT INTO streams (stream_id, version) VALUES (%s, %s) "
@@ -204,7 +211,7 @@ def raw_postgres(url: str, side: Side):
                 cursor.executemany(
                     "INSERT INTO events (event_id, stream_id, stream_version, type, data, metadata)"
                     " VALUES (%s, %s, %s, %s, %s, %s)",
-                    _event_rows(append),
+                    rows,
                 )
                 conn.commit()
                 side.holds.append(time.perf_counter() - t0)

@@ -98,15 +98,17 @@ def encode_appends(appends: Sequence[StreamAppend]) -> EncodedBatch:
     encoded: list[EncodedAppend] = []
     all_events: list[EncodedEvent] = []
     seen_events: set[str] = set()
+    seen_streams: set[str] = set()
     for index, append in enumerate(appends):
-        if type(append) is not StreamAppend:
+        if type(append) is not StreamAppend and not isinstance(append, StreamAppend):
             raise InvalidInput(
                 "appends",
                 "type",
                 f"appends[{index}] must be a StreamAppend, got {type(append).__name__}",
             )
         stream_id, expected, events = append.stream_id, append.expected_version, append.events
-        _check_stream(index, stream_id, expected, events, encoded)
+        _check_stream(index, stream_id, expected, events, seen_streams)
+        seen_streams.add(stream_id)
         stream_events = []
         for offset, event in enumerate(events):
             version = expected + offset + 1
@@ -127,7 +129,7 @@ def encode_appends(appends: Sequence[StreamAppend]) -> EncodedBatch:
 
 
 def _check_stream(
-    index: int, stream_id: object, expected: object, events: object, earlier: list[EncodedAppend]
+    index: int, stream_id: object, expected: object, events: object, seen_streams: set[str]
 ) -> None:
     where = f"appends[{index}]"
     if type(stream_id) is not str or not _stream_id_ok(stream_id):
@@ -136,7 +138,7 @@ def _check_stream(
             "format",
             f"{where}.stream_id must be 1..200 characters of [A-Za-z0-9:._@/+-], got {stream_id!r}",
         )
-    if any(append.stream_id == stream_id for append in earlier):
+    if stream_id in seen_streams:
         raise InvalidInput(
             "stream_id",
             "unique_in_call",

@@ -29,10 +29,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
 from domain.errors import CorruptionError, NotFound, QlflowError
-from projections import views
 from qlflow import cli_render as render
 from qlflow.driver import (
     DEFAULT_RUN_INTERVAL_MS,
@@ -167,7 +167,7 @@ def _global_options(
 
 
 def _settings(ctx: typer.Context) -> Settings:
-    return ctx.ensure_object(Settings) if ctx.obj is None else ctx.obj
+    return ctx.obj if isinstance(ctx.obj, Settings) else Settings(None, None, False)
 
 
 def _wants_json(ctx: typer.Context, json_out: bool) -> bool:
@@ -388,7 +388,12 @@ def start(
     if _wants_json(ctx, json_out):
         render.write_json(receipt)
     else:
-        _console().print(render.receipt_table(receipt))
+        console = _console()
+        console.print(render.receipt_table(receipt))
+        console.print(
+            "nothing runs until a host drives it: qlflow serve --package-dir FOLDER "
+            "(or qlflow cycle with qlflow worker --package-dir FOLDER)"
+        )
 
 
 # -- run --------------------------------------------------------------------------------
@@ -702,6 +707,12 @@ def _host(
     _check_ttl(ttl_ms)
     folders = [_package_folder(p) for p in package_dirs or []]
     err = render.stderr_console()
+    if not folders:
+        if not cycles:
+            raise CliError(
+                "a worker needs --package-dir: the folder of each package whose Tasks it runs"
+            )
+        err.print("qlflow: serve without --package-dir only cycles; workers run nothing here")
     with opened(ctx) as rt:
         published = PublishedTasks(rt)
         for folder in folders:
@@ -718,6 +729,7 @@ def _host(
             ttl_ms=ttl_ms,
             cycles=cycles,
             tasks=_split_list(tasks),
+            servable=published.task_refs,
             once=once,
             drain_s=drain_ms / 1000,
         )
@@ -916,26 +928,13 @@ def show(
             else:
                 _console().print(render.run_document(view))
             return
-        state = _run_at(rt, run_id, at_version)
-    if not isinstance(state, views.RunView):
-        state = render.view_of_aggregate(state)
+        state = render.view_of_aggregate(rt.aggregate_at(run_id, at_version))
     if as_json:
         render.write_json(state)
     else:
         console = _console()
-        console.print(f"run {run_id} as of version {at_version}", style="bold")
+        console.print(Text(f"run {run_id} as of version {at_version}", style="bold"))
         console.print(render.run_document(state))
-
-
-def _run_at(rt, run_id: str, version: int):
-    """The Run as of `version` (the lead's Runtime helper, else the audit module)."""
-    for name in ("run_at", "get_run_at", "show_at"):
-        method = getattr(rt, name, None)
-        if method is not None:
-            return method(run_id, version)
-    from projections import audit
-
-    return audit.aggregate_at(rt.store, run_id, version)
 
 
 @app.command(
@@ -1026,23 +1025,13 @@ def why(
 ) -> None:
     """Say why a Run is not terminal (or how it ended)."""
     with opened(ctx) as rt:
-        report = _why(rt, run_id)
+        report = rt.why(run_id)
     if _wants_json(ctx, json_out):
-        render.write_json(report.to_dict() if hasattr(report, "to_dict") else report)
+        render.write_json(report.to_dict())
     else:
         console = _console()
         for line in report.lines():
             console.print(line, soft_wrap=True)
-
-
-def _why(rt, run_id: str):
-    method = getattr(rt, "why", None)
-    if method is not None:
-        return method(run_id)
-    from projections import audit
-
-    rt.get_run(run_id)
-    return audit.why(rt.store, run_id, _now_ms())
 
 
 @app.command(
@@ -1052,19 +1041,26 @@ def _why(rt, run_id: str):
 def rebuild(ctx: typer.Context, json_out: JsonOption = False) -> None:
     """Rebuild every read model from the event log."""
     as_json = _wants_json(ctx, json_out)
-    with opened(ctx) as rt:
-        method = getattr(rt, "rebuild_projections", None)
-        if method is not None:
-            summary = method()
-        else:
-            from projections.rebuild import rebuild as rebuild_store
-
-            summary = rebuild_store(rt.store)
-    document = summary.to_dict() if hasattr(summary, "to_dict") else render.jsonable(summary)
+    with opened(ctx) as rt, _replay_progress("rebuilding", enabled=not as_json) as progress:
+        summary = rt.rebuild_projections(progress)
     if as_json:
-        render.write_json(document)
+        render.write_json(summary.to_dict())
     else:
-        _console().print(render.generic(document, "rebuilt"))
+        _console().print(render.rebuild_table(summary))
+
+
+@contextlib.contextmanager
+def _replay_progress(what: str, *, enabled: bool):
+    """A progress bar for a replay of the log, on a terminal; None elsewhere."""
+    console = render.stderr_console()
+    if not (enabled and console.is_terminal):
+        yield None
+        return
+    with Progress(
+        TextColumn(what), BarColumn(), MofNCompleteColumn(), console=console, transient=True
+    ) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 @app.command(
@@ -1074,16 +1070,10 @@ def rebuild(ctx: typer.Context, json_out: JsonOption = False) -> None:
 def verify(ctx: typer.Context, json_out: JsonOption = False) -> None:
     """Check that every read model equals a fresh replay of the log."""
     as_json = _wants_json(ctx, json_out)
-    with opened(ctx) as rt:
-        method = getattr(rt, "verify_projections", None)
-        if method is not None:
-            report = method()
-        else:
-            from projections.verify import verify as verify_store
-
-            report = verify_store(rt.store)
+    with opened(ctx) as rt, _replay_progress("verifying", enabled=not as_json) as progress:
+        report = rt.verify_projections(progress)
     if as_json:
-        render.write_json(report.to_dict() if hasattr(report, "to_dict") else report)
+        render.write_json(report.to_dict())
     else:
         console = _console()
         for line in report.lines():

@@ -326,20 +326,6 @@ def cycle_document(result) -> dict[str, Any]:
     return {phase: jsonable(getattr(result, phase)) for phase in PHASES}
 
 
-def generic(value: Any, title: str | None = None) -> Table | Text:
-    """A table for any result object (a dataclass or mapping), a line otherwise."""
-    document = jsonable(value)
-    if isinstance(document, dict):
-        return key_values(
-            title,
-            [
-                (k, v if not isinstance(v, (dict, list)) else orjson.dumps(v).decode())
-                for k, v in document.items()
-            ],
-        )
-    return Text(str(document))
-
-
 def view_of_aggregate(aggregate):
     """A Run aggregate (the state at some version) in the shape `show` prints:
     the read models' RunView, with what only the read models know (times of
@@ -398,3 +384,22 @@ def view_of_aggregate(aggregate):
         terminal_at_ms=None,
         steps=steps,
     )
+
+
+def rebuild_table(summary) -> Group:
+    """What a rebuild did: events replayed, log position, and rows per table."""
+    facts = key_values(
+        None,
+        [
+            ("events", summary.events),
+            ("position", summary.position),
+            ("seconds", f"{summary.seconds:.3f}"),
+        ],
+    )
+    rows = Table(box=None, pad_edge=False)
+    rows.add_column("table")
+    rows.add_column("rows", justify="right")
+    for name, count in sorted(summary.tables.items()):
+        rows.add_row(name, str(count))
+    title = Text("read models rebuilt from the log", style="bold")
+    return Group(title, facts, Text(""), rows)

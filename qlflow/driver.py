@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,22 +27,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.errors import QlflowError, VersionConflict
-from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
+from qlflow.executor import (
+    AttemptReport,
+    LocalProcessExecutor,
+    RunningProcess,
+    transient_errors,
+)
 
 log = logging.getLogger("qlflow.driver")
 
 
-def transient_errors() -> tuple[type[BaseException], ...]:
+def host_errors() -> tuple[type[BaseException], ...]:
     """Errors a long-running host outlives: a lost race, a busy or unreachable
-    database. Anything else (bad input, a bug) ends the loop. PostgreSQL's are
-    added only once a PostgreSQL store has loaded its driver."""
-    errors: list[type[BaseException]] = [VersionConflict, sqlite3.OperationalError]
-    if "psycopg" in sys.modules:
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        errors += [psycopg.OperationalError, PoolTimeout]
-    return tuple(errors)
+    database. Anything else (bad input, a bug) ends the loop."""
+    return (VersionConflict, *transient_errors())
 
 
 DEFAULT_RUN_INTERVAL_MS = 250
@@ -86,9 +82,11 @@ class WorkerPool:
         ttl_ms: int,
         run_id: str | None = None,
         tasks: Iterable[str] | None = None,
+        servable: Callable[[], frozenset[str]] | None = None,
         on_finish: Callable[[AttemptReport], None] | None = None,
     ) -> None:
         self._rt = rt
+        self._servable = servable
         self.executor = executor
         self.worker_id = worker_id
         self.slots = slots
@@ -111,8 +109,14 @@ class WorkerPool:
         free = self.slots - self.busy
         if free <= 0:
             return 0
+        tasks = self.tasks
+        if self._servable is not None:
+            servable = self._servable()
+            tasks = sorted(servable if tasks is None else servable.intersection(tasks))
+            if not tasks:
+                return 0
         leases = self._rt.lease_attempts(
-            self.worker_id, limit=free, ttl_ms=self.ttl_ms, run_id=self.run_id, tasks=self.tasks
+            self.worker_id, limit=free, ttl_ms=self.ttl_ms, run_id=self.run_id, tasks=tasks
         )
         for lease in leases:
             thread = threading.Thread(
@@ -161,6 +165,7 @@ class Driver:
     """One host loop: cycles (optional) plus a pool of local workers.
 
     `until_run`: return once that Run is terminal (and nothing of it still runs).
+    `servable`: the task refs this host can run (leases are limited to them).
     `cycles=False`: a plain worker (another process runs the cycles).
     `once`: one lease pass; wait for what was leased, then return.
     """
@@ -177,6 +182,7 @@ class Driver:
         cycles: bool = True,
         until_run: str | None = None,
         tasks: Iterable[str] | None = None,
+        servable: Callable[[], frozenset[str]] | None = None,
         once: bool = False,
         drain_s: float = 10.0,
         on_progress: Callable[[Any], None] | None = None,
@@ -201,6 +207,7 @@ class Driver:
             ttl_ms=ttl_ms,
             run_id=until_run,
             tasks=tasks,
+            servable=servable,
             on_finish=lambda _report: self._wake.set(),
         )
         self._relayed: set[str] = set()
@@ -227,7 +234,7 @@ class Driver:
         cancel_recorded = False
         leased_once = False
         failures = cycle_failures = 0
-        transient = transient_errors()
+        transient = host_errors()
         while True:
             if self.abort.is_set():
                 return self._abort(result)

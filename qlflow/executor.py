@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -36,6 +39,8 @@ from typing import Any
 
 from domain.errors import FenceError, NotFound, QlflowError
 from domain.package import revision_from_json, task_source_digest
+from domain.plan import task_ref
+from projections import publications
 from qlflow.packages import file_digest, load_package
 
 log = logging.getLogger("qlflow.executor")
@@ -43,6 +48,7 @@ log = logging.getLogger("qlflow.executor")
 DEFAULT_KILL_AFTER_S = 5.0
 DEFAULT_TTL_MS = 30_000
 START_FAILED = "start_failed"
+RETRY_S = 1.0  # pause between database retries of a renewal or a completion
 PUBLISHED = "publication.published"
 
 
@@ -118,6 +124,22 @@ class PublishedTasks:
         with self._lock:
             self._folders[package] = path
         return package
+
+    @property
+    def packages(self) -> list[str]:
+        """The packages this worker has a folder for."""
+        with self._lock:
+            return sorted(self._folders)
+
+    def task_refs(self) -> frozenset[str]:
+        """The task refs of every published generation of the packages this worker has
+        a folder for: lease only these, never a Task it could not start."""
+        refs: set[str] = set()
+        for package in self.packages:
+            for publication in publications.publications(self._rt.store, package):
+                revision, _ = self._revision(publication.publication_id)
+                refs.update(task_ref(package, revision.generation, t) for t in revision.tasks)
+        return frozenset(refs)
 
     def resolve(self, lease) -> TaskCommand:
         """The command for `lease`'s Task; TaskUnavailable if it cannot run here."""
@@ -331,6 +353,7 @@ class LocalProcessExecutor:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_DIE_WITH_PARENT,
             )
         log.info(
             "attempt %s (%s/%s): pid %d: %s",
@@ -371,9 +394,11 @@ class LocalProcessExecutor:
                         item.stop_reason = "stop_requested"
                 except FenceError as error:
                     return self._abandon(item, f"lease lost while running: {error}")
-                except QlflowError as error:
+                except (QlflowError, *transient_errors()) as error:
+                    if _wall_ms() >= lease.expires_at_ms:
+                        return self._abandon(item, f"lease expired, renewal failing: {error}")
                     log.warning("attempt %s: renewal failed: %s", lease.attempt_id, error)
-                    next_renew = time.monotonic() + min(interval_s, 1.0)
+                    next_renew = time.monotonic() + min(interval_s, RETRY_S)
             if item.stop_reason is not None and item.term_sent_at is None:
                 log.info("attempt %s: SIGTERM (%s)", lease.attempt_id, item.stop_reason)
                 _signal_group(item.process, signal.SIGTERM)
@@ -399,7 +424,7 @@ class LocalProcessExecutor:
             output["stopped_by"] = item.stop_reason
         outcome = "succeeded" if exit_code == 0 else "failed"
         try:
-            status = self._rt.complete(lease, outcome, output=output)
+            status = self._complete(lease, outcome, output)
         except QlflowError as error:
             log.warning("attempt %s: completion not recorded: %s", lease.attempt_id, error)
             return _report(
@@ -414,6 +439,18 @@ class LocalProcessExecutor:
         return _report(
             lease, status, exit_code, item.process.pid, item.log_path, stopped_by=item.stop_reason
         )
+
+    def _complete(self, lease, outcome: str, output: dict[str, Any]) -> str:
+        """Record the outcome; retry a busy or unreachable database while the lease
+        lives (a completion is idempotent: a retry after a lost answer is a replay)."""
+        while True:
+            try:
+                return self._rt.complete(lease, outcome, output=output)
+            except transient_errors() as error:
+                if _wall_ms() + RETRY_S * 1000 >= lease.expires_at_ms:
+                    raise
+                log.warning("attempt %s: completion failed, retrying: %s", lease.attempt_id, error)
+                time.sleep(RETRY_S)  # a back-off between database attempts, not a test wait
 
     def _abandon(self, item: _Supervised, reason: str) -> AttemptReport:
         """The lease is gone: nothing this worker writes would be accepted, and the
@@ -462,10 +499,49 @@ def _report(lease, status, exit_code, pid, log_path, *, stopped_by=None, error=N
     )
 
 
+def _parent_death_signal():
+    """On Linux, a function for the child (between fork and exec) that asks the
+    kernel to SIGKILL it when the thread that spawned it dies — so even a worker
+    killed with SIGKILL, which runs no cleanup, leaves no step process behind.
+    None elsewhere. The C function is looked up here, in the parent: the child
+    only makes one system call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def die_with_parent() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return die_with_parent
+
+
+_DIE_WITH_PARENT = _parent_death_signal()
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors worth another try: a busy or unreachable database. PostgreSQL's are
+    included only once a PostgreSQL store has loaded its driver."""
+    errors: list[type[BaseException]] = [sqlite3.OperationalError]
+    if "psycopg" in sys.modules:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        errors += [psycopg.OperationalError, PoolTimeout]
+    return tuple(errors)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _renew_after(lease, interval_s: float) -> float:
     """Seconds until the next renewal: every ttl/3, and sooner if the lease we hold
     expires earlier than that (a replayed renewal answers with its own expiry)."""
-    remaining_s = (lease.expires_at_ms - time.time_ns() // 1_000_000) / 1000
+    remaining_s = (lease.expires_at_ms - _wall_ms()) / 1000
     return max(0.0, min(interval_s, remaining_s / 3))
 
 

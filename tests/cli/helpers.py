@@ -58,6 +58,34 @@ def qlflow_json(*args: str, db: str | None, cwd: Path, env=None):
     return orjson.loads(done.stdout)
 
 
+def qlflow_many(
+    commands: dict[str, tuple[str, ...]], *, db: str | None, cwd: Path, env=None
+) -> dict[str, subprocess.CompletedProcess]:
+    """Run independent `qlflow` commands at once (each its own process)."""
+    running = {
+        name: subprocess.Popen(
+            argv(*args, db=db),
+            cwd=cwd,
+            env=cli_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in commands.items()
+    }
+    done = {}
+    for name, process in running.items():
+        stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_S)
+        done[name] = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return done
+
+
+def json_of(done: subprocess.CompletedProcess):
+    """The JSON document a successful command printed."""
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout)
+
+
 class Spawned:
     """A `qlflow` process running in the background, its output in files (no pipe
     can fill up and stall it)."""

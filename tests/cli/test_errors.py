@@ -40,6 +40,8 @@ def bad_inputs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
         "bad option": ("runs", "--limit", "zero"),
         "missing argument": ("run", str(nightly)),
         "negative limit": ("events", "--limit", "0"),
+        "worker without package": ("worker", "--once"),
+        "ttl out of range": ("run", str(nightly), "nightly", "--ttl-ms", "1000"),
     }
     bad_dbs = {
         "bad --db scheme": ("mysql://localhost/q", ("runs",)),
@@ -97,6 +99,8 @@ EXPECTED = {
     "bad option": "'--limit': input should be a valid integer",
     "missing argument": "WORKFLOW",
     "negative limit": "--limit must be at least 1",
+    "worker without package": "a worker needs --package-dir",
+    "ttl out of range": "--ttl-ms must be between 5000 and 600000",
     "bad --db scheme": "unknown store URL scheme 'mysql'",
     "bad --db directory": "does not exist",
     "bad --db not a url": "sqlite:///path.db",

@@ -13,6 +13,8 @@ from qlflow.driver import Driver
 from qlflow.executor import LocalProcessExecutor, PublishedTasks
 from tests.cli.helpers import process_alive, read_pid, wait_for, write_package
 
+DRIVE_DEADLINE_S = 30
+
 
 def _package(tmp_path: Path, tasks: str, steps: str, files: dict[str, str] | None = None):
     toml = f"""
@@ -57,15 +59,33 @@ def drive(
     )
     watcher = None
     if while_running is not None:
-        watcher = threading.Thread(target=while_running, args=(driver,), daemon=True)
+
+        def watch():
+            try:
+                while_running(driver)
+            except BaseException:
+                driver.request_abort()  # a failed probe must not leave the loop running
+                raise
+
+        watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-    try:
-        result = driver.run()
-    finally:
-        executor.close()
+    result = _run_with_deadline(driver, executor)
     if watcher is not None:
         watcher.join(10)
     return result.run, result
+
+
+def _run_with_deadline(driver, executor, seconds: float = DRIVE_DEADLINE_S):
+    """Run the host loop; abort it (so the test fails, never hangs) past a deadline."""
+    deadline = threading.Timer(seconds, driver.request_abort)
+    deadline.start()
+    try:
+        result = driver.run()
+    finally:
+        deadline.cancel()
+        executor.close()
+    assert not result.aborted, f"the host loop did not finish within {seconds} s"
+    return result
 
 
 def test_environment_output_and_exit_code_are_recorded(rt, tmp_path: Path):
@@ -221,9 +241,7 @@ def test_a_worker_that_loses_its_lease_kills_its_process_and_records_nothing(rt,
         # this short expiry: it must renew again well before it, not ttl/3 later.
         short = rt.renew(current_lease(), ttl_ms=5_000)
         executor.renew_now()
-        wait_for(
-            lambda: current_lease().version > short.version + 1, 4, "the worker to renew again"
-        )
+        wait_for(lambda: current_lease().version > short.version, 4, "the worker to renew again")
         # Someone else renews twice: now the worker's version is stale for good.
         rt.renew(rt.renew(current_lease(), ttl_ms=30_000), ttl_ms=30_000)
         executor.renew_now()
@@ -232,12 +250,16 @@ def test_a_worker_that_loses_its_lease_kills_its_process_and_records_nothing(rt,
         return pid
 
     stolen = []
-    watcher = threading.Thread(target=lambda: stolen.append(steal_the_lease(driver)), daemon=True)
+
+    def watch():
+        try:
+            stolen.append(steal_the_lease(driver))
+        finally:
+            driver.request_stop()  # a failed probe must not leave the loop running
+
+    watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    try:
-        result = driver.run()
-    finally:
-        executor.close()
+    result = _run_with_deadline(driver, executor)
     watcher.join(10)
 
     report = result.reports[0]

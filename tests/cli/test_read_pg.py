@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.cli.helpers import argv, cli_env, copy_example, qlflow
+from tests.cli.helpers import copy_example, qlflow, qlflow_many
 
 pytestmark = pytest.mark.pg
 
@@ -17,41 +17,34 @@ pytestmark = pytest.mark.pg
 def test_run_and_read_commands_on_postgresql(pg_url: str, tmp_path: Path):
     package = copy_example("diamond", tmp_path)
 
-    done = qlflow("run", str(package), "diamond", db=pg_url, cwd=tmp_path)
+    run_id = "diamond-pg"
+    done = qlflow("run", str(package), "diamond", "--run-id", run_id, db=pg_url, cwd=tmp_path)
 
     assert done.returncode == 1, done.stdout + done.stderr
     assert "skipped d" in done.stdout
-    listed = _json(qlflow("runs", "--json", db=pg_url, cwd=tmp_path))
-    assert [(r["package"], r["status"]) for r in listed] == [("diamond", "failed")]
-    run_id = listed[0]["run_id"]
+    results = qlflow_many(
+        {
+            "runs": ("runs", "--json"),
+            "runs failed": ("--json", "runs", "--status", "failed"),
+            "show": ("show", run_id, "--json"),
+            "show at 5": ("show", run_id, "--at", "5", "--json"),
+            "events": ("events", "--run", run_id, "--json"),
+            "failed events": ("events", "--type", "attempt.failed,step.skipped", "--json"),
+            "why": ("why", run_id),
+            "why json": ("why", run_id, "--json"),
+            "verify": ("verify",),
+        },
+        db=pg_url,
+        cwd=tmp_path,
+    )
+    for name, result in results.items():
+        assert result.returncode == 0, (name, result.stderr)
+    out = {name: result.stdout for name, result in results.items()}
 
-    reads = {
-        "show": ("show", run_id, "--json"),
-        "show at 5": ("show", run_id, "--at", "5", "--json"),
-        "events": ("events", "--run", run_id, "--json"),
-        "failed events": ("events", "--type", "attempt.failed,step.skipped", "--json"),
-        "why": ("why", run_id),
-        "why json": ("why", run_id, "--json"),
-        "runs failed": ("--json", "runs", "--status", "failed"),
-        "verify": ("verify",),
-    }
-    running = {
-        name: subprocess.Popen(
-            argv(*args, db=pg_url),
-            cwd=tmp_path,
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name, args in reads.items()
-    }
-    out = {}
-    for name, process in running.items():
-        stdout, stderr = process.communicate(timeout=60)
-        assert process.returncode == 0, (name, stderr)
-        out[name] = stdout
-
+    listed = orjson.loads(out["runs"])
+    assert [(r["run_id"], r["package"], r["status"]) for r in listed] == [
+        (run_id, "diamond", "failed")
+    ]
     shown = orjson.loads(out["show"])
     assert {k: s["status"] for k, s in shown["steps"].items()} == {
         "a": "succeeded",

@@ -10,8 +10,10 @@ import orjson
 from tests.cli.helpers import (
     Spawned,
     copy_example,
+    json_of,
     qlflow,
     qlflow_json,
+    qlflow_many,
     sqlite_url,
     wait_for,
 )
@@ -20,17 +22,32 @@ from tests.cli.helpers import (
 def test_run_nightly_succeeds_and_every_read_command_shows_it(tmp_path: Path):
     package = copy_example("nightly", tmp_path)
     db = sqlite_url(tmp_path)
+    run_id = "nightly-1"
 
-    done = qlflow("run", str(package), "nightly", db=db, cwd=tmp_path)
+    done = qlflow("run", str(package), "nightly", "--run-id", run_id, db=db, cwd=tmp_path)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "succeeded" in done.stdout
     assert (package / "out.tgz").is_file()  # the archive step ran after fetch
-    run = qlflow_json("runs", db=db, cwd=tmp_path)
-    assert [r["status"] for r in run] == ["succeeded"]
-    run_id = run[0]["run_id"]
+    out = qlflow_many(
+        {
+            "runs": ("runs", "--json"),
+            "show": ("show", run_id, "--json"),
+            "show human": ("show", run_id),
+            "show at 3": ("show", run_id, "--at", "3", "--json"),
+            "events": ("events", "--run", run_id, "--json"),
+            "succeeded events": ("events", "--type", "attempt.succeeded", "--json"),
+            "why": ("why", run_id),
+            "verify": ("verify",),
+            "cancel": ("cancel", run_id, "--json"),
+            "cycle": ("cycle", "--json"),
+        },
+        db=db,
+        cwd=tmp_path,
+    )
 
-    shown = qlflow_json("show", run_id, db=db, cwd=tmp_path)
+    assert [(r["run_id"], r["status"]) for r in json_of(out["runs"])] == [(run_id, "succeeded")]
+    shown = json_of(out["show"])
     assert shown["status"] == "succeeded"
     assert {k: s["status"] for k, s in shown["steps"].items()} == {
         "fetch": "succeeded",
@@ -43,61 +60,53 @@ def test_run_nightly_succeeds_and_every_read_command_shows_it(tmp_path: Path):
     assert (package / "data" / "fetched.txt").read_text() == f"fetched for run {run_id}\n"
     assert Path(fetch_output["log_path"]).is_relative_to(tmp_path / ".qlflow-logs")
 
-    events = qlflow_json("events", "--run", run_id, db=db, cwd=tmp_path)
-    types = [e["type"] for e in events]
-    assert types[0] == "workflow.admitted"
-    assert "workflow.succeeded" in types
-    assert [e["global_position"] for e in events] == sorted(e["global_position"] for e in events)
-    only = qlflow_json("events", "--type", "attempt.succeeded", db=db, cwd=tmp_path)
-    assert sorted(e["data"]["attempt_id"] for e in only) == sorted(
-        s["attempts"][0]["attempt_id"] for s in shown["steps"].values()
-    )
+    human = out["show human"].stdout
+    assert "fetch" in human and "archive" in human
+    assert fetch_output["log_path"] in human
 
-    human = qlflow("show", run_id, db=db, cwd=tmp_path)
-    assert human.returncode == 0
-    assert "fetch" in human.stdout and "archive" in human.stdout
-    assert fetch_output["log_path"] in human.stdout
-
-    admitted = qlflow_json("show", run_id, "--at", "3", db=db, cwd=tmp_path)  # 2 steps + 1
+    admitted = json_of(out["show at 3"])  # 2 steps + 1: just admitted
     assert (admitted["version"], admitted["status"]) == (3, "running")
     assert {k: (s["status"], s["attempts"]) for k, s in admitted["steps"].items()} == {
         "fetch": ("ready", []),
         "archive": ("pending", []),
     }
 
-    why = qlflow("why", run_id, db=db, cwd=tmp_path)
-    assert why.returncode == 0, why.stderr
-    assert "succeeded" in why.stdout
+    events = json_of(out["events"])
+    types = [e["type"] for e in events]
+    assert types[0] == "workflow.admitted"
+    assert "workflow.succeeded" in types
+    assert [e["global_position"] for e in events] == sorted(e["global_position"] for e in events)
+    assert sorted(e["data"]["attempt_id"] for e in json_of(out["succeeded events"])) == sorted(
+        s["attempts"][0]["attempt_id"] for s in shown["steps"].values()
+    )
 
-    verified = qlflow("verify", db=db, cwd=tmp_path)
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    rebuilt = qlflow_json("rebuild", db=db, cwd=tmp_path)
-    assert rebuilt["position"] >= max(e["global_position"] for e in events)
-    assert rebuilt["tables"]["runs"] == 1
-    assert qlflow_json("show", run_id, db=db, cwd=tmp_path) == shown
-
-    again = qlflow_json("cancel", run_id, db=db, cwd=tmp_path)
-    assert again == {
+    assert out["why"].returncode == 0, out["why"].stderr
+    assert "succeeded" in out["why"].stdout
+    assert out["verify"].returncode == 0, out["verify"].stdout + out["verify"].stderr
+    assert json_of(out["cancel"]) == {
         "run_id": run_id,
         "recorded": False,
         "status": "succeeded",
         "cancel_reason": None,
     }
-    idle = qlflow_json("cycle", db=db, cwd=tmp_path)
-    assert all(phase["settled_runs"] == 0 for phase in idle.values())
+    assert all(phase["settled_runs"] == 0 for phase in json_of(out["cycle"]).values())
+
+    rebuilt = qlflow_json("rebuild", db=db, cwd=tmp_path)
+    assert rebuilt["position"] >= max(e["global_position"] for e in events)
+    assert rebuilt["tables"]["runs"] == 1
+    assert qlflow_json("show", run_id, db=db, cwd=tmp_path) == shown
 
 
 def test_failing_diamond_exits_1_and_shows_the_skipped_step(tmp_path: Path):
     package = copy_example("diamond", tmp_path)
     db = sqlite_url(tmp_path)
 
-    done = qlflow("run", str(package), "diamond", db=db, cwd=tmp_path)
+    done = qlflow("run", str(package), "diamond", "--run-id", "diamond-1", db=db, cwd=tmp_path)
 
     assert done.returncode == 1, done.stdout + done.stderr
     assert "skipped" in done.stdout
     assert "failed c; skipped d" in done.stdout
-    run_id = qlflow_json("runs", db=db, cwd=tmp_path)[0]["run_id"]
-    shown = qlflow_json("show", run_id, db=db, cwd=tmp_path)
+    shown = qlflow_json("show", "diamond-1", db=db, cwd=tmp_path)
     assert shown["status"] == "failed"
     assert shown["error_code"] == "workflow_step_failed"
     steps = shown["steps"]

@@ -26,8 +26,6 @@ def test_publish_start_cycle_and_worker_processes_finish_a_run(tmp_path: Path):
     assert publication["package"] == "backup"
     assert publication["generation"] == 1
     assert publication["created"] is True
-    unchanged = qlflow("publish", str(package), db=db, cwd=tmp_path)
-    assert "unchanged" in unchanged.stdout
 
     receipt = qlflow_json(
         "start", "backup", "nightly", "--admission-key", "nightly-1", db=db, cwd=tmp_path
@@ -38,6 +36,12 @@ def test_publish_start_cycle_and_worker_processes_finish_a_run(tmp_path: Path):
     )
     assert (replay["status"], replay["run_id"]) == ("existing", receipt["run_id"])
     run_id = receipt["run_id"]
+
+    # A worker leases only Tasks of packages it has a folder for.
+    other = copy_example("diamond", tmp_path)
+    idle = qlflow("worker", "--once", "--package-dir", str(other), db=db, cwd=tmp_path)
+    assert idle.returncode == 0, idle.stderr
+    assert "0 attempt(s) run" in idle.stdout
 
     for _step in ("fetch", "archive"):
         cycled = qlflow_json("cycle", db=db, cwd=tmp_path)

@@ -10,26 +10,25 @@ import orjson
 import pytest
 
 import eventstore
+import qlflow
 from actors.loading import load_aggregate
 from domain.errors import InvalidInput, NotFound
 from domain.records import NewEvent, StreamAppend
-from projections import audit, registry
-from tests.projections.workload import T0, LogDriver, all_shapes_manifest
+from projections import audit
+from tests.projections.workload import T0, all_shapes_manifest
 
 
 @pytest.fixture
-def store(store_url):
-    opened = eventstore.open_store(store_url)
-    registry.migrate_all(opened)
-    yield opened
-    opened.close()
+def api(store_url):
+    runtime = qlflow.open(store_url)
+    runtime.publish(all_shapes_manifest(), now_ms=T0)
+    yield runtime
+    runtime.close()
 
 
 @pytest.fixture
-def api(store):
-    driver = LogDriver(store)
-    driver.publish(all_shapes_manifest(), now_ms=T0)
-    return driver
+def store(api):
+    return api.store
 
 
 def start(api, workflow: str, run_id: str = "run-1", now_ms: int = T0):
@@ -235,7 +234,24 @@ def test_why_says_a_passed_deadline_is_an_intent_before_it_is_recorded(api, stor
     assert before.intent is None and "1000 ms left" in before.lines()[1]
 
 
-def test_why_of_an_unknown_run_is_not_found(store):
+def test_why_names_the_deadline_as_the_root_cause_of_a_timed_out_run(api, store):
+    run_id = start(api, "chain-timed")  # timeout 3 s; a is claimed, nobody leases it
+    api.cycle(now_ms=T0 + 1)
+    api.cycle(now_ms=T0 + 3_000)
+    report = audit.why(store, run_id, T0 + 3_001)
+    assert report.terminal and report.status == "timed_out"
+    cause = report.root_cause
+    assert (cause.kind, cause.reason, cause.by, cause.at_ms) == (
+        "cancel_intent",
+        "timeout",
+        "cycle:cancellation",
+        T0 + 3_000,
+    )
+    assert cause.ended_by_cancel == ("a", "b", "c")
+    assert report.lines()[1].startswith(f"its deadline {T0 + 3_000} passed: timeout intent")
+
+
+def test_why_of_an_unknown_run_is_not_found(api, store):
     with pytest.raises(NotFound, match="no-such-run"):
         audit.why(store, "no-such-run", T0)
 
@@ -259,7 +275,9 @@ def test_timeline_merges_the_runs_streams_by_position(api, store):
         (r.global_position, r.stream_id, r.stream_version, r.type) for r in expected
     ]
     by_type = {e.type: e for e in entries}
-    assert by_type["lease.granted"].summary.startswith(f"lease {lease.lease_id} granted to worker w1 until")
+    assert by_type["lease.granted"].summary.startswith(
+        f"lease {lease.lease_id} granted to worker w1 until"
+    )
     assert by_type["lease.granted"].step_key == "a"
     assert by_type["attempt.succeeded"].actor == "worker:w1"
     assert "a -> " not in by_type["step.created"].summary

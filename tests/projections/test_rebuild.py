@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 import eventstore
+import qlflow
 from eventstore import StoreUsageError
-from projections import registry
 from projections.rebuild import ReplayCopy, projection_tables, rebuild
 from projections.verify import CHANGED, EXTRA, MISSING, Difference, verify
-from tests.projections.workload import T0, LogDriver, random_workload
+from tests.projections.workload import T0, random_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,11 +27,15 @@ class Interrupted(Exception):
 
 
 @pytest.fixture
-def store(store_url):
-    opened = eventstore.open_store(store_url)
-    registry.migrate_all(opened)
-    yield opened
-    opened.close()
+def rt(store_url):
+    runtime = qlflow.open(store_url)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def store(rt):
+    return rt.store
 
 
 def live_rows(store) -> dict[str, list[tuple]]:
@@ -50,8 +54,8 @@ def execute(store, sql: str, params=()) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_rebuild_after_a_random_workload_gives_exactly_the_inline_read_models(store, seed):
-    random_workload(LogDriver(store), seed)
+def test_rebuild_after_a_random_workload_gives_exactly_the_inline_read_models(rt, store, seed):
+    random_workload(rt, seed)
     statuses = {s for (s,) in store.query("SELECT DISTINCT status FROM runs")}
     attempt_statuses = {s for (s,) in store.query("SELECT DISTINCT status FROM attempts")}
     # the workload reaches the interesting corners: failures, cancels, expiries, live work
@@ -59,7 +63,7 @@ def test_rebuild_after_a_random_workload_gives_exactly_the_inline_read_models(st
     assert {"succeeded", "lost", "cancelled"} <= attempt_statuses
     before = live_rows(store)
 
-    report = verify(store)
+    report = rt.verify_projections()
     assert report.ok, report.lines()
     assert report.position == store.head_position()
     for table, check in report.tables.items():
@@ -67,14 +71,14 @@ def test_rebuild_after_a_random_workload_gives_exactly_the_inline_read_models(st
         assert check.rows == check.rows_replay == len(before[table])
 
     seen: list[tuple[int, int]] = []
-    summary = rebuild(store, progress=lambda done, total: seen.append((done, total)), batch=200)
+    summary = rt.rebuild_projections(progress=lambda done, total: seen.append((done, total)))
     assert live_rows(store) == before
     assert summary.events == summary.position == store.head_position()
     assert summary.tail_events == 0
     assert summary.tables == {table: len(rows) for table, rows in before.items()}
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
     assert seen[-1] == (summary.events, summary.events)
-    assert len(seen) == summary.events // 200 + 1
+    assert len(seen) == summary.events // 5000 + 1  # one call per batch of 5000
 
     again = verify(store)
     assert again.ok
@@ -83,8 +87,8 @@ def test_rebuild_after_a_random_workload_gives_exactly_the_inline_read_models(st
     }
 
 
-def test_verify_names_each_hand_altered_row_and_rebuild_repairs_it(store):
-    random_workload(LogDriver(store), seed=3, runs=8, ticks=12)
+def test_verify_names_each_hand_altered_row_and_rebuild_repairs_it(rt, store):
+    random_workload(rt, seed=3, runs=8, ticks=12)
     before = live_rows(store)
     run_id, step_key, status = store.query(
         "SELECT run_id, step_key, status FROM step_runs ORDER BY run_id, step_key LIMIT 1"
@@ -127,8 +131,8 @@ def test_verify_names_each_hand_altered_row_and_rebuild_repairs_it(store):
     assert verify(store).ok
 
 
-def test_a_rebuild_interrupted_half_way_leaves_the_live_read_models_intact(store):
-    random_workload(LogDriver(store), seed=4, runs=8, ticks=12)
+def test_a_rebuild_interrupted_half_way_leaves_the_live_read_models_intact(rt, store):
+    random_workload(rt, seed=4, runs=8, ticks=12)
     # an altered row would be repaired by any swap, partial or whole: it proves there was none
     execute(store, "UPDATE runs SET version = version + 100 WHERE run_id = 'r4-001'")
     before = live_rows(store)
@@ -164,8 +168,8 @@ print("finished", flush=True)
 """
 
 
-def test_a_rebuild_killed_half_way_leaves_the_live_read_models_intact(store, store_url):
-    random_workload(LogDriver(store), seed=5, runs=8, ticks=12)
+def test_a_rebuild_killed_half_way_leaves_the_live_read_models_intact(rt, store, store_url):
+    random_workload(rt, seed=5, runs=8, ticks=12)
     execute(store, "UPDATE runs SET open_steps = 99 WHERE run_id = 'r5-001'")
     before = live_rows(store)
     child = subprocess.Popen(
@@ -190,17 +194,16 @@ def test_a_rebuild_killed_half_way_leaves_the_live_read_models_intact(store, sto
 
 
 @pytest.mark.parametrize("when", ["first batch", "last batch"])
-def test_events_appended_during_the_replay_are_in_the_swapped_read_models(store, when):
-    driver = LogDriver(store)
-    random_workload(driver, seed=6, runs=6, ticks=10)
+def test_events_appended_during_the_replay_are_in_the_swapped_read_models(rt, store, when):
+    random_workload(rt, seed=6, runs=6, ticks=10)
     head = store.head_position()
     appended: list[int] = []
 
     def append_while_replaying(done: int, total: int) -> None:
         if appended or (when == "last batch" and done < total):
             return
-        driver.start("demo", "diamond", admission_key="late", run_id="late", now_ms=T0 + 99_000)
-        driver.cycle(now_ms=T0 + 99_001)
+        rt.start("demo", "diamond", admission_key="late", run_id="late", now_ms=T0 + 99_000)
+        rt.cycle(now_ms=T0 + 99_001)
         appended.append(store.head_position() - head)
 
     summary = rebuild(store, progress=append_while_replaying, batch=100)
@@ -212,8 +215,8 @@ def test_events_appended_during_the_replay_are_in_the_swapped_read_models(store,
     assert verify(store).ok
 
 
-def test_readers_see_the_old_rows_until_the_swap_commits(store, monkeypatch):
-    random_workload(LogDriver(store), seed=7, runs=6, ticks=10)
+def test_readers_see_the_old_rows_until_the_swap_commits(rt, store, monkeypatch):
+    random_workload(rt, seed=7, runs=6, ticks=10)
     attempts = store.query("SELECT COUNT(*) FROM attempts")[0][0]
     execute(
         store,
@@ -256,8 +259,8 @@ def test_rebuild_refuses_to_run_inside_an_open_store_transaction(store):
             verify(store)
 
 
-def test_rebuild_throughput_is_reported(store):
-    random_workload(LogDriver(store), seed=8, runs=4, ticks=8)
+def test_rebuild_throughput_is_reported(rt, store):
+    random_workload(rt, seed=8, runs=4, ticks=8)
     started = time.perf_counter()
     summary = rebuild(store)
     assert 0 < summary.seconds <= time.perf_counter() - started

@@ -1,35 +1,16 @@
-"""Workloads for the projection tests: a seeded random mix of Runs driven through an
-API shaped like the public `Runtime` (publish, start, cycle, lease_attempts,
-mark_running, renew, complete, cancel) with explicit `now_ms`.
-
-`LogDriver` implements that API directly over the domain decisions and the store
-(inline projections through `registry.commit`), so these tests do not depend on the
-actor layer; `qlflow.open(url)` can be driven by the same functions.
-"""
+"""Workloads for the projection tests: a seeded random mix of Runs driven through the
+public API (`qlflow.open(url)`: publish, start, cycle, lease_attempts, mark_running,
+renew, complete, cancel) with explicit `now_ms`."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
-
-from actors import admission, publishing
-from actors.loading import load_aggregate
-from domain import cancellation, worker
-from domain.attempts import decide_attempt_admission
-from domain.frontier import decide_frontier
-from domain.recovery import decide_recovery
-from projections import candidates, registry
+from dataclasses import dataclass
 
 T0 = 1_700_000_000_000
 TTL_MS = 5_000
 
-PHASES = (
-    ("recovery", decide_recovery),
-    ("cancellation", cancellation.decide_cancellation),
-    ("frontier", decide_frontier),
-    ("admission", decide_attempt_admission),
-)
 SHAPES: dict[str, list[tuple[str, list[str]]]] = {
     "one": [("a", [])],
     "chain": [("a", []), ("b", ["a"]), ("c", ["b"])],
@@ -68,118 +49,6 @@ def all_shapes_manifest() -> dict:
         timed = manifest(steps, workflow=name, timeout_ms=3_000)["workflows"][name]
         document["workflows"][f"{name}-timed"] = timed
     return document
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    lease_id: str
-    attempt_id: str
-    run_id: str
-    step_key: str
-    version: int
-    expires_at_ms: int
-    worker_id: str
-    stop_requested: bool = False
-
-
-class LogDriver:
-    """The Runtime's write API over the domain decisions, one transaction per unit."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-
-    def publish(self, document: dict, now_ms: int):
-        from qlflow.packages import load
-
-        loaded = load(document)
-        with self.store.transaction() as tx:
-            return publishing.publish_in_tx(tx, loaded, now_ms)
-
-    def start(self, package: str, workflow: str, *, admission_key: str, run_id: str, now_ms: int):
-        with self.store.transaction() as tx:
-            return admission.admit_in_tx(tx, package, workflow, admission_key, run_id, None, now_ms)
-
-    def decide(self, run_id: str, decide):
-        with self.store.transaction() as tx:
-            decision = decide(load_aggregate(tx, run_id))
-            if decision.appends:
-                registry.commit(tx, decision.appends)
-            return decision
-
-    def cycle(self, now_ms: int) -> None:
-        running = [
-            r for (r,) in self.store.query("SELECT run_id FROM runs WHERE status = 'running'")
-        ]
-        for decide in (
-            decide_recovery,
-            cancellation.decide_cancellation,
-            decide_frontier,
-            decide_attempt_admission,
-        ):
-            for run_id in running:
-                self.decide(run_id, lambda agg, decide=decide: decide(agg, now_ms))
-
-    def lease_attempts(
-        self, worker_id: str, limit: int = 1, ttl_ms: int = TTL_MS, now_ms: int = T0, run_id=None
-    ) -> list[Lease]:
-        leases = []
-        for attempt_id, owner in candidates.claimable_attempts(
-            self.store, now_ms, limit, run_id=run_id
-        ):
-            decision = self.decide(
-                owner,
-                lambda agg, a=attempt_id: worker.grant_lease(agg, a, worker_id, ttl_ms, now_ms),
-            )
-            grant = decision.lease
-            step_key = self.store.query(
-                "SELECT step_key FROM attempts WHERE attempt_id = ?", (attempt_id,)
-            )[0][0]
-            leases.append(
-                Lease(
-                    grant.lease_id,
-                    attempt_id,
-                    owner,
-                    step_key,
-                    grant.version,
-                    grant.expires_at_ms,
-                    worker_id,
-                )
-            )
-        return leases
-
-    def mark_running(self, lease: Lease, now_ms: int) -> Lease:
-        self.decide(
-            lease.run_id,
-            lambda agg: worker.mark_running(
-                agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
-            ),
-        )
-        return lease
-
-    def renew(self, lease: Lease, ttl_ms: int = TTL_MS, now_ms: int = T0) -> Lease:
-        decision = self.decide(
-            lease.run_id,
-            lambda agg: worker.renew(
-                agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now_ms
-            ),
-        )
-        return replace(
-            lease,
-            version=decision.lease.version,
-            expires_at_ms=decision.lease.expires_at_ms,
-            stop_requested=decision.stop_requested,
-        )
-
-    def complete(self, lease: Lease, outcome: str, *, now_ms: int, output=None) -> None:
-        self.decide(
-            lease.run_id,
-            lambda agg: worker.complete(
-                agg, lease.attempt_id, lease.lease_id, lease.version, outcome, None, output, now_ms
-            ),
-        )
-
-    def cancel(self, run_id: str, reason: str = "user", now_ms: int = T0) -> None:
-        self.decide(run_id, lambda agg: cancellation.request_cancel(agg, reason, now_ms))
 
 
 @dataclass
