@@ -16,6 +16,12 @@
 
 Any refusal raises before the commit, so nothing is written.
 
+Where the schema has least-privilege roles (PostgreSQL, `eventstore.pg_roles`), the
+runtime role may not read the publication tables: every read of a publication, its
+publisher's status and its published revision goes through the SECURITY DEFINER
+function `qlflow_admission_source`, which also takes the publisher's lock
+(`PublicationReads`). Elsewhere the same reads go to the read models directly.
+
 Replay comes before the guard on purpose: an exact replay is not a new start, so
 it is answered even if the publication was withdrawn meanwhile (SPEC §6: that
 stops new starts only). This is what makes a retry after a lost COMMIT response
@@ -65,6 +71,7 @@ from domain.values import (
     receipt_from_document,
     receipt_stream_id,
 )
+from eventstore import pg_roles
 from projections import publications as read_model
 from projections.registry import commit
 
@@ -173,15 +180,18 @@ def admit_in_tx(
     nothing. Call `admission_identity` first when retrying with a generated key.
     """
     admission_key, run_id = admission_identity(admission_key, run_id)
-    publication = _resolve_and_serialize(tx, package)
+    reads = PublicationReads(tx)
+    publication = reads.resolve_and_serialize(package)
 
-    replayed = _exact_replay(tx, publication, admission_key, run_id, workflow_key, timeout_ms)
+    replayed = _exact_replay(
+        tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms
+    )
     if replayed is not None:
         return replayed
     _refuse_taken_run_id(tx, run_id, admission_key)
 
-    ref, revision = published_revision(tx, publication.publication_id)
-    _start_guard(tx, publication, revision, workflow_key)
+    ref, revision = reads.published_revision(publication.publication_id)
+    _start_guard(reads, publication, revision, workflow_key)
     plan = build_plan(
         ref,
         revision,
@@ -269,36 +279,91 @@ def published_revision(tx, publication_id: str) -> tuple[PublicationRef, Materia
     """The publication and the revision recorded in its `publication.published`
     event, both strictly re-read (a digest that does not match raises PlanError)."""
     records = tx.read_stream(PUBLICATION_STREAM + publication_id)
-    if not records or records[0].type != read_model.PUBLISHED:
+    return _revision_of(publication_id, records[0] if records else None)
+
+
+def _revision_of(publication_id: str, record) -> tuple[PublicationRef, MaterializedRevision]:
+    if record is None or record.type != read_model.PUBLISHED:
         raise CorruptionError(f"publication {publication_id!r} has no publication.published event")
-    data = records[0].data
-    return publication_from_json(data["publication"]), revision_from_json(data["revision"])
+    return publication_from_json(record.data["publication"]), revision_from_json(
+        record.data["revision"]
+    )
+
+
+class PublicationReads:
+    """Admission's reads of publications, publisher trust and published revisions in
+    one transaction: through `qlflow_admission_source` where the schema has it (a
+    PostgreSQL runtime role may not read those tables), else from the read models."""
+
+    def __init__(self, tx) -> None:
+        self._tx = tx
+        self._definer = pg_roles.has_admission_source(tx)
+        self._sources: dict[str, pg_roles.AdmissionSource] = {}
+
+    def resolve_and_serialize(self, package: str) -> Publication:
+        """Resolve the publication, lock its publisher, and resolve again under the
+        lock (so a publish or revocation that committed meanwhile is seen)."""
+        if not isinstance(package, str) or not package:
+            raise InvalidInput(
+                "package", "text", f"package must be a non-empty string, got {package!r}"
+            )
+        if self._definer:
+            return _single(package, self._source(package).matches)
+        locked: set[str] = set()
+        publication = self._resolve(package)
+        while publication.publisher not in locked:
+            serialize_publisher(self._tx, publication.publisher)
+            locked.add(publication.publisher)
+            publication = self._resolve(package)
+        return publication
+
+    def publication(self, publication_id: str) -> Publication | None:
+        """The publication `publication_id`, or None."""
+        if self._definer:
+            matches = self._source(publication_id).matches
+            return next((p for p in matches if p.publication_id == publication_id), None)
+        return read_model.publication(self._tx, publication_id)
+
+    def published_revision(
+        self, publication_id: str
+    ) -> tuple[PublicationRef, MaterializedRevision]:
+        """See `published_revision`."""
+        if self._definer:
+            return _revision_of(publication_id, self._source(publication_id).published)
+        return published_revision(self._tx, publication_id)
+
+    def publisher_status(self, publication: Publication) -> str | None:
+        """The trust status of the publication's publisher ("revoked", "active", None)."""
+        if self._definer:
+            return self._source(publication.publication_id).publisher_status
+        return read_model.publisher_status(self._tx, publication.publisher)
+
+    def installation_head(self, publication: Publication) -> Publication | None:
+        """The current head of the publication's installation."""
+        if self._definer:
+            return self._source(publication.publication_id).head
+        return read_model.installation_head(self._tx, publication.project, publication.installation)
+
+    def _resolve(self, package: str) -> Publication:
+        explicit = read_model.publication(self._tx, package)
+        if explicit is not None:
+            return explicit
+        return _single(package, read_model.heads_named(self._tx, package))
+
+    def _source(self, target: str) -> pg_roles.AdmissionSource:
+        source = self._sources.get(target)
+        if source is None:
+            source = pg_roles.admission_source(self._tx, target)
+            self._sources[target] = source
+            if len(source.matches) == 1:
+                self._sources.setdefault(source.matches[0].publication_id, source)
+        return source
 
 
 # --- steps of admission -----------------------------------------------------------------
 
 
-def _resolve_and_serialize(tx, package: str) -> Publication:
-    """Resolve the publication, lock its publisher, and resolve again under the lock
-    (so a publish or revocation that committed meanwhile is seen)."""
-    locked: set[str] = set()
-    publication = _resolve(tx, package)
-    while publication.publisher not in locked:
-        serialize_publisher(tx, publication.publisher)
-        locked.add(publication.publisher)
-        publication = _resolve(tx, package)
-    return publication
-
-
-def _resolve(tx, package: str) -> Publication:
-    if not isinstance(package, str) or not package:
-        raise InvalidInput(
-            "package", "text", f"package must be a non-empty string, got {package!r}"
-        )
-    explicit = read_model.publication(tx, package)
-    if explicit is not None:
-        return explicit
-    heads = read_model.heads_named(tx, package)
+def _single(package: str, heads) -> Publication:
     if not heads:
         raise NotFound(f"no published package or installation {package!r}; publish it first")
     if len(heads) > 1:
@@ -314,6 +379,7 @@ def _resolve(tx, package: str) -> Publication:
 
 def _exact_replay(
     tx,
+    reads: PublicationReads,
     publication: Publication,
     admission_key: str,
     run_id: str,
@@ -324,7 +390,7 @@ def _exact_replay(
     if not records:
         return None
     receipt = receipt_from_document(records[0].data, EXISTING)
-    bound = read_model.publication(tx, receipt.publication_id)
+    bound = reads.publication(receipt.publication_id)
     same_installation = bound is not None and (bound.project, bound.installation) == (
         publication.project,
         publication.installation,
@@ -332,7 +398,7 @@ def _exact_replay(
     digest = None
     if same_installation:
         try:
-            ref, revision = published_revision(tx, receipt.publication_id)
+            ref, revision = reads.published_revision(receipt.publication_id)
             ids = step_run_ids_for(run_id, _step_keys(revision, workflow_key))
             digest = build_plan(ref, revision, workflow_key, run_id, ids, timeout_ms).plan_digest
         except PlanError:
@@ -361,13 +427,16 @@ def _refuse_taken_run_id(tx, run_id: str, admission_key: str) -> None:
 
 
 def _start_guard(
-    tx, publication: Publication, revision: MaterializedRevision, workflow_key: str
+    reads: PublicationReads,
+    publication: Publication,
+    revision: MaterializedRevision,
+    workflow_key: str,
 ) -> None:
     where = (
         f"publication {publication.publication_id} ({publication.package} generation "
         f"{publication.generation})"
     )
-    if read_model.publisher_status(tx, publication.publisher) == read_model.REVOKED:
+    if reads.publisher_status(publication) == read_model.REVOKED:
         _refuse(
             "publisher_revoked",
             f"{where}: its publisher {publication.publisher!r} is revoked; "
@@ -383,7 +452,7 @@ def _start_guard(
     if publication.status != ACTIVE:
         _refuse("inactive", f"{where} is {publication.status}")
     if not publication.head:
-        head = read_model.installation_head(tx, publication.project, publication.installation)
+        head = reads.installation_head(publication)
         current = f"generation {head.generation} ({head.publication_id})" if head else "unknown"
         _refuse(
             "superseded",

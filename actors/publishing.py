@@ -98,6 +98,8 @@ def publish_in_tx(tx, package: Any, now_ms: int, *, publisher: str | None = None
             "publication": publication_to_json(ref),
             "revision": revision_to_json(revision),
             "published_at_ms": now_ms,
+            # where the executor finds the files; not part of any digest
+            "source_path": _source_path(package),
         },
         metadata=_metadata(now_ms, ref.publication_id),
     )
@@ -105,6 +107,11 @@ def publish_in_tx(tx, package: Any, now_ms: int, *, publisher: str | None = None
     published = read_model.publication(tx, ref.publication_id)
     assert published is not None  # the commit above inserted it
     return _with_created(published)
+
+
+def _source_path(package: Any) -> str | None:
+    folder = getattr(package, "folder", None)
+    return str(folder) if folder is not None else None
 
 
 def withdraw_in_tx(tx, publication_id: str, now_ms: int, reason: str | None = None) -> Publication:

@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import resource
 import shutil
 import signal
@@ -78,9 +79,14 @@ PROFILES = ("edge", "standalone", "cluster")
 AS_LIMIT_MIB = {"edge": 128, "standalone": 256, "cluster": None}
 PG_ENV = "QLFLOW_TEST_PG_URL"
 FAULT_ENV = "QLFLOW_FAULT"
-CHILD_TIMEOUT_S = 120.0
+CHILD_TIMEOUT_S = 60.0
 BACKEND_GONE_TIMEOUT_S = 15.0
 MIN_POINTS = 64
+# Thread stack of limited children. glibc's default (8 MiB, from RLIMIT_STACK) is an
+# address-space reservation per thread: a page of 8 Workflow actors would reserve
+# 64 MiB of a 128 MiB limit without touching it. A memory-limited host sets its
+# thread stack size; so do these children.
+LIMITED_THREAD_STACK_KIB = 2048
 
 # --- the scenario ------------------------------------------------------------------------
 
@@ -476,6 +482,7 @@ def child_main(args: argparse.Namespace) -> int:
     if args.as_limit_mib:
         limit = args.as_limit_mib * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        threading.stack_size(LIMITED_THREAD_STACK_KIB * 1024)
     import orjson
 
     import qlflow
@@ -496,8 +503,22 @@ def child_main(args: argparse.Namespace) -> int:
         Path(args.counts).write_bytes(orjson.dumps(faults.counts()))
     if timer is not None:
         Path(args.timings).write_bytes(
-            orjson.dumps({"hold_ms": timer.hold_ms, "through_commit_ms": timer.through_commit_ms})
+            orjson.dumps(
+                {
+                    "hold_ms": timer.hold_ms,
+                    "through_commit_ms": timer.through_commit_ms,
+                    "vm_peak_kb": _vm_peak_kb(),
+                }
+            )
         )
+    return 0
+
+
+def _vm_peak_kb() -> int:
+    """This process's peak address-space size (what RLIMIT_AS limits), from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmPeak:"):
+            return int(line.split()[1])
     return 0
 
 
@@ -511,6 +532,12 @@ class ChildRun:
     returncode: int  # negative: killed by that signal
     maxrss_kb: int
     stderr: str
+    timed_out: bool = False  # it hung, and the harness killed it
+
+    @property
+    def killed_itself(self) -> bool:
+        """Died by SIGKILL at its fault point (not by the harness's timeout)."""
+        return self.returncode == -signal.SIGKILL and not self.timed_out
 
 
 def run_child(
@@ -548,6 +575,10 @@ def run_child(
     env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
     if fault is not None:
         env[FAULT_ENV] = fault
+    if as_limit_mib is not None:
+        # glibc reserves 64 MiB of address space per malloc arena (up to 8 per core);
+        # an address-space limit counts that reservation, not memory use
+        env.setdefault("MALLOC_ARENA_MAX", "2")
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")) if p
     )
@@ -555,36 +586,75 @@ def run_child(
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env
         )
-        status, usage = _wait4(process, CHILD_TIMEOUT_S)
+        status, usage, timed_out = _wait4(process, CHILD_TIMEOUT_S)
         stderr.seek(0)
         text = stderr.read().decode(errors="replace")
-    return ChildRun(os.waitstatus_to_exitcode(status), usage.ru_maxrss, text[-4000:])
+    if timed_out:
+        text += f"\n[crash_matrix: the child hung for {CHILD_TIMEOUT_S:g}s and was killed]"
+    return ChildRun(os.waitstatus_to_exitcode(status), usage.ru_maxrss, text[-4000:], timed_out)
 
 
 def _wait4(process: subprocess.Popen, timeout_s: float):
+    """Reap the child with its own rusage; kill it if it outlives `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid == process.pid:
             process.returncode = os.waitstatus_to_exitcode(status)  # Popen must not reap it
-            return status, usage
+            return status, usage, False
         if time.monotonic() > deadline:
             process.kill()
             pid, status, usage = os.wait4(process.pid, 0)
             process.returncode = os.waitstatus_to_exitcode(status)
-            return status, usage
+            return status, usage, True
         time.sleep(0.01)
 
 
 class Stores:
-    """Fresh stores for one profile: SQLite files in a temp folder, or PostgreSQL schemas."""
+    """Fresh stores for one profile: SQLite files in a temp folder, or PostgreSQL schemas.
 
-    def __init__(self, profile: str, pg_url: str | None, root: Path) -> None:
+    PostgreSQL advisory locks belong to a database, not a schema, and every case uses
+    the same ids (that is the point): cases running side by side in one database
+    would meet each other's locks. So each parallel slot gets its own database, made
+    for this matrix and dropped with it; a case takes a fresh schema in a free one.
+    """
+
+    def __init__(self, profile: str, pg_url: str | None, root: Path, slots: int = 1) -> None:
         self.profile = profile
         self.pg_url = pg_url
         self.root = root
-        if profile == "cluster" and not pg_url:
+        self._free: queue.Queue[str] = queue.Queue()
+        self._databases: list[str] = []
+        if profile != "cluster":
+            return
+        if not pg_url:
             raise SystemExit(f"the cluster profile needs PostgreSQL: set {PG_ENV} or pass --pg")
+        import psycopg
+
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for _ in range(max(1, slots)):
+                database = f"qlflow_crash_{uuid.uuid4().hex[:12]}"
+                conn.execute(f"CREATE DATABASE {database}")
+                self._databases.append(database)
+                self._free.put(urlunsplit(urlsplit(pg_url)._replace(path=f"/{database}")))
+
+    def close(self) -> None:
+        """Drop the databases made for this matrix."""
+        if not self._databases:
+            return
+        import psycopg
+
+        assert self.pg_url is not None
+        with psycopg.connect(self.pg_url, autocommit=True) as conn:
+            for database in self._databases:
+                conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        self._databases.clear()
+
+    def __enter__(self) -> Stores:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextmanager
     def fresh(self) -> Iterator[tuple[str, Callable[[], None]]]:
@@ -600,32 +670,34 @@ class Stores:
             return
         import psycopg
 
-        assert self.pg_url is not None
-        with psycopg.connect(self.pg_url, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {name}")
-        url = _pg_url(self.pg_url, name, application_name=name)
-
-        def wait_for_the_dead() -> None:
-            # the server ends a killed client's backends (and their locks) when it sees
-            # the socket close; the next child must not find them still holding locks
-            deadline = time.monotonic() + BACKEND_GONE_TIMEOUT_S
-            with psycopg.connect(self.pg_url, autocommit=True) as conn:
-                while time.monotonic() < deadline:
-                    row = conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                        (name,),
-                    ).fetchone()
-                    if row is not None and row[0] == 0:
-                        return
-                    time.sleep(0.02)
-            raise TimeoutError(f"backends of killed client {name} are still alive")
-
+        server = self._free.get()
         try:
-            yield url, wait_for_the_dead
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {name}")
+
+            def wait_for_the_dead() -> None:
+                # the server ends a killed client's backends (and frees their locks) when
+                # it sees the socket close; the next child must not meet them
+                deadline = time.monotonic() + BACKEND_GONE_TIMEOUT_S
+                with psycopg.connect(server, autocommit=True) as conn:
+                    while time.monotonic() < deadline:
+                        row = conn.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                            (name,),
+                        ).fetchone()
+                        if row is not None and row[0] == 0:
+                            return
+                        time.sleep(0.02)
+                raise TimeoutError(f"backends of killed client {name} are still alive")
+
+            try:
+                yield _pg_url(server, name, application_name=name), wait_for_the_dead
+            finally:
+                with psycopg.connect(server, autocommit=True) as conn:
+                    conn.execute("SET lock_timeout = '10s'")
+                    conn.execute(f"DROP SCHEMA {name} CASCADE")
         finally:
-            with psycopg.connect(self.pg_url, autocommit=True) as conn:
-                conn.execute("SET lock_timeout = '10s'")
-                conn.execute(f"DROP SCHEMA {name} CASCADE")
+            self._free.put(server)
 
 
 def _pg_url(server_url: str, schema: str, *, application_name: str) -> str:
@@ -715,7 +787,7 @@ def run_case(
         crashed = run_child(
             url, stores.profile, fault=f"{name}@{nth}=kill", as_limit_mib=as_limit_mib
         )
-        killed = crashed.returncode == -signal.SIGKILL
+        killed = crashed.killed_itself
         if not killed:
             return CaseResult(
                 name,
@@ -792,6 +864,7 @@ class ProfileReport:
     seconds: float
     hold_ms: list[float] = field(default_factory=list)
     through_commit_ms: list[float] = field(default_factory=list)
+    vm_peak_kb: int = 0  # of the children that finished (a killed one cannot report)
 
     @property
     def passed(self) -> int:
@@ -814,6 +887,7 @@ class ProfileReport:
             "changed": sum(case.changed for case in self.cases),
             "address_space_limit_mib": self.as_limit_mib,
             "peak_rss_mib": round(self.peak_rss_kb / 1024, 1),
+            "peak_address_space_mib": round(self.vm_peak_kb / 1024, 1),
             "write_lock_hold_p95_ms": percentile(self.hold_ms, 95),
             "write_lock_hold_through_commit_p95_ms": percentile(self.through_commit_ms, 95),
             "transactions_timed": len(self.hold_ms),
@@ -848,9 +922,11 @@ def run_profile(
     """Run one profile's matrix (or just `points`)."""
     started = time.monotonic()
     as_limit = AS_LIMIT_MIB[profile] if limits else None
-    with tempfile.TemporaryDirectory(prefix=f"crash-{profile}-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=f"crash-{profile}-") as tmp,
+        Stores(profile, pg_url, Path(tmp), slots=jobs) as stores,
+    ):
         root = Path(tmp)
-        stores = Stores(profile, pg_url, root)
         reference = run_reference(stores, as_limit, root)
         enumerated = reference.points()
         chosen = list(points) if points is not None else select_points(enumerated, full)
@@ -877,6 +953,7 @@ def run_profile(
     for timings in [reference.timings, *(case.timings for case in cases)]:
         report.hold_ms.extend(timings.get("hold_ms", ()))
         report.through_commit_ms.extend(timings.get("through_commit_ms", ()))
+        report.vm_peak_kb = max(report.vm_peak_kb, timings.get("vm_peak_kb", 0))
     return report
 
 
@@ -895,6 +972,7 @@ def render(reports: Sequence[ProfileReport]) -> None:
         "changed",
         "AS limit",
         "peak RSS",
+        "peak AS",
         "lock p95",
         "+COMMIT p95",
         "seconds",
@@ -912,11 +990,12 @@ def render(reports: Sequence[ProfileReport]) -> None:
             str(s["changed"]),
             f"{s['address_space_limit_mib']} MiB" if s["address_space_limit_mib"] else "-",
             f"{s['peak_rss_mib']} MiB",
+            f"{s['peak_address_space_mib']} MiB",
             f"{s['write_lock_hold_p95_ms']} ms",
             f"{s['write_lock_hold_through_commit_p95_ms']} ms",
             str(s["seconds"]),
         )
-    console = Console()
+    console = Console(width=160)
     console.print(table)
     for report in reports:
         for failure in report.summary()["failures"]:

@@ -440,7 +440,7 @@ def run_failover(pair: HaPair) -> dict[str, Any]:
     evidence = Evidence()
     values = evidence.values
     started = time.monotonic()
-    values["timings"] = pair.build()
+    values["seconds_since_start"] = pair.build()
     primary, standby = pair.primary, pair.standby
     values["server_version"] = primary.query("SHOW server_version")[0][0]
     values["ports"] = {"primary": primary.port, "standby": standby.port}
@@ -456,13 +456,13 @@ def run_failover(pair: HaPair) -> dict[str, Any]:
         before = _on_primary(urls, evidence)
     finally:
         faults.disarm()
-    values["timings"]["primary_ops_s"] = time.monotonic() - started
+    values["seconds_since_start"]["primary_ops_s"] = time.monotonic() - started
     _fence_and_promote(pair, urls, evidence, before)
-    values["timings"]["failover_s"] = time.monotonic() - started
+    values["seconds_since_start"]["failover_s"] = time.monotonic() - started
     _on_new_primary(pair, urls, evidence, before)
-    values["timings"]["replay_s"] = time.monotonic() - started
+    values["seconds_since_start"]["replay_s"] = time.monotonic() - started
     _old_primary_reenters(pair, urls, evidence)
-    values["timings"]["total_s"] = time.monotonic() - started
+    values["seconds_since_start"]["total_s"] = time.monotonic() - started
     gates = {
         "remote_apply": evidence.all("remote_apply"),
         "timeline": f"{values['timeline_before']}->{values['timeline_after']}",
@@ -756,7 +756,7 @@ def render(report: dict[str, Any], console: Console) -> None:
         ok = value == EXPECTED_GATES[gate]
         table.add_row(gate, f"[{'green' if ok else 'red'}]{value}[/]")
     table.add_row("passed", str(report["passed"]))
-    timings = report["values"].get("timings", {})
+    timings = report["values"].get("seconds_since_start", {})
     table.add_row("total seconds", f"{timings.get('total_s', 0):.1f}")
     console.print(table)
 

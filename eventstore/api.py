@@ -9,9 +9,9 @@ Usage::
         tx.execute("UPDATE runs SET ... WHERE run_id = ?", (...,))   # projections
     # leaving the block commits; an exception rolls everything back
 
-`store.append(...)` is a one-call transaction. SQL passed to `tx.execute` uses
-`?` placeholders on both dialects (the PostgreSQL adapter translates them), so
-statements never contain a literal `?` or `%`.
+`store.append(...)` is a one-call transaction. SQL passed to `tx.execute` (and
+`tx.executemany`, `tx.query`) uses `?` placeholders on both dialects (the PostgreSQL
+adapter translates them), so statements never contain a literal `?` or `%`.
 
 Transactions do not nest: a second `store.transaction()` (or any other store call)
 on a thread that has one open raises `StoreUsageError` — pass the open Transaction
@@ -20,7 +20,7 @@ down instead. If `tx.append` raises a conflict the transaction can only roll bac
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -52,6 +52,9 @@ class Transaction(Protocol):
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (projection upkeep); returns a cursor."""
+
+    def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        """Run one statement once per parameter tuple (projection upkeep in bulk)."""
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one query and return all rows."""

@@ -31,7 +31,7 @@ tables are created unqualified, in the first schema of the search_path.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -104,6 +104,11 @@ class PostgresTransaction(BaseTransaction):
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
         return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
+
+    def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        # psycopg pipelines the executions: one round trip for the lot, not one each
+        with self._conn.cursor() as cursor:
+            cursor.executemany(_native(sql), seq_of_params)
 
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
@@ -242,6 +247,14 @@ class PostgresStore(BaseStore):
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
         tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
+        # A role without CREATE on the schema (the runtime role of eventstore.pg_roles)
+        # may open a migrated store: CREATE TABLE IF NOT EXISTS would still be refused.
+        exists = tx.query(
+            "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename = 'schema_versions'"
+        )
+        if exists:
+            return
         try:
             tx.execute(
                 "CREATE TABLE IF NOT EXISTS schema_versions "

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-
-import sqlite_utils
 
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
@@ -42,6 +40,9 @@ class SqliteTransaction(BaseTransaction):
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> sqlite3.Cursor:
         # sqlite3 caches every statement it compiles; `prepared` matters to PostgreSQL only
         return self._conn.execute(sql, params)
+
+    def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, seq_of_params)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
         return self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id", event_ids)
@@ -138,6 +139,8 @@ class SqliteStore(BaseStore):
                 session.ended = True
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
+        import sqlite_utils
+
         db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
         db["schema_versions"].create(
             {"component": str, "version": int},

@@ -19,13 +19,13 @@ which gives the same outcomes with one statement fewer per append:
 
 A conflict dooms the transaction: it can only roll back, so a half-done append (one
 stream's head already moved) can never commit, even if the caller catches the error.
-Plain SQL (`execute`, `query`) uses `?` placeholders on both dialects.
+Plain SQL (`execute`, `executemany`, `query`) uses `?` placeholders on both dialects.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
@@ -75,6 +75,10 @@ class BaseTransaction(ABC):
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> Any:
         """Run one statement written with `?` placeholders and return its cursor;
         `prepared` marks a key lookup whose cached generic plan stays right at any size."""
+
+    @abstractmethod
+    def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        """Run one statement written with `?` placeholders once per parameter tuple."""
 
     @abstractmethod
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
@@ -213,6 +217,11 @@ class BaseTransaction(ABC):
         """Run one statement (`?` placeholders); returns a cursor."""
         self._check_usable()
         return self._run(sql, params)
+
+    def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        """Run one statement (`?` placeholders) once per parameter tuple, in order."""
+        self._check_usable()
+        self._run_many(sql, seq_of_params)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one query (`?` placeholders) and return all rows."""

@@ -5,14 +5,30 @@ Everything here is a deterministic function of the `run-`, `steps-` and `lease-`
 records, so a replay of the log rebuilds identical rows. The candidate flags are
 recomputed from a Run's step rows after each batch touching it, which keeps a
 dormant Run out of every candidate index: it costs rows and nothing else.
+
+`apply` has one shape for any batch, one append's records or a rebuild's thousands:
+
+1. load: the rows the batch can touch (its Runs, their StepRuns, the Attempts it
+   names or its StepRuns hold live), with a few `IN (...)` queries;
+2. fold: every record, in log order, into those rows in memory; then the candidate
+   flags of each Run a run or lease record touched;
+3. store: each row that is new or differs from what was loaded, once, with one
+   `executemany` UPSERT per table, in key order (a fixed row lock order).
+
+Loading before writing is safe beside other writers: on PostgreSQL every transaction
+that appends a Run's records holds that Run's stream head lock from before its reads
+until COMMIT (actors.loading), so no one else changes these rows meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from typing import Any
 
 import orjson
 
+from domain.errors import CorruptionError
 from domain.records import Record
 
 COMPONENT = "projections.runs"
@@ -105,240 +121,462 @@ MIGRATIONS[0]["postgresql"] = [
     stmt.replace("INTEGER", "BIGINT") for stmt in MIGRATIONS[0]["sqlite"]
 ]
 
+
 TABLES = {
     "runs": ("run_id",),
     "step_runs": ("run_id", "step_key"),
     "attempts": ("attempt_id",),
 }
 
+Row = dict[str, Any]
+# a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>
+_RUN, _STEPS, _LEASE = (prefix.removesuffix("-") for prefix in STREAM_PREFIXES)
+_IN_CHUNK = 500  # values per IN (...) list, well under either database's parameter limit
+
+
+class _Table:
+    """One read-model table as `apply` loads and stores it."""
+
+    def __init__(self, name: str, columns: tuple[str, ...]) -> None:
+        self.name = name
+        self.columns = columns  # every column, in table order
+        self.key = TABLES[name]
+        self.key_of: Callable[[Row], Any] = itemgetter(*self.key)  # a str, or a tuple
+        self.values: Callable[[Row], tuple] = itemgetter(*columns)
+        self.select_sql = f"SELECT {', '.join(columns)} FROM {name} WHERE"  # + a condition
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in self.key)
+        self.upsert_sql = (
+            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET {updates}"
+        )
+
+    def row(self, values: Sequence[Any]) -> Row:
+        return dict(zip(self.columns, values, strict=True))
+
+
+RUNS = _Table(
+    "runs",
+    (
+        "run_id", "package", "workflow_key", "publication_id", "plan_digest", "admission_key",
+        "status", "version", "steps_version", "step_count", "open_steps", "admitted_at_ms",
+        "timeout_ms", "deadline_ms", "cancel_requested_at_ms", "cancel_reason", "result_code",
+        "error_code", "terminal_at_ms", "needs_frontier", "needs_admission",
+        "needs_cancellation",
+    ),
+)  # fmt: skip
+STEP_RUNS = _Table(
+    "step_runs",
+    (
+        "run_id", "step_key", "step_run_id", "task_ref", "needs", "status", "epoch",
+        "result_code", "live_attempt_id", "attempt_count", "updated_at_ms",
+    ),
+)  # fmt: skip
+ATTEMPTS = _Table(
+    "attempts",
+    (
+        "attempt_id", "run_id", "step_key", "step_run_id", "step_epoch", "attempt_number",
+        "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
+        "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
+        "result_code", "output",
+    ),
+)  # fmt: skip
+
 
 def apply(tx, records: Sequence[Record]) -> None:
     """Fold freshly appended run, step and lease records into the read models."""
-    touched: list[str] = []
+    rows = _load(tx, records)
+    touched: set[str] = set()
     for record in records:
-        run_id = _apply_one(tx, record)
-        if run_id and run_id not in touched:
-            touched.append(run_id)
+        run_id = _fold(rows, record)
+        if run_id is not None:
+            touched.add(run_id)
     for run_id in touched:
-        _refresh_candidate_flags(tx, run_id)
+        _refresh_candidate_flags(rows, run_id)
+    for table in (RUNS, STEP_RUNS, ATTEMPTS):
+        changed = rows.changed(table)
+        if changed:
+            tx.executemany(table.upsert_sql, changed)
 
 
-def _apply_one(tx, record: Record) -> str | None:
-    stream = record.stream_id
-    if stream.startswith("run-"):
-        return _apply_run_event(tx, record)
-    if stream.startswith("steps-"):
-        run_id = stream[len("steps-") :]
-        tx.execute(
-            "UPDATE runs SET steps_version = ? WHERE run_id = ? AND steps_version < ?",
-            (record.stream_version, run_id, record.stream_version),
-        )
+# --- load ------------------------------------------------------------------------------
+
+
+class _Rows:
+    """The rows a batch can touch, as folded so far, and their values as loaded."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, Row] = {}
+        self.steps: dict[str, dict[str, Row]] = {}  # run_id -> step_key -> row
+        self.attempts: dict[str, Row] = {}
+        self._loaded: dict[str, dict[Any, tuple]] = {
+            table.name: {} for table in (RUNS, STEP_RUNS, ATTEMPTS)
+        }
+
+    def add(self, table: _Table, row: Row) -> None:
+        if table is RUNS:
+            self.runs[row["run_id"]] = row
+        elif table is STEP_RUNS:
+            self.steps.setdefault(row["run_id"], {})[row["step_key"]] = row
+        else:
+            self.attempts[row["attempt_id"]] = row
+
+    def add_loaded(self, table: _Table, found: Iterable[tuple]) -> None:
+        """Rows as a query returned them (every column, in table order)."""
+        loaded = self._loaded[table.name]
+        for values in found:
+            row = table.row(values)
+            self.add(table, row)
+            loaded[table.key_of(row)] = tuple(values)
+
+    def step(self, run_id: str, step_key: str) -> Row | None:
+        return self.steps.get(run_id, {}).get(step_key)
+
+    def changed(self, table: _Table) -> list[tuple]:
+        """Values of the table's new or changed rows, in key order."""
+        if table is RUNS:
+            current: Iterable[Row] = self.runs.values()
+        elif table is STEP_RUNS:
+            current = (row for steps in self.steps.values() for row in steps.values())
+        else:
+            current = self.attempts.values()
+        loaded = self._loaded[table.name]
+        changed = []
+        for row in current:
+            key, values = table.key_of(row), table.values(row)
+            if loaded.get(key) != values:
+                changed.append((key, values))
+        changed.sort(key=itemgetter(0))
+        return [values for _key, values in changed]
+
+
+def _load(tx, records: Sequence[Record]) -> _Rows:
+    """Every row the records can touch: three queries (two when no Attempt is named)."""
+    run_ids, attempt_ids = _named(records)
+    rows = _Rows()
+    rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", attempt_ids))
+    run_ids.update(attempt["run_id"] for attempt in rows.attempts.values())
+    rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", run_ids))
+    steps, live_attempts = _select_steps_with_live_attempts(tx, run_ids)
+    rows.add_loaded(STEP_RUNS, steps)
+    rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in attempt_ids))
+    return rows
+
+
+def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
+    """The Run ids and Attempt ids the records name (a lease stream names its Attempt)."""
+    run_ids: set[str] = set()
+    attempt_ids: set[str] = set()
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _RUN:
+            run_ids.add(entity_id)
+            if record.type.startswith("attempt."):
+                attempt_ids.add(record.data["attempt_id"])
+        elif family == _STEPS:
+            run_ids.add(entity_id)
+        elif family == _LEASE:
+            attempt_ids.add(entity_id)
+    return run_ids, attempt_ids
+
+
+_STEPS_WITH_LIVE_ATTEMPTS = (
+    f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
+    f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
+    "FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id WHERE s.run_id"
+)
+
+
+def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[tuple], list[tuple]]:
+    """The Runs' StepRuns, and the Attempts they hold live."""
+    split = len(STEP_RUNS.columns)
+    found = _query_in(tx, _STEPS_WITH_LIVE_ATTEMPTS, run_ids)
+    live_attempts = {row[split]: row[split:] for row in found if row[split] is not None}
+    return [row[:split] for row in found], list(live_attempts.values())
+
+
+def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
+    """Rows of `sql` + ` IN (values)`, in chunks of `_IN_CHUNK` values."""
+    ordered = sorted(values)
+    found: list[tuple] = []
+    for start in range(0, len(ordered), _IN_CHUNK):
+        chunk = ordered[start : start + _IN_CHUNK]
+        found += tx.query(f"{sql} IN ({', '.join('?' * len(chunk))})", chunk)
+    return found
+
+
+# --- fold: like an UPDATE, a record whose row is missing changes nothing ---------------
+
+
+def _fold(rows: _Rows, record: Record) -> str | None:
+    """Fold one record; return the Run whose candidate flags it may change, if any."""
+    family, _, entity_id = record.stream_id.partition("-")
+    if family == _RUN:
+        _fold_run_event(rows, entity_id, record)
+        return entity_id
+    if family == _STEPS:
+        run = rows.runs.get(entity_id)
+        if run is not None and run["steps_version"] < record.stream_version:
+            run["steps_version"] = record.stream_version
         return None
-    if stream.startswith("lease-"):
-        return _apply_lease_event(tx, record)
+    if family == _LEASE:
+        return _fold_lease_event(rows, entity_id, record)
     return None
 
 
-def _apply_run_event(tx, record: Record) -> str:
-    run_id = record.stream_id[len("run-") :]
-    data = record.data
+def _fold_run_event(rows: _Rows, run_id: str, record: Record) -> None:
+    """Fold a RunEvent: admission inserts the Run and its StepRuns; any other event
+    moves the Run's version, then does what its type says."""
     kind = record.type
-    at_ms = record.metadata.get("at_ms")
     if kind == "workflow.admitted":
-        plan = data["plan"]
-        timeout = plan.get("timeout_ms")
-        admitted = data["admitted_at_ms"]
-        steps = plan["steps"]
-        tx.execute(
-            """INSERT INTO runs (run_id, package, workflow_key, publication_id, plan_digest,
-                admission_key, status, version, step_count, open_steps, admitted_at_ms,
-                timeout_ms, deadline_ms)
-               VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)""",
-            (
-                run_id,
-                plan["package"],
-                plan["workflow_key"],
-                plan["publication_id"],
-                plan["plan_digest"],
-                data.get("admission_key"),
-                record.stream_version,
-                len(steps),
-                len(steps),
-                admitted,
-                timeout,
-                admitted + timeout if timeout is not None else None,
-            ),
-        )
-        for step in steps:
-            tx.execute(
-                """INSERT INTO step_runs (run_id, step_key, step_run_id, task_ref, needs,
-                    status, epoch, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, 0, ?)""",
-                (
-                    run_id,
-                    step["key"],
-                    step["step_run_id"],
-                    step["task_ref"],
-                    ",".join(step["needs"]),
-                    step["initial_status"],
-                    admitted,
-                ),
-            )
-        return run_id
-
-    tx.execute("UPDATE runs SET version = ? WHERE run_id = ?", (record.stream_version, run_id))
-    if kind == "step.created":
-        tx.execute(
-            "UPDATE step_runs SET status = ?, epoch = ? WHERE run_id = ? AND step_key = ?",
-            (data["status"], data["epoch"], run_id, data["step_key"]),
-        )
-    elif kind.startswith("step."):
-        to = data["to"]
-        closes = to in TERMINAL_STEP and data["from"] not in TERMINAL_STEP
-        tx.execute(
-            """UPDATE step_runs SET status = ?, epoch = ?, result_code = ?, updated_at_ms = ?
-               WHERE run_id = ? AND step_key = ?""",
-            (to, data["epoch"], data.get("result_code"), at_ms, run_id, data["step_key"]),
-        )
-        if closes:
-            tx.execute("UPDATE runs SET open_steps = open_steps - 1 WHERE run_id = ?", (run_id,))
-    elif kind == "attempt.claimed":
-        admission = data["admission"]
-        tx.execute(
-            """INSERT INTO attempts (attempt_id, run_id, step_key, step_run_id, step_epoch,
-                attempt_number, task_ref, status, claimed_at_ms, claimed_position)
-               VALUES (?, ?, ?, ?, ?, ?, ?, 'claimed', ?, ?)""",
-            (
-                data["attempt_id"],
-                run_id,
-                data["step_key"],
-                data["step_run_id"],
-                data["step_epoch"],
-                data["attempt_number"],
-                admission["task_ref"],
-                at_ms,
-                record.global_position,
-            ),
-        )
-        tx.execute(
-            """UPDATE step_runs SET live_attempt_id = ?, attempt_count = attempt_count + 1
-               WHERE run_id = ? AND step_key = ?""",
-            (data["attempt_id"], run_id, data["step_key"]),
-        )
-    elif kind in ("attempt.starting", "attempt.running"):
-        status = kind.split(".", 1)[1]
-        tx.execute(
-            """UPDATE attempts SET status = ?,
-                started_at_ms = COALESCE(started_at_ms, ?) WHERE attempt_id = ?""",
-            (status, at_ms, data["attempt_id"]),
-        )
-    elif kind.startswith("attempt."):
-        status = kind.split(".", 1)[1]
-        output = data.get("output")
-        tx.execute(
-            """UPDATE attempts SET status = ?, result_code = ?, ended_at_ms = ?, output = ?
-               WHERE attempt_id = ?""",
-            (
-                status,
-                data.get("result_code"),
-                at_ms,
-                None if output is None else _json(output),
-                data["attempt_id"],
-            ),
-        )
-        tx.execute(
-            """UPDATE step_runs SET live_attempt_id = NULL
-               WHERE run_id = ? AND live_attempt_id = ?""",
-            (run_id, data["attempt_id"]),
-        )
-    elif kind == "workflow.cancel_requested":
-        tx.execute(
-            "UPDATE runs SET cancel_requested_at_ms = ?, cancel_reason = ? WHERE run_id = ?",
-            (data["requested_at_ms"], data["reason"], run_id),
-        )
-    elif kind.startswith("workflow."):
-        tx.execute(
-            """UPDATE runs SET status = ?, result_code = ?, error_code = ?, terminal_at_ms = ?
-               WHERE run_id = ?""",
-            (kind.split(".", 1)[1], data.get("result_code"), data.get("error_code"), at_ms, run_id),
-        )
-    return run_id
+        _admit(rows, run_id, record)
+        return
+    run = rows.runs.get(run_id)
+    if run is not None:
+        run["version"] = record.stream_version
+    fold = _RUN_EVENT_FOLDS.get(kind) or _RUN_EVENT_FAMILY_FOLDS.get(_family(kind))
+    if fold is not None:
+        fold(rows, run_id, run, record)
 
 
-def _apply_lease_event(tx, record: Record) -> str | None:
-    attempt_id = record.stream_id[len("lease-") :]
+def _family(kind: str) -> str:
+    """The event type's family: "step.failed" -> "step." ("" for a type with no dot)."""
+    return kind[: kind.find(".") + 1]
+
+
+def _update(row: Row | None, **values: Any) -> None:
+    if row is not None:
+        row.update(values)
+
+
+def _admit(rows: _Rows, run_id: str, record: Record) -> None:
     data = record.data
-    kind = record.type
+    plan = data["plan"]
+    steps = plan["steps"]
+    timeout = plan.get("timeout_ms")
+    admitted = data["admitted_at_ms"]
+    if run_id in rows.runs:
+        raise CorruptionError(f"run {run_id!r} is admitted twice in the log")
+    rows.add(
+        RUNS,
+        {
+            **dict.fromkeys(RUNS.columns),
+            "run_id": run_id,
+            "package": plan["package"],
+            "workflow_key": plan["workflow_key"],
+            "publication_id": plan["publication_id"],
+            "plan_digest": plan["plan_digest"],
+            "admission_key": data.get("admission_key"),
+            "status": "running",
+            "version": record.stream_version,
+            "steps_version": 0,
+            "step_count": len(steps),
+            "open_steps": len(steps),
+            "admitted_at_ms": admitted,
+            "timeout_ms": timeout,
+            "deadline_ms": admitted + timeout if timeout is not None else None,
+            "needs_frontier": 0,
+            "needs_admission": 0,
+            "needs_cancellation": 0,
+        },
+    )
+    for step in steps:
+        if rows.step(run_id, step["key"]) is not None:
+            raise CorruptionError(f"run {run_id!r} admits step {step['key']!r} twice")
+        rows.add(
+            STEP_RUNS,
+            {
+                "run_id": run_id,
+                "step_key": step["key"],
+                "step_run_id": step["step_run_id"],
+                "task_ref": step["task_ref"],
+                "needs": ",".join(step["needs"]),
+                "status": step["initial_status"],
+                "epoch": 0,
+                "result_code": None,
+                "live_attempt_id": None,
+                "attempt_count": 0,
+                "updated_at_ms": admitted,
+            },
+        )
+
+
+def _create_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    _update(rows.step(run_id, data["step_key"]), status=data["status"], epoch=data["epoch"])
+
+
+def _move_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    to = data["to"]
+    _update(
+        rows.step(run_id, data["step_key"]),
+        status=to,
+        epoch=data["epoch"],
+        result_code=data.get("result_code"),
+        updated_at_ms=record.metadata.get("at_ms"),
+    )
+    if run is not None and to in TERMINAL_STEP and data["from"] not in TERMINAL_STEP:
+        run["open_steps"] -= 1
+
+
+def _claim(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    attempt_id = data["attempt_id"]
+    if attempt_id in rows.attempts:
+        raise CorruptionError(f"attempt {attempt_id!r} is claimed twice in the log")
+    rows.add(
+        ATTEMPTS,
+        {
+            **dict.fromkeys(ATTEMPTS.columns),
+            "attempt_id": attempt_id,
+            "run_id": run_id,
+            "step_key": data["step_key"],
+            "step_run_id": data["step_run_id"],
+            "step_epoch": data["step_epoch"],
+            "attempt_number": data["attempt_number"],
+            "task_ref": data["admission"]["task_ref"],
+            "status": "claimed",
+            "claimed_at_ms": record.metadata.get("at_ms"),
+            "claimed_position": record.global_position,
+        },
+    )
+    step = rows.step(run_id, data["step_key"])
+    if step is not None:
+        step["live_attempt_id"] = attempt_id
+        step["attempt_count"] += 1
+
+
+def _start_attempt(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    attempt = rows.attempts.get(record.data["attempt_id"])
+    if attempt is not None:
+        attempt["status"] = record.type.partition(".")[2]
+        if attempt["started_at_ms"] is None:
+            attempt["started_at_ms"] = record.metadata.get("at_ms")
+
+
+def _end_attempt(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    attempt_id = data["attempt_id"]
+    output = data.get("output")
+    _update(
+        rows.attempts.get(attempt_id),
+        status=record.type.partition(".")[2],
+        result_code=data.get("result_code"),
+        ended_at_ms=record.metadata.get("at_ms"),
+        output=None if output is None else _json(output),
+    )
+    for step in rows.steps.get(run_id, {}).values():
+        if step["live_attempt_id"] == attempt_id:
+            step["live_attempt_id"] = None
+
+
+def _request_cancel(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    _update(run, cancel_requested_at_ms=data["requested_at_ms"], cancel_reason=data["reason"])
+
+
+def _end_run(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    _update(
+        run,
+        status=record.type.partition(".")[2],
+        result_code=data.get("result_code"),
+        error_code=data.get("error_code"),
+        terminal_at_ms=record.metadata.get("at_ms"),
+    )
+
+
+# What each RunEvent type does beyond moving the Run's version (`workflow.admitted`
+# aside): an exact type first, else its family ("step.<to>", "attempt.<terminal>",
+# "workflow.<terminal>"); any other type only moves the version.
+_RUN_EVENT_FOLDS = {
+    "step.created": _create_step,
+    "attempt.claimed": _claim,
+    "attempt.starting": _start_attempt,
+    "attempt.running": _start_attempt,
+    "workflow.cancel_requested": _request_cancel,
+}
+_RUN_EVENT_FAMILY_FOLDS = {
+    "step.": _move_step,
+    "attempt.": _end_attempt,
+    "workflow.": _end_run,
+}
+
+
+def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | None:
+    """Fold a lease record into its Attempt's row; return the Attempt's Run, if any."""
+    attempt = rows.attempts.get(attempt_id)
+    if attempt is None:
+        return None
+    kind, data = record.type, record.data
     if kind == "lease.granted":
-        tx.execute(
-            """UPDATE attempts SET lease_id = ?, lease_version = ?, lease_status = 'leased',
-                worker_id = ?, expires_at_ms = ? WHERE attempt_id = ?""",
-            (
-                data["lease_id"],
-                record.stream_version,
-                data["worker_id"],
-                data["expires_at_ms"],
-                attempt_id,
-            ),
+        attempt.update(
+            lease_id=data["lease_id"],
+            lease_version=record.stream_version,
+            lease_status="leased",
+            worker_id=data["worker_id"],
+            expires_at_ms=data["expires_at_ms"],
         )
     elif kind == "lease.renewed":
-        tx.execute(
-            "UPDATE attempts SET lease_version = ?, expires_at_ms = ? WHERE attempt_id = ?",
-            (record.stream_version, data["expires_at_ms"], attempt_id),
-        )
+        attempt.update(lease_version=record.stream_version, expires_at_ms=data["expires_at_ms"])
     else:
         status = "completed" if kind == "lease.completed" else "released"
-        tx.execute(
-            "UPDATE attempts SET lease_version = ?, lease_status = ? WHERE attempt_id = ?",
-            (record.stream_version, status, attempt_id),
-        )
-    rows = tx.query("SELECT run_id FROM attempts WHERE attempt_id = ?", (attempt_id,))
-    return rows[0][0] if rows else None
+        attempt.update(lease_version=record.stream_version, lease_status=status)
+    return attempt["run_id"]
 
 
-def _refresh_candidate_flags(tx, run_id: str) -> None:
+# --- candidate flags ---------------------------------------------------------------------
+
+
+def _refresh_candidate_flags(rows: _Rows, run_id: str) -> None:
     """Recompute which cycle phases have work on this Run, from its own rows only."""
-    runs = tx.query(
-        "SELECT status, cancel_requested_at_ms, open_steps FROM runs WHERE run_id = ?",
-        (run_id,),
-    )
-    if not runs:
+    run = rows.runs.get(run_id)
+    if run is None:
         return
-    status, cancel_at, open_steps = runs[0]
-    if status != "running":
-        tx.execute(
-            """UPDATE runs SET needs_frontier = 0, needs_admission = 0, needs_cancellation = 0
-               WHERE run_id = ?""",
-            (run_id,),
-        )
+    if run["status"] != "running":
+        run.update(needs_frontier=0, needs_admission=0, needs_cancellation=0)
         return
-    rows = tx.query(
-        """SELECT s.step_key, s.needs, s.status, s.live_attempt_id, a.status, a.lease_status
-           FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id
-           WHERE s.run_id = ?""",
-        (run_id,),
+    frontier, admission, cancellation = _phases_with_work(rows, run_id, run["open_steps"])
+    run.update(
+        needs_frontier=int(frontier),
+        needs_admission=int(admission),
+        needs_cancellation=int(cancellation and run["cancel_requested_at_ms"] is not None),
     )
-    status_of = {row[0]: row[2] for row in rows}
-    frontier = open_steps == 0
+
+
+def _phases_with_work(rows: _Rows, run_id: str, open_steps: int) -> tuple[bool, bool, bool]:
+    """(frontier, admission, cancellation): whether the Run's StepRuns give each work."""
+    steps = rows.steps.get(run_id, {})
+    frontier = cancellation = open_steps == 0
     admission = False
-    cancellation = open_steps == 0
-    for _key, needs, step_status, live_attempt, attempt_status, lease_status in rows:
-        if step_status == "pending":
+    for step in steps.values():
+        status = step["status"]
+        if status == "pending":
             cancellation = True
-            if all(status_of[n] in TERMINAL_STEP for n in needs.split(",") if n):
+            if _needs_settled(steps, step):
                 frontier = True
-        elif step_status == "ready":
+        elif status == "ready":
+            live_attempt = step["live_attempt_id"]
             if live_attempt is None:
-                admission = True
+                admission = cancellation = True
+            elif _claimed_without_lease(rows.attempts.get(live_attempt)):
                 cancellation = True
-            elif attempt_status == "claimed" and lease_status != "leased":
-                cancellation = True
-        elif step_status in ("lost", "waiting_approval"):
+        elif status in ("lost", "waiting_approval"):
             cancellation = True
-            frontier = frontier or step_status == "lost"
-    tx.execute(
-        """UPDATE runs SET needs_frontier = ?, needs_admission = ?, needs_cancellation = ?
-           WHERE run_id = ?""",
-        (int(frontier), int(admission), int(cancellation and cancel_at is not None), run_id),
+            frontier = frontier or status == "lost"
+    return frontier, admission, cancellation
+
+
+def _needs_settled(steps: dict[str, Row], step: Row) -> bool:
+    """Whether every StepRun `step` needs has reached a terminal status."""
+    return all(steps[need]["status"] in TERMINAL_STEP for need in step["needs"].split(",") if need)
+
+
+def _claimed_without_lease(attempt: Row | None) -> bool:
+    return (
+        attempt is not None
+        and attempt["status"] == "claimed"
+        and attempt["lease_status"] != "leased"
     )
 
 

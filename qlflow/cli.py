@@ -1082,6 +1082,51 @@ def verify(ctx: typer.Context, json_out: JsonOption = False) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
+@app.command(
+    "pg-roles",
+    epilog="Example: [bold]qlflow --db postgresql://postgres@db/app pg-roles --schema qlflow "
+    "--prefix qlflow[/bold]  (then run every replica and worker with the runtime URL)",
+)
+def pg_roles_command(
+    ctx: typer.Context,
+    schema: Annotated[str, typer.Option(help="The schema that holds qlflow's tables.")] = "qlflow",
+    prefix: Annotated[
+        str,
+        typer.Option(help="Roles are <prefix>_owner, _runtime, _publisher, _audit, _admission."),
+    ] = "qlflow",
+    json_out: JsonOption = False,
+) -> None:
+    """Create or repair least-privilege PostgreSQL roles (--db connects as a superuser)."""
+    import psycopg
+
+    import qlflow
+    from eventstore import pg_roles
+
+    url = _settings(ctx).url
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise CliError("pg-roles needs a PostgreSQL --db URL that connects as a superuser")
+    try:
+        urls = pg_roles.setup_roles(
+            url, schema, prefix, migrate=lambda owner_url: qlflow.open(owner_url).close()
+        )
+    except QlflowError as error:
+        raise CliError(str(error)) from None
+    except psycopg.Error as error:
+        raise CliError(f"--db {redact(url)}: {str(error).strip().splitlines()[0]}") from None
+    by_kind = {
+        "owner": urls.owner,
+        "runtime": urls.runtime,
+        "publisher": urls.publisher,
+        "audit": urls.audit,
+    }
+    if _wants_json(ctx, json_out):
+        render.write_json({"schema": urls.schema, "roles": dict(urls.roles), "urls": by_kind})
+        return
+    console = _console()
+    for kind, role_url in by_kind.items():
+        console.print(f"{kind:<10} {redact(role_url)}", soft_wrap=True)
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 

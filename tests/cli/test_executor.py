@@ -132,14 +132,25 @@ def test_a_command_that_cannot_start_fails_with_start_failed(rt, tmp_path: Path)
     assert [r.pid for r in result.reports] == [None]
 
 
-def test_a_package_folder_unknown_to_the_worker_fails_to_start(rt, tmp_path: Path):
+def test_the_folder_recorded_at_publish_is_used_when_the_worker_knows_none(rt, tmp_path: Path):
     folder = _package(tmp_path, '[tasks.t]\ncommand = ["true"]\n', '[{ key = "only", task = "t" }]')
 
     run, _ = drive(rt, folder, tmp_path, folders={})
 
+    assert run.steps["only"].status == "succeeded"
+
+
+def test_a_package_folder_gone_since_publish_fails_to_start(rt, tmp_path: Path):
+    folder = _package(tmp_path, '[tasks.t]\ncommand = ["true"]\n', '[{ key = "only", task = "t" }]')
+
+    def move_away():
+        folder.rename(tmp_path / "moved")
+
+    run, _ = drive(rt, folder, tmp_path, folders={}, change_after_publish=move_away)
+
     step = run.steps["only"]
     assert (step.status, step.result_code) == ("failed", "start_failed")
-    assert "--package-dir" in step.attempts[0].output["error"]
+    assert "does not exist" in step.attempts[0].output["error"]
 
 
 def test_a_folder_changed_since_publication_never_runs(rt, tmp_path: Path):

@@ -310,3 +310,39 @@ def test_role_urls_carry_role_password_and_schema():
     assert url.startswith("postgresql://q_runtime:p%40ss%20word@db.example:5433/app?")
     assert "sslmode=require" in url and "search_path%3Dtenant_a" in url
     assert "secret" not in url and "admin" not in url
+
+
+def test_setup_adopts_a_schema_the_admin_migrated_and_keeps_its_runs(pg_url, pg_server_url):
+    schema = pg_url.rsplit("%3D", 1)[1]
+    with qlflow.open(pg_url) as admin_runtime:  # a deployment that ran as a superuser
+        admin_runtime.publish(manifest(DIAMOND), now_ms=T0)
+        run_id = admin_runtime.start("demo", "flow", admission_key="k", now_ms=T0).run_id
+    prefix = f"adopt{schema[-10:]}"
+    try:
+        urls = pg_roles.setup_roles(pg_server_url, schema, prefix, migrate=migrate_as_owner)
+        owners = sql_as(
+            pg_roles.role_url(pg_server_url, "postgres", schema),
+            "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = current_schema()",
+        )
+        assert owners == [(urls.roles["owner"],)]
+        refused(urls.runtime, "SELECT * FROM publications")
+        with qlflow.open(urls.runtime) as runtime:
+            drive(runtime, T0)
+            assert runtime.get_run(run_id).status == "succeeded"
+    finally:
+        pg_roles.drop_roles(pg_server_url, prefix)
+
+
+def test_setup_sets_passwords_and_puts_them_in_the_urls(roles, pg_server_url):
+    prefix = roles.roles["owner"].removesuffix("_owner")
+    with pytest.raises(InvalidInput, match="admission"):
+        pg_roles.setup_roles(pg_server_url, roles.schema, prefix, passwords={"admission": "x"})
+    urls = pg_roles.setup_roles(pg_server_url, roles.schema, prefix, passwords={"runtime": "s3"})
+    assert f"{roles.roles['runtime']}:s3@" in urls.runtime
+    assert urls.audit == roles.audit
+    stored = sql_as(
+        pg_server_url,
+        "SELECT rolname FROM pg_authid WHERE rolname = ANY(%s) AND rolpassword IS NOT NULL",
+        ([roles.roles["runtime"], roles.roles["audit"]],),
+    )
+    assert stored == [(roles.roles["runtime"],)]

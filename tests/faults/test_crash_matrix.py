@@ -1,0 +1,163 @@
+"""The crash matrix's quick subset (the whole matrix: `python -m bench.crash_matrix`).
+
+For a few fault points per profile: a child process SIGKILLs itself at the point,
+a fresh child recovers and drives the scenario to its end, and the final log must
+equal the uncrashed reference run's — nothing lost, nothing extra, nothing changed.
+The harness's own pieces are checked too: the scenario resumes at any instant
+(every operation played twice gives the same log), it reaches at least 64 crash
+points across every write path, and the comparison does see a lost, an extra and a
+changed event.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+
+from bench import crash_matrix as matrix
+
+# a different handful per profile: together they span every write path's windows
+QUICK = {
+    "edge": [
+        ("admission.after_commit", 1),
+        ("complete.before_commit", 4),
+        ("cancellation.after_begin", 2),
+        ("recovery.after_commit", 2),
+        ("renew.after_commit", 2),
+    ],
+    "standalone": [
+        ("publish.after_commit", 1),
+        ("lease.before_commit", 6),
+        ("frontier.after_commit", 3),
+        ("cancel.after_commit", 1),
+        ("running.before_begin", 3),
+    ],
+    "cluster": [
+        ("admission.before_commit", 3),
+        ("complete.after_commit", 5),
+        ("cancellation.before_commit", 3),
+        ("recovery.before_commit", 1),
+        ("start.after_commit", 2),
+    ],
+}
+WRITE_PATHS = (
+    "publish", "admission", "recovery", "cancellation", "frontier", "lease", "start",
+    "running", "renew", "complete", "cancel", "withdraw", "quarantine", "revoke",
+)
+WINDOWS = ("before_begin", "after_begin", "before_commit", "after_commit")
+
+
+def _pg_server(profile: str, request) -> str | None:
+    if profile != "cluster":
+        return None
+    return request.getfixturevalue("pg_server_url")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("crash-matrix")
+
+
+@pytest.fixture(scope="module")
+def references(workdir):
+    """One reference run per profile, made on first use."""
+    made: dict[str, tuple[matrix.Stores, matrix.Reference]] = {}
+
+    def get(profile: str, pg_url: str | None):
+        if profile not in made:
+            stores = matrix.Stores(profile, pg_url, workdir, slots=1)
+            limit = matrix.AS_LIMIT_MIB[profile]
+            made[profile] = stores, matrix.run_reference(stores, limit, workdir)
+        return made[profile]
+
+    yield get
+    for stores, _ in made.values():
+        stores.close()
+
+
+@pytest.mark.parametrize(
+    ("profile", "point"),
+    [
+        pytest.param(profile, point, marks=[pytest.mark.pg] if profile == "cluster" else [])
+        for profile, points in QUICK.items()
+        for point in points
+    ],
+    ids=lambda value: value if isinstance(value, str) else f"{value[0]}@{value[1]}",
+)
+def test_a_kill_at_the_point_loses_and_duplicates_nothing(
+    references, workdir, request, profile, point
+) -> None:
+    stores, reference = references(profile, _pg_server(profile, request))
+    assert point in reference.points(), f"the scenario never reaches {point}"
+    result = matrix.run_case(stores, reference, point, matrix.AS_LIMIT_MIB[profile], workdir)
+    assert result.killed, result.detail
+    assert (result.lost, result.extra, result.changed, result.runs_differ) == (0, 0, 0, ())
+    assert result.passed, result.detail
+
+
+def test_the_scenario_reaches_every_write_path_and_enough_points(references, workdir) -> None:
+    _, reference = references("edge", None)
+    points = reference.points()
+    assert len(points) >= matrix.MIN_POINTS
+    names = {name for name, _ in points}
+    missing = [f"{p}.{w}" for p in WRITE_PATHS for w in WINDOWS if f"{p}.{w}" not in names]
+    assert missing == []
+    assert matrix.check_expected(reference.final) == []
+
+
+def test_every_operation_replays_at_its_own_instant(references, workdir, tmp_path) -> None:
+    """The driver's resume rule rests on this: an operation done again at its instant,
+    once done, writes nothing (here: every operation played twice in a row)."""
+    _, reference = references("edge", None)
+    url = f"sqlite:///{tmp_path / 'twice.db'}"
+    snapshot = tmp_path / "twice.json"
+    child = matrix.run_child(url, "edge", snapshot_path=snapshot, repeat=2)
+    assert child.returncode == 0, child.stderr
+    import orjson
+
+    assert matrix.compare(reference.final, orjson.loads(snapshot.read_bytes())).same
+
+
+def test_the_comparison_sees_lost_extra_and_changed_events(references) -> None:
+    _, reference = references("edge", None)
+    final = reference.final
+    assert matrix.compare(final, final).same
+
+    lost = copy.deepcopy(final)
+    lost["streams"]["publisher-" + matrix.PUBLISHER].pop()
+    assert matrix.compare(final, lost).lost == 1
+
+    extra = copy.deepcopy(final)
+    stream = next(s for s in extra["streams"] if s.startswith("run-"))
+    version, _, kind, data, metadata = extra["streams"][stream][-1]
+    extra["streams"][stream].append([version + 1, "wff:" + "f" * 32, kind, data, metadata])
+    assert matrix.compare(final, extra).extra == 1
+
+    changed = copy.deepcopy(final)
+    changed["streams"][stream][0][4] = {**changed["streams"][stream][0][4], "at_ms": 1}
+    assert matrix.compare(final, changed).changed == 1
+
+    status = copy.deepcopy(final)
+    status["runs"]["ok"]["status"] = "failed"
+    assert matrix.compare(final, status).runs_differ == ("ok",)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert matrix.percentile([], 95) is None
+    assert matrix.percentile([5.0], 95) == 5.0
+    assert matrix.percentile([float(v) for v in range(1, 101)], 95) == 95.0
+    assert matrix.percentile([float(v) for v in range(1, 21)], 95) == 19.0
+
+
+def test_select_points_takes_the_first_and_last_hit_of_each() -> None:
+    points = [("a", 1), ("a", 2), ("a", 3), ("b", 1)]
+    assert matrix.select_points(points, full=False) == [("a", 1), ("a", 3), ("b", 1)]
+    assert matrix.select_points(points, full=True) == points
+
+
+pytestmark = pytest.mark.skipif(
+    os.name != "posix", reason="the crash matrix needs POSIX signals and wait4"
+)
