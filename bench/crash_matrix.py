@@ -4,15 +4,16 @@
                                  [--pg URL] [--no-limits]
 
 The scenario. One package with three Workflows (a diamond, a pair, a single
-step) and six Runs, driven with explicit `now_ms` through the public API:
-publish; start the six Runs; cycles; leases, start barrier, running, renewals,
-completions that succeed and fail; a user cancellation while a worker runs (its
-renewal answers stop_requested, its completion is recorded cancelled); a
-cancelled backlog claim that was never leased; a claim whose lease expires before
-start (recovery: lost, requeued, leased again); a started Attempt whose lease
-expires (lost, then failed: lease_expired); a Run deadline (timed_out); a refused
-start; withdraw, quarantine and publisher revocation. The reference run checks
-every scripted answer and the final statuses (`EXPECTED`).
+step) and eight Runs (a full edge page), driven with explicit `now_ms` through
+the public API: publish; start the Runs; cycles; leases, start barrier, running,
+renewals, completions that succeed and fail; a user cancellation while a worker
+runs (its renewal answers stop_requested, its completion is recorded
+cancelled); claims nobody leased, cancelled (reasons user and shutdown); a claim
+whose lease expires before start (recovery: lost, requeued, leased again); a
+started Attempt whose lease expires (lost, then failed: lease_expired); a Run
+deadline (timed_out); a refused start; withdraw, quarantine and publisher
+revocation. The reference run checks every scripted answer and the final
+statuses (`EXPECTED`).
 
 One case. A point is `(fault point name, n)`: the n-th hit of that point in the
 scenario, enumerated by running the scenario once with hit counting on. A fresh
@@ -42,11 +43,21 @@ Attempts; the read models verify against the log. One normalization only:
 global positions are not compared, because the Workflow actors of one page
 commit in whatever order they reach the store, in the reference run as well.
 
+PostgreSQL. Each case gets a fresh schema; each parallel job its own database,
+because advisory locks are per database and every case uses the same ids. Before
+recovering, the harness waits until the server has ended the killed client's
+backends (pg_stat_activity), as a restarted replica would find them gone.
+
 Resource gate. Children of the edge matrix run under a 128 MiB address-space
-limit (RLIMIT_AS), standalone under 256 MiB (cluster: none). Reported: the peak
-RSS of any child (wait4 ru_maxrss), and the p95 write-lock hold: the time from a
-unit's `after_begin` to its `before_commit` hit (its work inside the lock), and
-to `after_commit` (including COMMIT), from the reference and recovery children.
+limit (RLIMIT_AS), standalone under 256 MiB (cluster: none), with the settings a
+memory-limited host uses: MALLOC_ARENA_MAX=1 and 2 MiB thread stacks (glibc
+would otherwise reserve 64 MiB per malloc arena and 8 MiB per thread, address
+space the limit counts though it is never touched). Reported: the peak RSS of
+any child (wait4 ru_maxrss), the peak address space of the children that ran to
+the end (VmPeak), and the p95 write-lock hold: the time from a unit's
+`after_begin` to its `before_commit` hit (its work inside the lock), and to
+`after_commit` (including COMMIT), from the reference and recovery children.
+Timings depend on the host's load; `--jobs` runs cases side by side.
 
 Results: a table, and bench/results/crash_matrix.json.
 """
@@ -54,7 +65,6 @@ Results: a table, and bench/results/crash_matrix.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import resource
@@ -69,7 +79,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -576,9 +586,10 @@ def run_child(
     if fault is not None:
         env[FAULT_ENV] = fault
     if as_limit_mib is not None:
-        # glibc reserves 64 MiB of address space per malloc arena (up to 8 per core);
-        # an address-space limit counts that reservation, not memory use
-        env.setdefault("MALLOC_ARENA_MAX", "2")
+        # glibc reserves 64 MiB of address space per extra malloc arena (up to 8 per
+        # core); an address-space limit counts the reservation, not memory use. Under
+        # the GIL more arenas buy nothing, so a memory-limited host runs with one.
+        env.setdefault("MALLOC_ARENA_MAX", "1")
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")) if p
     )
@@ -730,7 +741,15 @@ def run_reference(stores: Stores, as_limit_mib: int | None, workdir: Path) -> Re
     with stores.fresh() as (url, _):
         tag = uuid.uuid4().hex[:8]
         paths = [workdir / f"reference-{tag}.{suffix}" for suffix in ("json", "counts", "times")]
-        child = _counted_child(url, stores.profile, paths, as_limit_mib)
+        child = run_child(
+            url,
+            stores.profile,
+            fault="count",
+            snapshot_path=paths[0],
+            counts_path=paths[1],
+            timings_path=paths[2],
+            as_limit_mib=as_limit_mib,
+        )
         if child.returncode != 0:
             raise RuntimeError(f"the reference run failed ({child.returncode}):\n{child.stderr}")
         final, counts, timings = (orjson.loads(p.read_bytes()) for p in paths)
@@ -738,18 +757,6 @@ def run_reference(stores: Stores, as_limit_mib: int | None, workdir: Path) -> Re
     if problems:
         raise RuntimeError("the reference run did not end as scripted: " + "; ".join(problems))
     return Reference(final, counts, child, timings)
-
-
-def _counted_child(url, profile, paths, as_limit_mib) -> ChildRun:
-    return run_child(
-        url,
-        profile,
-        fault="count",
-        snapshot_path=paths[0],
-        counts_path=paths[1],
-        timings_path=paths[2],
-        as_limit_mib=as_limit_mib,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -957,6 +964,27 @@ def run_profile(
     return report
 
 
+class Progress:
+    """Reports each failed case at once, and a count every 25 cases, on stderr."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, case: CaseResult) -> None:
+        with self._lock:
+            self.done += 1
+            if not case.passed:
+                print(
+                    f"{self.profile} {case.point}@{case.nth} FAILED: {case.detail}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if self.done % 25 == 0:
+                print(f"{self.profile}: {self.done} cases", file=sys.stderr, flush=True)
+
+
 def render(reports: Sequence[ProfileReport]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -1039,27 +1067,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         reports.append(
             run_profile(
-                profile, full=args.full, jobs=args.jobs, pg_url=args.pg, limits=not args.no_limits
+                profile,
+                full=args.full,
+                jobs=args.jobs,
+                pg_url=args.pg,
+                limits=not args.no_limits,
+                progress=Progress(profile),
             )
         )
     render(reports)
+    import orjson
+
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
+    RESULTS.write_bytes(
+        orjson.dumps(
             {
                 "full": args.full,
                 "jobs": args.jobs,
-                "profiles": [asdict_summary(r) for r in reports],
+                "cpus": os.cpu_count(),
+                "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+                "profiles": [report.summary() for report in reports],
             },
-            indent=2,
+            option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
         )
-        + "\n"
     )
     return 0 if all(r.passed == len(r.cases) for r in reports) else 1
-
-
-def asdict_summary(report: ProfileReport) -> dict[str, Any]:
-    return report.summary()
 
 
 if __name__ == "__main__":

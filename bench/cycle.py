@@ -35,11 +35,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
 import io
 import math
 import os
-import pstats
 import resource
 import sqlite3
 import statistics
@@ -56,7 +54,7 @@ from pathlib import Path
 import orjson
 
 import qlflow
-from actors import admission, supervisor, workers
+from actors import supervisor, workers
 from actors.authority import run_unit
 from actors.workflow import WorkflowOutcome, converge
 from domain.errors import VersionConflict
@@ -145,6 +143,8 @@ class _InTransaction:
 
 @contextlib.contextmanager
 def _memoised_revisions() -> Iterator[None]:
+    from actors import admission
+
     original = admission.published_revision
     cache: dict[str, tuple] = {}
 
@@ -187,6 +187,8 @@ def _seed_workflow(auth, i: int) -> list[Held]:
     5/6 a succeeded, e claimed, b running, c leased, d claimed, 7 four roots
     running. Odd kinds 1, 3 and the kind 6 are timed (their deadline passes),
     the others get a user cancel."""
+    from actors import admission
+
     kind = i % 8
     timed = kind in (1, 3, 6)
     tx = auth.tx
@@ -238,6 +240,8 @@ def seed_cancellation(path: Path, workflows: int) -> list[Held]:
 def seed_dormant(path: Path, dormant: int) -> None:
     """A SQLite file with `dormant` one-step Runs, half waiting on a running worker,
     half succeeded, and the 8-step package published for fresh candidates."""
+    from actors import admission
+
     with qlflow.open(f"sqlite:///{path}", synchronous="OFF") as rt, _memoised_revisions():
         rt.publish(WORKFLOW_MANIFEST, now_ms=T0)
         rt.publish(DORMANT_MANIFEST, now_ms=T0)
@@ -587,6 +591,16 @@ def bench_convergence(urls: tuple[str, str], held: list[Held], workflows: int, r
     return result
 
 
+def _query_ms(store, phase: str, now_ms: int, repeat: int = 5) -> float:
+    """Best time of one candidate page query (the first page of `phase`)."""
+    timings = []
+    for _ in range(repeat):
+        begun = time.perf_counter()
+        candidates.page(store, phase, now_ms, 32)
+        timings.append(time.perf_counter() - begun)
+    return min(timings) * 1000
+
+
 def bench_dormant(small_url: str, big_url: str, rounds: int) -> dict:
     """One cycle over CANDIDATES fresh Runs, small vs big store, interleaved rounds."""
     timings: dict[str, list[float]] = {"small": [], "big": []}
@@ -607,12 +621,20 @@ def bench_dormant(small_url: str, big_url: str, rounds: int) -> dict:
         runs = {
             label: rt.store.query("SELECT COUNT(*) FROM runs")[0][0] for label, rt in stores.items()
         }
+        queries = {
+            phase: {
+                label: _query_ms(rt.store, phase, T0 + 10_000 + rounds * 1_000)
+                for label, rt in stores.items()
+            }
+            for phase in candidates.PHASES
+        }
     small_ms = statistics.median(timings["small"]) * 1000
     big_ms = statistics.median(timings["big"]) * 1000
     return {
         "candidates": CANDIDATES,
         "rounds": rounds,
         "runs_at_end": runs,
+        "candidate_query_ms": queries,
         "cycle_ms": {label: [t * 1000 for t in values] for label, values in timings.items()},
         "small_median_ms": small_ms,
         "big_median_ms": big_ms,
@@ -673,6 +695,9 @@ def bench_edge_rss(source: Path, held: list[Held], workdir: Path) -> dict:
 
 def profile_convergence(url: str, held: list[Held], top: int = 25) -> str:
     """cProfile of one convergence with every unit on the main thread (no actors)."""
+    import cProfile
+    import pstats
+
     profiler = cProfile.Profile()
     with qlflow.open(url) as rt:
         side = Side("profile", rt, run_page=_inline_page)

@@ -13,6 +13,7 @@ encryption, so the stream is plain protocol from the first byte.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -115,8 +116,6 @@ class CommitCutter:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()

@@ -44,8 +44,20 @@ QUICK = {
     ],
 }
 WRITE_PATHS = (
-    "publish", "admission", "recovery", "cancellation", "frontier", "lease", "start",
-    "running", "renew", "complete", "cancel", "withdraw", "quarantine", "revoke",
+    "publish",
+    "admission",
+    "recovery",
+    "cancellation",
+    "frontier",
+    "lease",
+    "start",
+    "running",
+    "renew",
+    "complete",
+    "cancel",
+    "withdraw",
+    "quarantine",
+    "revoke",
 )
 WINDOWS = ("before_begin", "after_begin", "before_commit", "after_commit")
 
@@ -63,15 +75,16 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def references(workdir):
-    """One reference run per profile, made on first use."""
-    made: dict[str, tuple[matrix.Stores, matrix.Reference]] = {}
+    """One reference run per (profile, limited), made on first use. The harness's
+    self-checks use an unlimited one, so they do not depend on the resource gate."""
+    made: dict[tuple[str, bool], tuple[matrix.Stores, matrix.Reference]] = {}
 
-    def get(profile: str, pg_url: str | None):
-        if profile not in made:
+    def get(profile: str, pg_url: str | None, limited: bool = True):
+        if (profile, limited) not in made:
             stores = matrix.Stores(profile, pg_url, workdir, slots=1)
-            limit = matrix.AS_LIMIT_MIB[profile]
-            made[profile] = stores, matrix.run_reference(stores, limit, workdir)
-        return made[profile]
+            limit = matrix.AS_LIMIT_MIB[profile] if limited else None
+            made[profile, limited] = stores, matrix.run_reference(stores, limit, workdir)
+        return made[profile, limited]
 
     yield get
     for stores, _ in made.values():
@@ -99,7 +112,7 @@ def test_a_kill_at_the_point_loses_and_duplicates_nothing(
 
 
 def test_the_scenario_reaches_every_write_path_and_enough_points(references, workdir) -> None:
-    _, reference = references("edge", None)
+    _, reference = references("edge", None, limited=False)
     points = reference.points()
     assert len(points) >= matrix.MIN_POINTS
     names = {name for name, _ in points}
@@ -111,7 +124,7 @@ def test_the_scenario_reaches_every_write_path_and_enough_points(references, wor
 def test_every_operation_replays_at_its_own_instant(references, workdir, tmp_path) -> None:
     """The driver's resume rule rests on this: an operation done again at its instant,
     once done, writes nothing (here: every operation played twice in a row)."""
-    _, reference = references("edge", None)
+    _, reference = references("edge", None, limited=False)
     url = f"sqlite:///{tmp_path / 'twice.db'}"
     snapshot = tmp_path / "twice.json"
     child = matrix.run_child(url, "edge", snapshot_path=snapshot, repeat=2)
@@ -122,7 +135,7 @@ def test_every_operation_replays_at_its_own_instant(references, workdir, tmp_pat
 
 
 def test_the_comparison_sees_lost_extra_and_changed_events(references) -> None:
-    _, reference = references("edge", None)
+    _, reference = references("edge", None, limited=False)
     final = reference.final
     assert matrix.compare(final, final).same
 

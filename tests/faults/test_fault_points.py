@@ -43,7 +43,7 @@ def test_counting_sees_every_hit_of_every_point() -> None:
 
 def test_raise_fires_once_so_a_retry_gets_through() -> None:
     faults.arm("p.before_commit", "raise")
-    with pytest.raises(faults.InjectedFault, match="p.before_commit"):
+    with pytest.raises(faults.InjectedFault, match=r"p\.before_commit"):
         faults.hit("p.before_commit")
     faults.hit("p.before_commit")
     assert faults.counts()["p.before_commit"] == 2

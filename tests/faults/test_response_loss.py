@@ -62,13 +62,19 @@ def script() -> list[Step]:
 
     return [
         Step("publish", lambda rt: rt.publish(manifest(CHAIN), now_ms=T0)),
-        Step("start", lambda rt: rt.start("demo", "flow", admission_key="k", now_ms=T0 + 1),
-             "admission"),
+        Step(
+            "start",
+            lambda rt: rt.start("demo", "flow", admission_key="k", now_ms=T0 + 1),
+            "admission",
+        ),
         Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 2)),
         Step("lease x", lease("x", T0 + 3)),
         Step("running x", lambda rt: rt.mark_running(leases["x"], now_ms=T0 + 4)),
-        Step("complete x", lambda rt: rt.complete(leases["x"], "succeeded", now_ms=T0 + 5),
-             "completion"),
+        Step(
+            "complete x",
+            lambda rt: rt.complete(leases["x"], "succeeded", now_ms=T0 + 5),
+            "completion",
+        ),
         Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 6)),
         Step("lease y", lease("y", T0 + 7)),
         Step("running y", lambda rt: rt.mark_running(leases["y"], now_ms=T0 + 8)),
