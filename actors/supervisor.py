@@ -76,8 +76,12 @@ class CycleResult:
 
 def run_page(authority, run_ids: list[str], phase: str, now_ms: int) -> list[WorkflowOutcome]:
     """Converge one page: an actor per Run, every outcome collected, every actor stopped."""
-    actors = [WorkflowActor.start(authority, run_id, phase, now_ms) for run_id in run_ids]
+    actors = []
     try:
+        # started inside the try: if a thread cannot start, the ones that did are stopped
+        # (a live actor thread would keep the process from ever exiting)
+        for run_id in run_ids:
+            actors.append(WorkflowActor.start(authority, run_id, phase, now_ms))
         return pykka.get_all([actor.ask("converge", block=False) for actor in actors])
     finally:
         pykka.get_all([actor.stop(block=False) for actor in actors])

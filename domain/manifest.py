@@ -133,6 +133,8 @@ def parse_manifest(text: str, source: str = MANIFEST_FILE, *, folder: bool = Tru
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise manifest_error(source, None, None, f"TOML syntax error: {error}") from None
+    except RecursionError:
+        raise manifest_error(source, None, None, "values are nested too deeply") from None
     return validate_manifest(raw, source, folder=folder)
 
 
@@ -149,6 +151,10 @@ def validate_manifest(
     package = _package(source, raw["package"])
     tasks_raw = _table(source, None, "tasks", raw.get("tasks", {}))
     workflows_raw = _table(source, None, "workflows", raw.get("workflows", {}))
+    for task_id in tasks_raw:
+        _check_name(source, "tasks", task_id, task_id, "task id")
+    for key in workflows_raw:
+        _check_name(source, "workflows", key, key, "workflow key")
     tasks = tuple(
         _task(source, task_id, tasks_raw[task_id], folder) for task_id in sorted(tasks_raw)
     )
@@ -265,7 +271,7 @@ def _env(source: str, table: str, raw: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(raw, Mapping):
         raise manifest_error(source, table, "env", f"must be a table of strings, not {_kind(raw)}")
     for name, value in raw.items():
-        if not ENV_NAME_PATTERN.fullmatch(name):
+        if not isinstance(name, str) or not ENV_NAME_PATTERN.fullmatch(name):
             raise manifest_error(
                 source, table, f"env.{name}", "not a valid environment variable name"
             )

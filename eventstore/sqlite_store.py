@@ -139,14 +139,10 @@ class SqliteStore(BaseStore):
                 session.ended = True
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
-        import sqlite_utils
-
-        db = sqlite_utils.Database(self._conn, recursive_triggers=False, execute_plugins=False)
-        db["schema_versions"].create(
-            {"component": str, "version": int},
-            pk="component",
-            not_null={"version"},
-            if_not_exists=True,
+        # plain SQL: sqlite_utils would pull numpy (and OpenBLAS) into every process
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions "
+            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
 
     def _close(self) -> None:

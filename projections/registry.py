@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from domain.records import Record
+from eventstore import faults
 
 
 def modules() -> tuple[ModuleType, ...]:
@@ -46,4 +47,5 @@ def commit(tx, appends) -> list[Record]:
     """Append through the store and update the read models in the same transaction."""
     records = tx.append(appends)
     apply_records(tx, records)
+    faults.hit_append()
     return records

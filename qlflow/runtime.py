@@ -39,6 +39,8 @@ PROFILES = {
 }
 
 OUTCOMES = ("succeeded", "failed")
+RUN_STATUSES = frozenset({"running", "succeeded", "failed", "cancelled", "timed_out"})
+MAX_MS = 2**53 - 1  # every instant and duration fits a JSON number exactly
 CANCEL_REASONS = ("user", "policy", "shutdown", "reconcile", "timeout")
 
 
@@ -54,29 +56,56 @@ def wall_clock_ms() -> int:
 def _now(now_ms: int | None) -> int:
     if now_ms is None:
         return wall_clock_ms()
-    if isinstance(now_ms, bool) or not isinstance(now_ms, int) or now_ms < 0:
-        raise InvalidInput(
-            "now_ms", "non-negative integer", f"now_ms must be a non-negative int, got {now_ms!r}"
-        )
-    return now_ms
+    return _instant("now_ms", now_ms)
 
 
-def _text(field: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
+def _instant(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MS:
         raise InvalidInput(
-            field, "non-empty string", f"{field} must be a non-empty string, got {value!r}"
+            field,
+            "non-negative integer",
+            f"{field} must be an int from 0 to {MAX_MS} (milliseconds), got {value!r}",
         )
     return value
 
 
-def _positive(field: str, value: Any, low: int = 1, high: int | None = None) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high and value > high)
-    ):
-        bound = f"between {low} and {high}" if high else f">= {low}"
+def _text(field: str, value: Any) -> str:
+    """A non-empty string of UTF-8 text without NUL (both stores can hold it)."""
+    if not isinstance(value, str) or not value or "\x00" in value or not _utf8(value):
+        raise InvalidInput(
+            field,
+            "non-empty string",
+            f"{field} must be a non-empty string of UTF-8 text without NUL, got {value!r}",
+        )
+    return value
+
+
+def _optional_text(field: str, value: Any) -> str | None:
+    return None if value is None else _text(field, value)
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _texts(field: str, values: Any) -> frozenset[str]:
+    """An iterable of texts (not one string) as a set."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidInput(
+            field,
+            "iterable of strings",
+            f"{field} must be a list of strings, got {type(values).__name__}",
+        )
+    return frozenset(_text(f"{field}[]", value) for value in values)
+
+
+def _positive(field: str, value: Any, low: int = 1, high: int = MAX_MS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        bound = f"between {low} and {high}"
         raise InvalidInput(
             field, "integer range", f"{field} must be an integer {bound}, got {value!r}"
         )
@@ -202,6 +231,8 @@ class Runtime:
         """The durable admission receipt by run id or admission key, or None."""
         from actors import admission
 
+        run_id = _optional_text("run_id", run_id)
+        admission_key = _optional_text("admission_key", admission_key)
         return admission.inspect_admission(self.store, run_id=run_id, admission_key=admission_key)
 
     # -- the cycle -----------------------------------------------------------
@@ -235,15 +266,9 @@ class Runtime:
         worker_id = _text("worker_id", worker_id)
         _positive("limit", limit, 1, 1024)
         _positive("ttl_ms", ttl_ms, 5_000, 600_000)
-        task_set = None
-        if tasks is not None:
-            if isinstance(tasks, str):
-                raise InvalidInput(
-                    "tasks",
-                    "iterable of task refs",
-                    "tasks must be a list of task refs, not one string",
-                )
-            task_set = frozenset(_text("tasks[]", t) for t in tasks)
+        task_set = None if tasks is None else _texts("tasks", tasks)
+        run_id = _optional_text("run_id", run_id)
+        step_key = _optional_text("step_key", step_key)
         return workers.lease_attempts(
             self._authority,
             worker_id,
@@ -304,6 +329,12 @@ class Runtime:
 
     def runs(self, status: str | None = None, limit: int = 100) -> list[views.RunView]:
         """Recent Runs, newest first."""
+        if status is not None and (not isinstance(status, str) or status not in RUN_STATUSES):
+            raise InvalidInput(
+                "status",
+                "run status",
+                f"status must be one of {', '.join(sorted(RUN_STATUSES))}, got {status!r}",
+            )
         return views.list_runs(self.store, status=status, limit=_positive("limit", limit))
 
     def events(
@@ -319,12 +350,12 @@ class Runtime:
         """Events of the log by Run, type, time and position."""
         return views.events(
             self.store,
-            run_id,
-            types=types,
-            since_ms=since_ms,
-            until_ms=until_ms,
-            after_position=after_position,
-            limit=limit,
+            _optional_text("run_id", run_id),
+            types=None if types is None else _texts("types", types),
+            since_ms=None if since_ms is None else _instant("since_ms", since_ms),
+            until_ms=None if until_ms is None else _instant("until_ms", until_ms),
+            after_position=_positive("after_position", after_position, 0),
+            limit=None if limit is None else _positive("limit", limit),
         )
 
     def why(self, run_id: str, now_ms: int | None = None):
@@ -388,4 +419,10 @@ def _lease(lease: Any) -> Lease:
         raise InvalidInput(
             "lease", "Lease", f"expected a Lease from lease_attempts, got {type(lease).__name__}"
         )
+    for name in ("lease_id", "attempt_id", "run_id", "step_key", "task_ref", "worker_id"):
+        _text(f"lease.{name}", getattr(lease, name))
+    _positive("lease.version", lease.version)
+    _instant("lease.expires_at_ms", lease.expires_at_ms)
+    if not isinstance(lease.stop_requested, bool):
+        raise InvalidInput("lease.stop_requested", "bool", "lease.stop_requested must be a bool")
     return lease
