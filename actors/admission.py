@@ -71,7 +71,6 @@ from domain.values import (
     receipt_from_document,
     receipt_stream_id,
 )
-from eventstore import pg_roles
 from projections import publications as read_model
 from projections.registry import commit
 
@@ -290,6 +289,12 @@ def _revision_of(publication_id: str, record) -> tuple[PublicationRef, Materiali
     )
 
 
+def _pg_roles():
+    from eventstore import pg_roles
+
+    return pg_roles
+
+
 class PublicationReads:
     """Admission's reads of publications, publisher trust and published revisions in
     one transaction: through `qlflow_admission_source` where the schema has it (a
@@ -297,8 +302,9 @@ class PublicationReads:
 
     def __init__(self, tx) -> None:
         self._tx = tx
-        self._definer = pg_roles.has_admission_source(tx)
-        self._sources: dict[str, pg_roles.AdmissionSource] = {}
+        # psycopg is only imported where it is needed: an edge process stays small
+        self._definer = tx.dialect == "postgresql" and _pg_roles().has_admission_source(tx)
+        self._sources: dict = {}
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -350,10 +356,10 @@ class PublicationReads:
             return explicit
         return _single(package, read_model.heads_named(self._tx, package))
 
-    def _source(self, target: str) -> pg_roles.AdmissionSource:
+    def _source(self, target: str):
         source = self._sources.get(target)
         if source is None:
-            source = pg_roles.admission_source(self._tx, target)
+            source = _pg_roles().admission_source(self._tx, target)
             self._sources[target] = source
             if len(source.matches) == 1:
                 self._sources.setdefault(source.matches[0].publication_id, source)
