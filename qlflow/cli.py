@@ -776,6 +776,10 @@ PackageDirOption = Annotated[
         help="Package folder whose Tasks this host runs (repeatable).",
     ),
 ]
+# options `worker` and `serve` share
+DrainOption = Annotated[int, typer.Option(help="On SIGTERM, time running steps get to finish.")]
+KillAfterOption = Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")]
+LogDirOption = Annotated[Path | None, typer.Option(help="Where step logs go.")]
 
 
 @app.command(
@@ -805,13 +809,9 @@ def worker(
     interval_ms: Annotated[
         int, typer.Option(help="Lease poll interval.")
     ] = DEFAULT_SERVE_INTERVAL_MS,
-    drain_ms: Annotated[
-        int, typer.Option(help="On SIGTERM, time running steps get to finish.")
-    ] = 10_000,
-    kill_after_ms: Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")] = int(
-        DEFAULT_KILL_AFTER_S * 1000
-    ),
-    log_dir: Annotated[Path | None, typer.Option(help="Where step logs go.")] = None,
+    drain_ms: DrainOption = 10_000,
+    kill_after_ms: KillAfterOption = int(DEFAULT_KILL_AFTER_S * 1000),
+    log_dir: LogDirOption = None,
 ) -> None:
     """Run leased Attempts as local processes (no cycles: a separate worker)."""
     _positive("--limit", limit)
@@ -849,13 +849,9 @@ def serve(
     worker_id: Annotated[str | None, typer.Option("--id", help="Worker id.")] = None,
     ttl_ms: Annotated[int, typer.Option(help="Lease TTL; renewed every TTL/3.")] = 30_000,
     package_dir: PackageDirOption = None,
-    drain_ms: Annotated[
-        int, typer.Option(help="On SIGTERM, time running steps get to finish.")
-    ] = 10_000,
-    kill_after_ms: Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")] = int(
-        DEFAULT_KILL_AFTER_S * 1000
-    ),
-    log_dir: Annotated[Path | None, typer.Option(help="Where step logs go.")] = None,
+    drain_ms: DrainOption = 10_000,
+    kill_after_ms: KillAfterOption = int(DEFAULT_KILL_AFTER_S * 1000),
+    log_dir: LogDirOption = None,
 ) -> None:
     """Cycles plus local workers in a loop, until SIGTERM."""
     _positive("--workers", workers)
