@@ -7,7 +7,8 @@ PostgreSQL there is nothing to serialize here: each unit of work runs on the
 caller's thread with a pooled connection, and the adapter's locks do the rest.
 
 A unit of work is a callable `fn(tx) -> result`. It runs inside one transaction
-that commits when it returns and rolls back when it raises.
+that commits when it returns and rolls back when it raises. A read is a callable
+`fn(session)` run in a read session, which takes no write lock.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def run_unit(store, fn: Callable[[Any], T], name: str = "unit") -> T:
     return value
 
 
+def run_read(store, fn: Callable[[Any], T]) -> T:
+    """Run `fn` in a read session of the store (no write lock, no fault points:
+    a read leaves nothing behind to recover)."""
+    with store.session() as session:
+        return fn(session)
+
+
 class _AuthorityActor(pykka.ThreadingActor):
     """Owns the SQLite connection; executes units of work one at a time."""
 
@@ -52,6 +60,8 @@ class _AuthorityActor(pykka.ThreadingActor):
         # An exception escaping on_receive would stop this actor for good; hand
         # every failure back to the caller instead.
         try:
+            if name is None:
+                return _Outcome(value=run_read(self._store, fn))
             return _Outcome(value=run_unit(self._store, fn, name))
         except BaseException as error:
             return _Outcome(error=error)
@@ -68,6 +78,15 @@ class OperationAuthority:
         """Run `fn(tx)` in one transaction and return its result (or raise its error)."""
         if self._actor is None:
             return run_unit(self.store, fn, name)
+        return self._ask(fn, name)
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """Run `fn(session)` in a read session and return its result."""
+        if self._actor is None:
+            return run_read(self.store, fn)
+        return self._ask(fn, None)
+
+    def _ask(self, fn: Callable[[Any], T], name: str | None) -> T:
         outcome: _Outcome = self._actor.ask((fn, name))
         if outcome.error is not None:
             raise outcome.error

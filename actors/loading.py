@@ -1,9 +1,13 @@
-"""Load a Run's streams inside a transaction and fold them into the aggregate."""
+"""Read a Run's streams and fold them into the aggregate."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from domain.aggregate import fold
 from domain.errors import NotFound
+from domain.records import Record
 
 
 def run_stream(run_id: str) -> str:
@@ -18,25 +22,57 @@ def lease_stream(attempt_id: str) -> str:
     return f"lease-{attempt_id}"
 
 
+@dataclass(frozen=True, slots=True)
+class RunStreams:
+    """What one read of a Run's streams returned: the RunEvent and StepRunMutation
+    streams and the lease stream of every Attempt the Run has claimed."""
+
+    run_id: str
+    run: list[Record]
+    steps: list[Record]
+    leases: Mapping[str, list[Record]]  # attempt id -> its lease stream
+
+    def versions(self) -> dict[str, int]:
+        """The head version read of every stream (0: it did not exist)."""
+        streams = {run_stream(self.run_id): self.run, steps_stream(self.run_id): self.steps}
+        streams.update((lease_stream(a), records) for a, records in self.leases.items())
+        return {stream_id: len(records) for stream_id, records in streams.items()}
+
+    def fold(self):
+        """The aggregate these records make (SPEC §1)."""
+        return fold(self.run, self.steps, self.leases)
+
+
+def read_run_streams(tx, run_id: str) -> RunStreams:
+    """Read every stream of the Run: two queries (the lease streams named by the
+    RunEvents' claims are read in the second). NotFound if the Run does not exist."""
+    run_id_stream, steps_id_stream = run_stream(run_id), steps_stream(run_id)
+    found = tx.read_streams([run_id_stream, steps_id_stream])
+    run_records = found[run_id_stream]
+    if not run_records:
+        raise NotFound(f"run {run_id!r} does not exist; check the id (qlflow runs lists them)")
+    attempt_ids = claimed_attempt_ids(run_records)
+    leases = tx.read_streams([lease_stream(a) for a in attempt_ids]) if attempt_ids else {}
+    return RunStreams(
+        run_id,
+        run_records,
+        found[steps_id_stream],
+        {a: leases[lease_stream(a)] for a in attempt_ids},
+    )
+
+
 def load_aggregate(tx, run_id: str):
-    """Read the Run, StepRun and lease streams in `tx` and fold them (SPEC §1).
+    """Read the Run's streams in `tx` and fold them (SPEC §1).
 
     On PostgreSQL the Run's stream head is row-locked first. Every writer of the
-    Run's streams holds that lock until it commits, so the separate reads below
-    (each its own READ COMMITTED snapshot) see one consistent point of the log.
-    The cycle took it already without waiting (SPEC §8); a worker write waits.
+    Run's streams holds that lock until it commits, so the reads below (each its own
+    READ COMMITTED snapshot) see one consistent point of the log. Worker writes use
+    this and wait for the lock; the cycle reads without locks and checks versions
+    when it writes (actors.workflow).
     """
     if tx.dialect == "postgresql":
         tx.query("SELECT 1 FROM streams WHERE stream_id = ? FOR UPDATE", (run_stream(run_id),))
-    run_records = tx.read_stream(run_stream(run_id))
-    if not run_records:
-        raise NotFound(f"run {run_id!r} does not exist; check the id (qlflow runs lists them)")
-    step_records = tx.read_stream(steps_stream(run_id))
-    lease_records = {
-        attempt_id: tx.read_stream(lease_stream(attempt_id))
-        for attempt_id in claimed_attempt_ids(run_records)
-    }
-    return fold(run_records, step_records, lease_records)
+    return read_run_streams(tx, run_id).fold()
 
 
 def claimed_attempt_ids(run_records) -> list[str]:

@@ -7,28 +7,32 @@ from collections.abc import Sequence
 
 
 def try_advisory_locks(tx, keys: Sequence[str]) -> bool:
-    """Take a transaction-level advisory lock on each key, in sorted order."""
-    for key in sorted(keys):
-        (acquired,) = tx.query("SELECT pg_try_advisory_xact_lock(hashtextextended(?, 0))", (key,))[
-            0
-        ]
-        if not acquired:
-            return False
-    return True
+    """Take a transaction-level advisory lock on each key, in one statement.
+
+    Locks taken before a refusal stay held until the transaction ends, which is
+    harmless: the caller gives up this transaction."""
+    if not keys:
+        return True
+    (acquired,) = tx.query(
+        "SELECT bool_and(pg_try_advisory_xact_lock(hashtextextended(k, 0))) "
+        "FROM unnest(?::text[]) AS k",
+        (sorted(keys),),
+    )[0]
+    return bool(acquired)
 
 
-def try_lock_stream_heads(tx, stream_ids: Sequence[str]) -> bool:
-    """Row-lock each existing stream head in the given order (FOR UPDATE SKIP LOCKED).
+def try_lock_heads(tx, stream_ids: Sequence[str]) -> dict[str, int] | None:
+    """Row-lock the named stream heads (all existing) in one statement, without
+    waiting: their versions, or None if another transaction holds one of them.
 
-    A head that exists but is not returned is held by another transaction.
-    """
-    for stream_id in stream_ids:
-        locked = tx.query(
-            "SELECT 1 FROM streams WHERE stream_id = ? FOR UPDATE SKIP LOCKED", (stream_id,)
-        )
-        if not locked and tx.query("SELECT 1 FROM streams WHERE stream_id = ?", (stream_id,)):
-            return False
-    return True
+    SKIP LOCKED never waits, so the order rows are locked in cannot deadlock."""
+    if not stream_ids:
+        return {}
+    rows = tx.query(
+        "SELECT stream_id, version FROM streams WHERE stream_id = ANY(?) FOR UPDATE SKIP LOCKED",
+        (list(stream_ids),),
+    )
+    return dict(rows) if len(rows) == len(stream_ids) else None
 
 
 def advisory_lock(tx, key: str) -> None:

@@ -1,10 +1,19 @@
-"""One Workflow's turn in a cycle phase: load, fold, decide, commit — and the
+"""One Workflow's turn in a cycle phase — read, fold, decide, commit — and the
 short-lived actor that runs it.
 
-The unit of work is `converge(tx, run_id, phase, now_ms)`. On SQLite it runs on
-the operation authority (one `BEGIN IMMEDIATE` per Workflow); on PostgreSQL on
-the actor's own pooled connection, after taking the locks of SPEC §8 without
-waiting: contention means `blocked`, and a later cycle tries again.
+The turn is optimistic, as an event store is meant to be used: the Run's streams
+are read without any lock, folded and decided on the actor's own thread, and only
+the write takes the lock. The write unit first checks that every stream read is
+still at the version read — the Run, StepRun and every lease stream, including the
+ones the decision does not append to — so the decision is exactly what it would have
+been inside one long transaction; a stream that moved is a `VersionConflict`, and
+the Run is left for the next cycle. The write lock is thus held for the check, the
+append, the read-model update and COMMIT only.
+
+On SQLite both units run on the operation authority (reads need no write lock, so
+another process's writers are not held up by a fold). On PostgreSQL the write unit
+first takes SPEC §8's locks without waiting — the active Attempts' advisory locks,
+then the stream heads (`FOR UPDATE SKIP LOCKED`) — and contention means `blocked`.
 """
 
 from __future__ import annotations
@@ -13,15 +22,15 @@ from dataclasses import dataclass
 
 import pykka
 
-from actors.loading import lease_stream, load_aggregate, run_stream, steps_stream
-from actors.pglocks import try_advisory_locks, try_lock_stream_heads
+from actors.loading import RunStreams, read_run_streams
+from actors.pglocks import try_advisory_locks, try_lock_heads
 from domain.attempts import decide_attempt_admission
 from domain.cancellation import decide_cancellation
 from domain.errors import VersionConflict
 from domain.frontier import decide_frontier
 from domain.recovery import decide_recovery
-from projections.candidates import active_attempt_ids
-from projections.registry import commit
+from eventstore.validation import encode_appends
+from projections.registry import commit_encoded
 
 DECISIONS = {
     "recovery": decide_recovery,
@@ -44,36 +53,76 @@ class WorkflowOutcome:
     error: str | None = None
 
 
-def lock_for_convergence(tx, run_id: str) -> bool:
-    """Take SPEC §8's locks in their fixed order without waiting (PostgreSQL only).
+class InTransaction:
+    """An authority whose units all join one open transaction: a turn run inside a
+    caller's transaction (seeding many Runs at once, tests)."""
 
-    Active Attempt ids, sorted, each by `pg_try_advisory_xact_lock`; then the Run,
-    lease and StepRun stream heads. False means another transaction holds one.
-    """
-    if tx.dialect != "postgresql":
-        return True
-    attempt_ids = active_attempt_ids(tx, run_id)
-    if not try_advisory_locks(tx, [f"attempt:{a}" for a in attempt_ids]):
-        return False
-    heads = [run_stream(run_id), *(lease_stream(a) for a in attempt_ids), steps_stream(run_id)]
-    return try_lock_stream_heads(tx, heads)
+    def __init__(self, tx) -> None:
+        self.tx = tx
+        self.store = tx  # candidate queries read through the open transaction
+
+    def read(self, fn):
+        return fn(self.tx)
+
+    def execute(self, fn, name: str = "unit"):
+        return fn(self.tx)
 
 
-def converge(tx, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
-    """Decide `phase` for one Run and commit its records in the caller's transaction."""
-    if not lock_for_convergence(tx, run_id):
-        return WorkflowOutcome(run_id, blocked=True)
-    aggregate = load_aggregate(tx, run_id)
+def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
+    """Decide `phase` for one Run and commit its records; VersionConflict if one of
+    its streams moved between the read and the write."""
+    streams: RunStreams = authority.read(lambda tx: read_run_streams(tx, run_id))
+    aggregate = streams.fold()
     decision = DECISIONS[phase](aggregate, now_ms)
-    if decision.appends:
-        commit(tx, decision.appends)
-    return WorkflowOutcome(
+    outcome = WorkflowOutcome(
         run_id,
         changed=bool(decision.appends),
         settled_run=decision.run_terminal is not None,
         settled_attempts=decision.settled_attempts,
         blocked=bool(decision.blocked),
     )
+    if not decision.appends:
+        return outcome
+    batch = encode_appends(decision.appends)  # validated before the lock is taken
+    active = sorted(a.attempt_id for a in aggregate.active_attempts())
+
+    def write(tx) -> bool:
+        if not lock_unchanged(tx, streams, active):
+            return False
+        commit_encoded(tx, batch)
+        return True
+
+    if not authority.execute(write, name=phase):
+        return WorkflowOutcome(run_id, blocked=True)
+    return outcome
+
+
+def lock_unchanged(tx, streams: RunStreams, active_attempt_ids: list[str]) -> bool:
+    """In the write transaction: take the locks (PostgreSQL) and check that every
+    stream read is still at the version read.
+
+    False: another transaction holds one of SPEC §8's locks (PostgreSQL, never
+    waited for). VersionConflict: a stream moved since it was read.
+    """
+    read = streams.versions()
+    if tx.dialect == "postgresql":
+        keys = [f"attempt:{a}" for a in active_attempt_ids]
+        if not try_advisory_locks(tx, keys):
+            return False
+        # An Attempt's lease stream is only written under its advisory lock, held now,
+        # so one read as missing cannot appear before this transaction ends.
+        existing = [stream_id for stream_id, version in read.items() if version]
+        current = try_lock_heads(tx, existing)
+        if current is None:
+            return False
+        missing = [stream_id for stream_id, version in read.items() if not version]
+        current.update(tx.stream_versions(missing) if missing else {})
+    else:
+        current = tx.stream_versions(list(read))
+    for stream_id, version in read.items():
+        if current[stream_id] != version:
+            raise VersionConflict(stream_id, version, current[stream_id])
+    return True
 
 
 class WorkflowActor(pykka.ThreadingActor):
@@ -87,14 +136,12 @@ class WorkflowActor(pykka.ThreadingActor):
         self._now_ms = now_ms
 
     def on_receive(self, message) -> WorkflowOutcome:
-        run_id, phase, now_ms = self._run_id, self._phase, self._now_ms
         # Every failure is reported, never raised: a pykka actor dies silently on
         # an exception from a `tell`, and one Workflow must not sink its page.
         try:
-            return self._authority.execute(
-                lambda tx: converge(tx, run_id, phase, now_ms), name=phase
-            )
+            return converge(self._authority, self._run_id, self._phase, self._now_ms)
         except VersionConflict:
-            return WorkflowOutcome(run_id, conflict=True)
+            return WorkflowOutcome(self._run_id, conflict=True)
         except Exception as error:
-            return WorkflowOutcome(run_id, error=f"{type(error).__name__}: {error}")
+            return WorkflowOutcome(self._run_id, error=f"{type(error).__name__}: {error}")
+

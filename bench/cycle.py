@@ -55,8 +55,8 @@ import orjson
 
 import qlflow
 from actors import supervisor, workers
-from actors.authority import run_unit
-from actors.workflow import WorkflowOutcome, converge
+from actors.authority import run_read, run_unit
+from actors.workflow import InTransaction, WorkflowOutcome, converge
 from domain.errors import VersionConflict
 from eventstore import faults
 from eventstore.url import with_search_path
@@ -129,18 +129,6 @@ DORMANT_MANIFEST = _manifest(DORMANT_PACKAGE, [("solo", [])], {"solo": None})
 # --- seeding ----------------------------------------------------------------------
 
 
-class _InTransaction:
-    """An operation authority whose every unit joins one open transaction (seeding
-    only: the same units of work, committed many at a time)."""
-
-    def __init__(self, tx) -> None:
-        self.tx = tx
-        self.store = tx  # candidate queries read through the open transaction
-
-    def execute(self, fn: Callable, name: str = "unit"):
-        return fn(self.tx)
-
-
 @contextlib.contextmanager
 def _memoised_revisions() -> Iterator[None]:
     from actors import admission
@@ -191,7 +179,6 @@ def _seed_workflow(auth, i: int) -> list[Held]:
 
     kind = i % 8
     timed = kind in (1, 3, 6)
-    tx = auth.tx
     receipt = admission.start(
         auth,
         PACKAGE,
@@ -202,15 +189,15 @@ def _seed_workflow(auth, i: int) -> list[Held]:
     run_id = receipt.run_id
     held: list[Held] = []
     if kind >= 2:
-        converge(tx, run_id, "admission", T0)
+        converge(auth, run_id, "admission", T0)
     if kind == 4:
         held += [Held(_lease_one(auth, run_id, key), False) for key in ("a", "b")]
     elif kind in (5, 6):
         first = _lease_one(auth, run_id, "a")
         workers.mark_running(auth, first, T0)
         workers.complete(auth, first, "succeeded", result_code=None, output=None, now_ms=T0)
-        converge(tx, run_id, "frontier", T0)
-        converge(tx, run_id, "admission", T0)
+        converge(auth, run_id, "frontier", T0)
+        converge(auth, run_id, "admission", T0)
         running = _lease_one(auth, run_id, "b")
         workers.mark_running(auth, running, T0)
         held += [Held(running, True), Held(_lease_one(auth, run_id, "c"), False)]
@@ -231,7 +218,7 @@ def seed_cancellation(path: Path, workflows: int) -> list[Held]:
         rt.publish(WORKFLOW_MANIFEST, now_ms=T0)
         for start in range(0, workflows, SEED_BATCH):
             with rt.store.transaction() as tx:
-                auth = _InTransaction(tx)
+                auth = InTransaction(tx)
                 for i in range(start, min(workflows, start + SEED_BATCH)):
                     held += _seed_workflow(auth, i)
     return held
@@ -247,7 +234,7 @@ def seed_dormant(path: Path, dormant: int) -> None:
         rt.publish(DORMANT_MANIFEST, now_ms=T0)
         for start in range(0, dormant, SEED_BATCH):
             with rt.store.transaction() as tx:
-                auth = _InTransaction(tx)
+                auth = InTransaction(tx)
                 run_ids = [
                     admission.start(
                         auth, DORMANT_PACKAGE, "solo", admission_key=f"dorm-{i:07d}", now_ms=T0
@@ -255,7 +242,7 @@ def seed_dormant(path: Path, dormant: int) -> None:
                     for i in range(start, min(dormant, start + SEED_BATCH))
                 ]
                 for run_id in run_ids:
-                    converge(tx, run_id, "admission", T0)
+                    converge(auth, run_id, "admission", T0)
                 leases = workers.lease_attempts(
                     auth, "dormant-worker", limit=len(run_ids), ttl_ms=LEASE_TTL_MS, now_ms=T0
                 )
@@ -265,7 +252,7 @@ def seed_dormant(path: Path, dormant: int) -> None:
                         workers.complete(
                             auth, lease, "succeeded", result_code=None, output=None, now_ms=T0
                         )
-                        converge(tx, lease.run_id, "frontier", T0)
+                        converge(auth, lease.run_id, "frontier", T0)
 
 
 # --- copies -----------------------------------------------------------------------
@@ -351,11 +338,7 @@ def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
     outcomes = []
     for run_id in run_ids:
         try:
-            outcomes.append(
-                authority.execute(
-                    lambda tx, run_id=run_id: converge(tx, run_id, phase, now_ms), name=phase
-                )
-            )
+            outcomes.append(converge(authority, run_id, phase, now_ms))
         except VersionConflict:
             outcomes.append(WorkflowOutcome(run_id, conflict=True))
     return outcomes
@@ -363,10 +346,21 @@ def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
 
 def _inline_page(authority, run_ids: list[str], phase: str, now_ms: int):
     """The page on the calling thread, no authority (profiling only)."""
-    return [
-        run_unit(authority.store, lambda tx, r=run_id: converge(tx, r, phase, now_ms), phase)
-        for run_id in run_ids
-    ]
+    inline = _Inline(authority.store)
+    return [converge(inline, run_id, phase, now_ms) for run_id in run_ids]
+
+
+class _Inline:
+    """The authority's units on the calling thread (profiling only)."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def read(self, fn: Callable):
+        return run_read(self.store, fn)
+
+    def execute(self, fn: Callable, name: str = "unit"):
+        return run_unit(self.store, fn, name)
 
 
 @contextlib.contextmanager

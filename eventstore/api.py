@@ -47,6 +47,9 @@ class Transaction(Protocol):
     def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
         """Events of one stream with stream_version > after_version, in order."""
 
+    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[Record]]:
+        """Every event of each named stream, in version order, in one query."""
+
     def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]:
         """Head version of each named stream (0 for a stream that does not exist)."""
 
@@ -80,6 +83,11 @@ class EventStore(Protocol):
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]: ...
 
     def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]: ...
+
+    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[Record]]: ...
+
+    def session(self) -> AbstractContextManager[Transaction]:
+        """A read session that takes no write lock (reads only)."""
 
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]: ...
 

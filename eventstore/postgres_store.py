@@ -129,6 +129,14 @@ class PostgresTransaction(BaseTransaction):
             (list(event_ids),),
         ).fetchall()
 
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+        return self._send(
+            self._cursor,
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ANY(%b) "
+            "ORDER BY stream_id, stream_version",
+            (list(stream_ids),),
+        ).fetchall()
+
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
         return self._send(
             self._cursor,

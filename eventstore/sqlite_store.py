@@ -25,6 +25,10 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 _ID_CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
 
+def _stream_and_version(row: tuple) -> tuple[str, int]:
+    return row[2], row[3]
+
+
 class SqliteTransaction(BaseTransaction):
     """A transaction (or read session) on the store's one connection."""
 
@@ -46,6 +50,12 @@ class SqliteTransaction(BaseTransaction):
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
         return self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id", event_ids)
+
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+        # the (stream_id, stream_version) index gives this order without a sort
+        rows = self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id", stream_ids)
+        rows.sort(key=_stream_and_version)
+        return rows
 
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
         return self._rows_in("SELECT stream_id, version FROM streams WHERE stream_id", stream_ids)

@@ -89,6 +89,17 @@ class BaseStore(ABC):
         with self._reading() as session:
             return session.read_stream(stream_id, after_version)
 
+    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[Record]]:
+        """Every event of each named stream, in version order, read in one query."""
+        with self._reading() as session:
+            return session.read_streams(stream_ids)
+
+    def session(self) -> AbstractContextManager[BaseTransaction]:
+        """A read session outside any write transaction: no write lock is taken, and
+        each statement sees the latest committed state (use stream versions to check
+        that what was read still holds when writing)."""
+        return self._reading()
+
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
         """Committed events with global_position > after_position, in position order."""
         with self._reading() as session:

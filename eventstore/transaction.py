@@ -85,6 +85,10 @@ class BaseTransaction(ABC):
         """Stored rows (EVENT_COLUMNS) of those of `event_ids` that exist."""
 
     @abstractmethod
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+        """Stored rows (EVENT_COLUMNS) of the named streams, by stream id then version."""
+
+    @abstractmethod
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
         """(stream_id, version) of those of `stream_ids` that exist."""
 
@@ -168,6 +172,16 @@ class BaseTransaction(ABC):
             (stream_id, after_version),
         )
         return [record_from_row(row) for row in rows]
+
+    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[Record]]:
+        """Every event of each named stream, in version order, in one query (a stream
+        that does not exist maps to an empty list)."""
+        self._check_usable()
+        streams: dict[str, list[Record]] = {stream_id: [] for stream_id in stream_ids}
+        if streams:
+            for row in self._rows_by_stream(sorted(streams)):
+                streams[row[2]].append(record_from_row(row))
+        return streams
 
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
         """Events with global_position > after_position in position order, at most `limit`."""

@@ -49,3 +49,11 @@ def commit(tx, appends) -> list[Record]:
     apply_records(tx, records)
     faults.hit_append()
     return records
+
+
+def commit_encoded(tx, batch) -> list[Record]:
+    """`commit` for appends already validated and encoded (`encode_appends`)."""
+    records = tx.append_encoded(batch)
+    apply_records(tx, records)
+    faults.hit_append()
+    return records

@@ -103,3 +103,29 @@ def test_query_runs_read_only_sql_with_question_marks(store, seven):
         ("run-a", 3),
     )
     assert rows == [("a4",), ("a5",)]
+
+
+def test_read_streams_reads_several_streams_at_once(store, seven):
+    streams = store.read_streams(["steps-a", "run-a", "run-missing", "run-b"])
+
+    assert list(streams) == ["steps-a", "run-a", "run-missing", "run-b"]
+    for stream_id, records in streams.items():
+        assert records == store.read_stream(stream_id)
+    assert [r.event_id for r in streams["run-a"]] == ["a1", "a2", "a3", "a4", "a5"]
+    assert streams["run-missing"] == []
+    assert store.read_streams([]) == {}
+
+
+def test_read_streams_in_a_transaction_sees_its_own_writes(store, seven):
+    with store.transaction() as tx:
+        tx.append([stream("run-b", 1, event("b2"))])
+        streams = tx.read_streams(["run-b", "run-a"])
+
+    assert [r.event_id for r in streams["run-b"]] == ["b1", "b2"]
+    assert len(streams["run-a"]) == 5
+
+
+def test_a_session_reads_committed_state(store, seven):
+    with store.session() as session:
+        assert [r.event_id for r in session.read_stream("run-b")] == ["b1"]
+        assert session.stream_versions(["run-a", "run-x"]) == {"run-a": 5, "run-x": 0}
