@@ -48,49 +48,64 @@ def run_read(store, fn: Callable[[Any], T]) -> T:
         return fn(session)
 
 
+class LocalUnits:
+    """Units of work and reads run on the calling thread, straight on the store."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
+        """Run `fn(tx)` in one transaction (see run_unit)."""
+        return run_unit(self.store, fn, name)
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """Run `fn(session)` in a read session (see run_read)."""
+        return run_read(self.store, fn)
+
+
 class _AuthorityActor(pykka.ThreadingActor):
-    """Owns the SQLite connection; executes units of work one at a time."""
+    """Owns the SQLite connection; runs what it is handed one at a time."""
 
     def __init__(self, store) -> None:
         super().__init__()
-        self._store = store
+        self._units = LocalUnits(store)
 
     def on_receive(self, message: Any) -> _Outcome:
-        fn, name = message
         # An exception escaping on_receive would stop this actor for good; hand
         # every failure back to the caller instead.
         try:
-            if name is None:
-                return _Outcome(value=run_read(self._store, fn))
-            return _Outcome(value=run_unit(self._store, fn, name))
+            return _Outcome(value=message(self._units))
         except BaseException as error:
             return _Outcome(error=error)
 
 
 class OperationAuthority:
-    """Executes units of work: on the authority actor (SQLite) or inline (PostgreSQL)."""
+    """Where units of work run: on the authority actor (SQLite) or on the calling
+    thread (PostgreSQL)."""
 
     def __init__(self, store) -> None:
         self.store = store
+        self._local = LocalUnits(store)
         self._actor = _AuthorityActor.start(store) if store.dialect == "sqlite" else None
 
-    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
-        """Run `fn(tx)` in one transaction and return its result (or raise its error)."""
+    def run(self, fn: Callable[[LocalUnits], T]) -> T:
+        """Run `fn(units)`, which may read and execute several units, as one turn: on
+        SQLite the authority runs it whole, in turn with every other call, so a
+        Workflow's read, decision and write cost one hand-over between threads."""
         if self._actor is None:
-            return run_unit(self.store, fn, name)
-        return self._ask(fn, name)
-
-    def read(self, fn: Callable[[Any], T]) -> T:
-        """Run `fn(session)` in a read session and return its result."""
-        if self._actor is None:
-            return run_read(self.store, fn)
-        return self._ask(fn, None)
-
-    def _ask(self, fn: Callable[[Any], T], name: str | None) -> T:
-        outcome: _Outcome = self._actor.ask((fn, name))
+            return fn(self._local)
+        outcome: _Outcome = self._actor.ask(fn)
         if outcome.error is not None:
             raise outcome.error
         return outcome.value
+
+    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
+        """Run `fn(tx)` in one transaction and return its result (or raise its error)."""
+        return self.run(lambda units: units.execute(fn, name))
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        """Run `fn(session)` in a read session and return its result."""
+        return self.run(lambda units: units.read(fn))
 
     def stop(self) -> None:
         """Stop the authority actor (if any); the store stays open."""

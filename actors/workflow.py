@@ -2,18 +2,20 @@
 short-lived actor that runs it.
 
 The turn is optimistic, as an event store is meant to be used: the Run's streams
-are read without any lock, folded and decided on the actor's own thread, and only
-the write takes the lock. The write unit first checks that every stream read is
-still at the version read — the Run, StepRun and every lease stream, including the
-ones the decision does not append to — so the decision is exactly what it would have
-been inside one long transaction; a stream that moved is a `VersionConflict`, and
-the Run is left for the next cycle. The write lock is thus held for the check, the
-append, the read-model update and COMMIT only.
+are read without any lock, folded and decided, and only the write takes the lock.
+The write unit first checks that every stream read is still at the version read —
+the Run, StepRun and every lease stream, including the ones the decision does not
+append to — so the decision is exactly what it would have been inside one long
+transaction; a stream that moved is a `VersionConflict`, and the Run is left for
+the next cycle. The write lock is thus held for the check, the append, the
+read-model update and COMMIT only.
 
-On SQLite both units run on the operation authority (reads need no write lock, so
-another process's writers are not held up by a fold). On PostgreSQL the write unit
-first takes SPEC §8's locks without waiting — the active Attempts' advisory locks,
-then the stream heads (`FOR UPDATE SKIP LOCKED`) — and contention means `blocked`.
+On SQLite the whole turn runs on the operation authority, in turn with every other
+call (one hand-over between threads per Workflow; the read needs no write lock, so
+another process's writers are not held up by a fold). On PostgreSQL it runs on the
+actor's thread with pooled connections, and the write unit first takes SPEC §8's
+locks without waiting — the active Attempts' advisory locks, then the stream heads
+(`FOR UPDATE SKIP LOCKED`) — and contention means `blocked`.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ class WorkflowActor(pykka.ThreadingActor):
         # Every failure is reported, never raised: a pykka actor dies silently on
         # an exception from a `tell`, and one Workflow must not sink its page.
         try:
-            return converge(self._authority, self._run_id, self._phase, self._now_ms)
+            run_id, phase, now_ms = self._run_id, self._phase, self._now_ms
+            return self._authority.run(lambda units: converge(units, run_id, phase, now_ms))
         except VersionConflict:
             return WorkflowOutcome(self._run_id, conflict=True)
         except Exception as error:

@@ -55,7 +55,7 @@ import orjson
 
 import qlflow
 from actors import supervisor, workers
-from actors.authority import run_read, run_unit
+from actors.authority import LocalUnits
 from actors.workflow import InTransaction, WorkflowOutcome, converge
 from domain.errors import VersionConflict
 from eventstore import faults
@@ -338,7 +338,9 @@ def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
     outcomes = []
     for run_id in run_ids:
         try:
-            outcomes.append(converge(authority, run_id, phase, now_ms))
+            outcomes.append(
+                authority.run(lambda units, run_id=run_id: converge(units, run_id, phase, now_ms))
+            )
         except VersionConflict:
             outcomes.append(WorkflowOutcome(run_id, conflict=True))
     return outcomes
@@ -346,21 +348,8 @@ def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
 
 def _inline_page(authority, run_ids: list[str], phase: str, now_ms: int):
     """The page on the calling thread, no authority (profiling only)."""
-    inline = _Inline(authority.store)
+    inline = LocalUnits(authority.store)
     return [converge(inline, run_id, phase, now_ms) for run_id in run_ids]
-
-
-class _Inline:
-    """The authority's units on the calling thread (profiling only)."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-
-    def read(self, fn: Callable):
-        return run_read(self.store, fn)
-
-    def execute(self, fn: Callable, name: str = "unit"):
-        return run_unit(self.store, fn, name)
 
 
 @contextlib.contextmanager
