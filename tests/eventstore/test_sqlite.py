@@ -96,3 +96,28 @@ def test_the_second_connection_still_sees_version_conflicts(sqlite_url):
     finally:
         first.close()
         second.close()
+
+
+def test_checkpoints_run_between_transactions_and_keep_the_wal_bounded(tmp_path):
+    from eventstore.sqlite_store import CHECKPOINT_EVERY
+
+    path = tmp_path / "wal.db"
+    store = open_store(f"sqlite:///{path}")
+    wal = path.with_name("wal.db-wal")
+    try:
+        assert pragma(store, "wal_autocheckpoint") == 0  # never inside a COMMIT
+
+        def commit_transactions(count: int, first: int) -> None:
+            for n in range(first, first + count):
+                store.append([stream(f"run-{n}", 0, event(f"e{n}", pad="x" * 3000))])
+
+        commit_transactions(2 * CHECKPOINT_EVERY, 0)
+        size_early = wal.stat().st_size
+        commit_transactions(8 * CHECKPOINT_EVERY, 2 * CHECKPOINT_EVERY)
+
+        # the WAL is written from its start again after each checkpoint: five times the
+        # transactions leave it about as large (without checkpoints it would be 5x)
+        assert wal.stat().st_size <= size_early * 1.25
+        assert len(store.read_all()) == 10 * CHECKPOINT_EVERY
+    finally:
+        store.close()
