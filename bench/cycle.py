@@ -14,7 +14,8 @@
    during 1. from the fault points around `actors.authority.run_unit`
    (`<phase>.after_begin` to `<phase>.after_commit`), split into the work before
    COMMIT and the COMMIT itself; the disk's raw fsync latency is measured in the
-   same run for reference.
+   same run for reference, and a third copy of 1. is converged with
+   synchronous=NORMAL (no fsync per COMMIT) to show the disk's share.
 4. The same pages with Workflow actors vs a plain loop calling
    `actors.workflow.converge` through the operation authority: two identical
    copies of the 1. store converged cycle by cycle, interleaved.
@@ -540,28 +541,44 @@ def _side_summary(side: Side, workflows: int) -> dict:
     }
 
 
-def bench_convergence(urls: tuple[str, str], held: list[Held], workflows: int, record: bool):
-    """Actors (first URL) vs the plain loop (second URL) over identical copies."""
-    with qlflow.open(urls[0]) as actors_rt, qlflow.open(urls[1]) as direct_rt:
+def bench_convergence(
+    urls: tuple[str, str],
+    held: list[Held],
+    workflows: int,
+    record: bool,
+    reference_url: str | None = None,
+):
+    """Actors (first URL) vs the plain loop (second URL) over identical copies; with
+    `reference_url`, a third copy converged by actors with synchronous=NORMAL (no
+    fsync per COMMIT), to tell the disk's share from the code's."""
+    with contextlib.ExitStack() as stack:
+        actors_rt = stack.enter_context(qlflow.open(urls[0]))
+        direct_rt = stack.enter_context(qlflow.open(urls[1]))
         actors = Side("actors", actors_rt)
         direct = Side("direct", direct_rt, run_page=_direct_page)
+        sides = [actors, direct]
+        if reference_url is not None:
+            normal_rt = stack.enter_context(qlflow.open(reference_url, synchronous="NORMAL"))
+            sides.append(Side("normal", normal_rt))
         recorder = HoldRecorder()
         with recorder if record else contextlib.nullcontext():
-            converge_sides([actors, direct], held, recorder if record else None)
+            converge_sides(sides, held, recorder if record else None)
         profile = actors_rt.profile
-    for side in (actors, direct):
+    for side in sides:
         if side.errors:
             raise RuntimeError(f"{side.label}: {side.errors[:3]}")
         if side.settled_runs != workflows:
             raise RuntimeError(f"{side.label} settled {side.settled_runs} of {workflows} Runs")
-    if (actors.settled_attempts, actors.scanned) != (direct.settled_attempts, direct.scanned):
-        raise RuntimeError("the actor and direct runs did not do the same work")
+        if (side.settled_attempts, side.scanned) != (actors.settled_attempts, actors.scanned):
+            raise RuntimeError(f"the {side.label} and actors runs did not do the same work")
     result = {
         "profile": {"name": profile.name, "page_size": profile.page_size},
         "actors": _side_summary(actors, workflows),
         "direct": _side_summary(direct, workflows),
         "actor_overhead": actors.seconds / direct.seconds - 1,
     }
+    if reference_url is not None:
+        result["normal"] = _side_summary(sides[2], workflows)
     if record:
         holds = {}
         for label, timings in recorder.holds.items():
@@ -730,6 +747,19 @@ def rows(results: dict) -> list[tuple[str, str, str, str, bool | None]]:
                 _met(dormant["ratio"], TARGETS["dormant_ratio"]),
             )
         )
+        if "normal" in conv:
+            normal = conv["normal"]
+            hold = conv["lock_hold"]["normal"]["hold_ms"]
+            table.append(
+                (
+                    "1/3 reference: the same with synchronous=NORMAL (no fsync per COMMIT)",
+                    f"{dialect} {conv['profile']['name']}",
+                    f"{normal['settled_per_s']:,.0f} Workflows/s; lock hold p50 "
+                    f"{hold['p50']:.2f} / p95 {hold['p95']:.2f} ms",
+                    "(not a target)",
+                    None,
+                )
+            )
         if dialect == "sqlite":
             hold = conv["lock_hold"]["actors"]
             floor = part["fsync_ms"]
@@ -819,7 +849,13 @@ def run(sizes: Sizes, pg_url: str | None, workdir: Path, profile: bool) -> dict:
         clone_sqlite(cancel_seed, workdir / "cancel-actors.db"),
         clone_sqlite(cancel_seed, workdir / "cancel-direct.db"),
     )
-    sqlite_part["convergence"] = bench_convergence(urls, held, sizes.workflows, record=True)
+    sqlite_part["convergence"] = bench_convergence(
+        urls,
+        held,
+        sizes.workflows,
+        record=True,
+        reference_url=clone_sqlite(cancel_seed, workdir / "cancel-normal.db"),
+    )
     sqlite_part["dormant"] = bench_dormant(
         clone_sqlite(small_seed, workdir / "dormant-small-run.db"),
         clone_sqlite(big_seed, workdir / "dormant-big-run.db"),
