@@ -147,4 +147,3 @@ class WorkflowActor(pykka.ThreadingActor):
             return WorkflowOutcome(self._run_id, conflict=True)
         except Exception as error:
             return WorkflowOutcome(self._run_id, error=f"{type(error).__name__}: {error}")
-

@@ -102,6 +102,35 @@ def apply(tx, records: Sequence[Record]) -> None:
             _receipt(tx, record)
 
 
+_RECEIPT_COLUMNS = (
+    "receipt_stream", "admission_key", "run_id", "plan_digest", "receipt_digest", "package",
+    "workflow_key", "publication_id", "admitted_at_ms",
+)  # fmt: skip
+
+
+class Replay:
+    """`apply` for a rebuild: receipts (one per Run, and nothing else reads their table)
+    go in by one bulk `insert` per batch; every other record through `apply`."""
+
+    def __init__(self, tx, insert) -> None:
+        self._tx = tx
+        self._insert = insert
+
+    def apply(self, records: Sequence[Record]) -> None:
+        apply(self._tx, [record for record in records if record.type != RECEIPT])
+        receipts = [_receipt_values(r) for r in records if r.type == RECEIPT]
+        if receipts:
+            self._insert("admission_receipts", _RECEIPT_COLUMNS, receipts)
+
+    def flush(self) -> None:
+        """Nothing is held back."""
+
+
+def _receipt_values(record: Record) -> tuple:
+    data = record.data
+    return (record.stream_id, *(data[column] for column in _RECEIPT_COLUMNS[1:]))
+
+
 def _published(tx, record: Record) -> None:
     ref = record.data["publication"]
     tx.execute(
@@ -168,22 +197,10 @@ def _publisher(tx, record: Record) -> None:
 
 
 def _receipt(tx, record: Record) -> None:
-    data = record.data
     tx.execute(
-        """INSERT INTO admission_receipts (receipt_stream, admission_key, run_id, plan_digest,
-               receipt_digest, package, workflow_key, publication_id, admitted_at_ms)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (
-            record.stream_id,
-            data["admission_key"],
-            data["run_id"],
-            data["plan_digest"],
-            data["receipt_digest"],
-            data["package"],
-            data["workflow_key"],
-            data["publication_id"],
-            data["admitted_at_ms"],
-        ),
+        f"INSERT INTO admission_receipts ({', '.join(_RECEIPT_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(_RECEIPT_COLUMNS))})",
+        _receipt_values(record),
     )
 
 

@@ -4,10 +4,16 @@ How the fresh copy is built. The rebuild opens its own connection to the databas
 and creates every projection table (from the modules' own MIGRATIONS) as a TEMP
 table of the same name. Temporary tables belong to that one connection and shadow
 the live tables there: on both SQLite and PostgreSQL an unqualified table name is
-looked up in the temp schema first. So the projection modules' unmodified `apply`
-functions, run on that connection, write the fresh copy, while every other
-connection (the runtime's, other replicas') still sees only the live tables. No SQL
-is rewritten except `CREATE TABLE` -> `CREATE TEMP TABLE`.
+looked up in the temp schema first. So the projection modules' own folds, run on
+that connection, write the fresh copy, while every other connection (the runtime's,
+other replicas') still sees only the live tables. No SQL is rewritten except
+`CREATE TABLE` -> `CREATE TEMP TABLE`.
+
+A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`. A
+`Replay` folds batch after batch (`apply(records)`) like `apply` does, but may hold
+rows in memory between batches as long as it writes them all by `flush()`; `insert`
+adds new rows to a copy in bulk (SQLite `executemany`, PostgreSQL `COPY`). Records
+reach the folds with `data` and `metadata` decoded on first use only.
 
 Replay runs in batches, one short read transaction each, holding no write lock, so
 the runtime keeps working meanwhile. A failure or a kill at any point before the swap
@@ -18,11 +24,13 @@ The swap takes the write lock once, at the end: SQLite `BEGIN IMMEDIATE`; Postgr
 a row lock on `qlflow_position`, which every append takes when it allocates
 positions and holds until COMMIT (see eventstore.postgres_store) — so no append is
 in flight and none can start. Under that lock the events appended since the replay's
-last batch (the tail) are folded into the copy, and then every live table is
-replaced by `DELETE` + `INSERT ... SELECT` from its copy, in that one transaction.
-Readers see the old rows or the new rows, never a mix (SQLite WAL snapshots,
-PostgreSQL MVCC). `DELETE` rather than `TRUNCATE` or a table rename: it keeps
-PostgreSQL readers with older snapshots correct and needs no exclusive table lock.
+last batch (the tail) are folded into the copy, and then every live table is made
+equal to its copy, in that one transaction: `DELETE` of the live rows the copy does
+not hold exactly, `INSERT ... SELECT` of the copy's rows the live table then lacks
+(a rebuild of correct read models writes nothing). Readers see the old rows or the
+new rows, never a mix (SQLite WAL snapshots, PostgreSQL MVCC). `DELETE` rather than
+`TRUNCATE` or a table rename: it keeps PostgreSQL readers with older snapshots
+correct and needs no exclusive table lock.
 """
 
 from __future__ import annotations
@@ -31,12 +39,15 @@ import re
 import sqlite3
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
+
 from domain.errors import InvalidInput, SchemaError
+from eventstore.transaction import EVENT_COLUMNS
 from projections import registry
 
 Progress = Callable[[int, int], None]
@@ -112,6 +123,10 @@ class ReplayCopy:
         self.tables = projection_tables()
         self.position = 0
         self.events = 0
+        self._folds = [
+            (module.STREAM_PREFIXES, _replayer(module, session.tx, session.insert))
+            for module in registry.modules()
+        ]
 
     @classmethod
     @contextmanager
@@ -137,8 +152,10 @@ class ReplayCopy:
         total = self._session.head_position()
         while True:
             with self._session.reading():
-                records = self.tx.read_all(self.position, batch)
-                registry.apply_records(self.tx, records)
+                records = self._read(batch)
+                self._apply(records)
+                if len(records) < batch:
+                    self._flush()
             if records:
                 self.position = records[-1].global_position
                 self.events += len(records)
@@ -151,8 +168,9 @@ class ReplayCopy:
     def catch_up(self) -> int:
         """Fold every event after the copy's position, inside the current transaction
         (exclusive or snapshot); returns how many there were."""
-        records = self.tx.read_all(self.position)
-        registry.apply_records(self.tx, records)
+        records = self._read()
+        self._apply(records)
+        self._flush()
         if records:
             self.position = records[-1].global_position
             self.events += len(records)
@@ -172,21 +190,52 @@ class ReplayCopy:
             yield
 
     def swap(self) -> dict[str, int]:
-        """Replace every live table's rows by its copy's; returns rows per table."""
+        """Make every live table's rows equal its copy's; returns rows per table.
+
+        Only the difference is written: the live rows missing from the copy or unequal
+        to it are deleted, then the copy's rows the live table lacks are inserted."""
+        same = _NULL_SAFE_EQUAL[self.tx.dialect]
         rows: dict[str, int] = {}
-        for table in self.tables:
-            columns = ", ".join(f'"{column}"' for column in self.columns(table))
-            self.tx.execute(f"DELETE FROM {self.live(table)}")
+        for table, key in self.tables.items():
+            columns = self.columns(table)
+            live, copy = self.live(table), self.copy(table)
+            same_key = " AND ".join(f'c."{k}" = l."{k}"' for k in key)
+            same_row = f"({_listed('c', columns)}) {same} ({_listed('l', columns)})"
             self.tx.execute(
-                f"INSERT INTO {self.live(table)} ({columns}) "
-                f"SELECT {columns} FROM {self.copy(table)}"
+                f"DELETE FROM {live} AS l WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {copy} AS c WHERE {same_key} AND {same_row})"
             )
-            rows[table] = self.tx.query(f"SELECT COUNT(*) FROM {self.live(table)}")[0][0]
+            self.tx.execute(
+                f"INSERT INTO {live} ({_listed('', columns)}) "
+                f"SELECT {_listed('c', columns)} FROM {copy} AS c "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {live} AS l WHERE {same_key})"
+            )
+            rows[table] = self.tx.query(f"SELECT COUNT(*) FROM {live}")[0][0]
         return rows
 
     def columns(self, table: str) -> list[str]:
         """Column names of the live table, in table order."""
         return self._session.columns(table)
+
+    def _read(self, limit: int | None = None) -> list[_Replayed]:
+        """The events after the copy's position, in order (`read_all`, decoded lazily)."""
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
+        sql += " ORDER BY global_position"
+        if limit is None:
+            rows = self.tx.query(sql, (self.position,))
+        else:
+            rows = self.tx.query(sql + " LIMIT ?", (self.position, limit))
+        return [_Replayed(row) for row in rows]
+
+    def _apply(self, records: list) -> None:
+        for prefixes, fold in self._folds:
+            mine = [r for r in records if r.stream_id.startswith(prefixes)]
+            if mine:
+                fold.apply(mine)
+
+    def _flush(self) -> None:
+        for _prefixes, fold in self._folds:
+            fold.flush()
 
     def _create_tables(self) -> None:
         with self._session.reading():
@@ -194,6 +243,72 @@ class ReplayCopy:
                 for number, step in enumerate(module.MIGRATIONS, start=1):
                     for statement in _statements(step, self.tx.dialect, module.COMPONENT, number):
                         self.tx.execute(_temporary(statement, module.COMPONENT, number))
+
+
+_NULL_SAFE_EQUAL = {"sqlite": "IS", "postgresql": "IS NOT DISTINCT FROM"}
+
+
+def _listed(alias: str, columns: Sequence[str]) -> str:
+    """`a."x", a."y"` (no alias: `"x", "y"`)."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f'{prefix}"{column}"' for column in columns)
+
+
+class _Replayed:
+    """A Record as replay reads it: `data` and `metadata` are decoded on first use, as
+    the folds leave many unread (a steps record's fold reads only its version)."""
+
+    __slots__ = (
+        "_data",
+        "_metadata",
+        "event_id",
+        "global_position",
+        "stream_id",
+        "stream_version",
+        "type",
+    )
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        (
+            self.global_position,
+            self.event_id,
+            self.stream_id,
+            self.stream_version,
+            self.type,
+            self._data,
+            self._metadata,
+        ) = row
+
+    @property
+    def data(self) -> Any:
+        if isinstance(self._data, str):
+            self._data = orjson.loads(self._data)
+        return self._data
+
+    @property
+    def metadata(self) -> Any:
+        if isinstance(self._metadata, str):
+            self._metadata = orjson.loads(self._metadata)
+        return self._metadata
+
+
+class _Apply:
+    """The replay of a module without its own `Replay`: its `apply`, batch by batch."""
+
+    def __init__(self, module, tx) -> None:
+        self._module = module
+        self._tx = tx
+
+    def apply(self, records: list) -> None:
+        self._module.apply(self._tx, records)
+
+    def flush(self) -> None:
+        """`apply` holds nothing back."""
+
+
+def _replayer(module, tx, insert):
+    replay = getattr(module, "Replay", None)
+    return _Apply(module, tx) if replay is None else replay(tx, insert)
 
 
 def _temporary(statement: str, component: str, number: int) -> str:
@@ -238,6 +353,10 @@ class _Session(ABC):
     @abstractmethod
     def columns(self, table: str) -> list[str]:
         """Column names of the live `table`, in table order."""
+
+    @abstractmethod
+    def insert(self, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+        """Add `rows` (values of `columns`) to the copy of `table`, in bulk."""
 
     @abstractmethod
     def reading(self) -> AbstractContextManager[None]:
@@ -285,6 +404,13 @@ class _SqliteSession(_Session):
     def columns(self, table: str) -> list[str]:
         rows = self._conn.execute(f'PRAGMA main.table_info("{table}")').fetchall()
         return [row[1] for row in rows]
+
+    def insert(self, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+        self._conn.executemany(
+            f"INSERT INTO {self.qualified(self.temp_schema, table)} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})",
+            rows,
+        )
 
     @contextmanager
     def _transaction(self, begin: str, commit: bool) -> Iterator[None]:
@@ -336,17 +462,19 @@ class _PostgresSession(_Session):
         )
         return [row[0] for row in rows]
 
+    def insert(self, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+        name = self.qualified(self.temp_schema, table)
+        sql = f"COPY {name} ({', '.join(columns)}) FROM STDIN"
+        with self._conn.cursor() as cursor, cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
     @contextmanager
-    def _transaction(self, first: str | None, commit: bool, pipeline: bool) -> Iterator[None]:
+    def _transaction(self, first: str | None, commit: bool) -> Iterator[None]:
         try:
             if first is not None:
                 self.tx.execute(first)
-            if pipeline:
-                # statements whose results apply never reads go out without a round trip
-                with self._conn.pipeline():
-                    yield
-            else:
-                yield
+            yield
         except BaseException:
             self._conn.rollback()
             raise
@@ -356,17 +484,13 @@ class _PostgresSession(_Session):
             self._conn.rollback()
 
     def reading(self):
-        return self._transaction(None, commit=True, pipeline=True)
+        return self._transaction(None, commit=True)
 
     def exclusive(self):
-        return self._transaction(
-            "SELECT last FROM qlflow_position FOR UPDATE", commit=True, pipeline=False
-        )
+        return self._transaction("SELECT last FROM qlflow_position FOR UPDATE", commit=True)
 
     def snapshot(self):
-        return self._transaction(
-            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", commit=False, pipeline=False
-        )
+        return self._transaction("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", commit=False)
 
     def close(self) -> None:
         self._conn.close()

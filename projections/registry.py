@@ -9,6 +9,11 @@ Each projection module defines:
 - `apply(tx, records)`: update its tables for records just appended, in the
   append's transaction. It must be deterministic and depend only on the records
   and the tables' current rows, so that a replay of the log gives the same rows.
+
+It may also define `Replay(tx, insert)`, the rebuild's way to fold the whole log
+batch after batch (`apply(records)`, then `flush()`): free to hold rows in memory and
+to write new ones in bulk with `insert(table, columns, rows)`, it must leave exactly
+the rows `apply` would. Without one the rebuild calls `apply` per batch.
 """
 
 from __future__ import annotations

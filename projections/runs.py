@@ -582,3 +582,108 @@ def _claimed_without_lease(attempt: Row | None) -> bool:
 
 def _json(value) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+# --- replay: the rebuild's path ----------------------------------------------------------
+
+REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
+
+Insert = Callable[[str, Sequence[str], list[tuple]], None]
+"""`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""
+
+
+class Replay:
+    """`apply` for a rebuild, batch after batch into tables that start empty.
+
+    Each batch goes through `apply`'s load, fold and candidate flags, but the rows stay
+    in memory between batches and are written only when they leave: once more than
+    `capacity` Runs are held, the least recently named half leave, and `flush` empties
+    the lot. So a Run's rows are loaded at most once while they stay (never, if the
+    replay admitted it), and most rows are written once, as new rows, by `insert`. A
+    Run leaves with all its StepRuns and Attempts, so any row not in memory has its
+    newest values in the table."""
+
+    capacity = REPLAY_RUNS
+
+    def __init__(self, tx, insert: Insert) -> None:
+        self._tx = tx
+        self._insert = insert
+        self._rows = _Rows()
+        self._recent: dict[str, None] = {}  # Runs in memory, least recently named first
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Fold one batch, in log order; past capacity, write out the older half."""
+        rows = self._rows
+        self._load_missing(records)
+        touched: set[str] = set()
+        for record in records:
+            run_id = _fold(rows, record)
+            if run_id is not None:
+                touched.add(run_id)
+        for run_id in touched:
+            _refresh_candidate_flags(rows, run_id)
+        if len(self._recent) > self.capacity:
+            self._write(list(self._recent)[: len(self._recent) // 2])
+
+    def flush(self) -> None:
+        """Write out every row held in memory, and forget them."""
+        self._write(list(self._recent))
+
+    def _load_missing(self, records: Sequence[Record]) -> None:
+        """What `_load` loads, but only rows that are neither in memory nor created by
+        these records (in a log that is not corrupt, such a row is not stored yet)."""
+        tx, rows = self._tx, self._rows
+        run_ids, attempt_ids = _named(records)
+        created_runs, created_attempts = _created(records)
+        missing = attempt_ids - rows.attempts.keys() - created_attempts
+        rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", missing))
+        run_ids.update(rows.attempts[a]["run_id"] for a in attempt_ids if a in rows.attempts)
+        absent = run_ids - self._recent.keys() - created_runs
+        rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", absent))
+        steps, live_attempts = _select_steps_with_live_attempts(tx, absent)
+        rows.add_loaded(STEP_RUNS, steps)
+        rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in rows.attempts))
+        recent = self._recent
+        for run_id in run_ids:
+            recent.pop(run_id, None)
+            recent[run_id] = None
+
+    def _write(self, run_ids: list[str]) -> None:
+        """Store the rows of these Runs (new ones inserted, changed ones upserted) and
+        drop them from memory."""
+        rows = self._rows
+        leaving = set(run_ids)
+        for run_id in run_ids:
+            del self._recent[run_id]
+        runs = [rows.runs.pop(run_id) for run_id in run_ids if run_id in rows.runs]
+        steps = [row for run_id in run_ids for row in rows.steps.pop(run_id, {}).values()]
+        attempt_ids = [a for a, row in rows.attempts.items() if row["run_id"] in leaving]
+        attempts = [rows.attempts.pop(attempt_id) for attempt_id in attempt_ids]
+        for table, gone in ((RUNS, runs), (STEP_RUNS, steps), (ATTEMPTS, attempts)):
+            loaded = rows._loaded[table.name]
+            new, changed = [], []
+            for row in sorted(gone, key=table.key_of):
+                values, stored = table.values(row), loaded.pop(table.key_of(row), None)
+                if stored is None:
+                    new.append(values)
+                elif stored != values:
+                    changed.append(values)
+            if new:
+                self._insert(table.name, table.columns, new)
+            if changed:
+                self._tx.executemany(table.upsert_sql, changed)
+
+
+def _created(records: Sequence[Record]) -> tuple[set[str], set[str]]:
+    """The Run ids the records admit and the Attempt ids they claim."""
+    run_ids: set[str] = set()
+    attempt_ids: set[str] = set()
+    for record in records:
+        kind = record.type
+        if kind == "workflow.admitted" or kind == "attempt.claimed":
+            family, _, run_id = record.stream_id.partition("-")
+            if family == _RUN and kind == "workflow.admitted":
+                run_ids.add(run_id)
+            elif family == _RUN:
+                attempt_ids.add(record.data["attempt_id"])
+    return run_ids, attempt_ids

@@ -70,9 +70,7 @@ def test_replicas_and_workers_converge_every_run(pg_url):
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
     procs = [ctx.Process(target=replica, args=(pg_url, stop)) for _ in range(REPLICAS)]
-    procs += [
-        ctx.Process(target=worker, args=(pg_url, f"w{i}", stop, i)) for i in range(WORKERS)
-    ]
+    procs += [ctx.Process(target=worker, args=(pg_url, f"w{i}", stop, i)) for i in range(WORKERS)]
     for proc in procs:
         proc.start()
     try:
