@@ -58,6 +58,7 @@ from domain.package import (
 )
 from domain.plan import build_plan, step_run_ids_for
 from domain.records import NewEvent, StreamAppend
+from domain.text import is_storable_text
 from domain.values import (
     ACTIVE,
     CREATED,
@@ -97,11 +98,7 @@ def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[s
     with the same key always names the same Run.
     """
     if admission_key is not None and (
-        not isinstance(admission_key, str)
-        or not admission_key
-        or len(admission_key) > MAX_ADMISSION_KEY_CHARS
-        or "\x00" in admission_key
-        or not _utf8(admission_key)
+        not is_storable_text(admission_key) or len(admission_key) > MAX_ADMISSION_KEY_CHARS
     ):
         raise InvalidInput(
             "admission_key",
@@ -121,14 +118,6 @@ def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[s
     if run_id is None:
         run_id = derive_id(RUN_ID, admission_key)
     return admission_key, run_id
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def start(

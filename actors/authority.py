@@ -63,6 +63,21 @@ class LocalUnits:
         return run_read(self.store, fn)
 
 
+class InTransaction:
+    """Units that all join one open transaction: a Workflow's turn or a worker write
+    run inside a caller's transaction (seeding many Runs at once)."""
+
+    def __init__(self, tx) -> None:
+        self.tx = tx
+        self.store = tx  # candidate queries read through the open transaction
+
+    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
+        return fn(self.tx)
+
+    def read(self, fn: Callable[[Any], T]) -> T:
+        return fn(self.tx)
+
+
 class _AuthorityActor(pykka.ThreadingActor):
     """Owns the SQLite connection; runs what it is handed one at a time."""
 

@@ -5,21 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from domain.aggregate import fold
+from domain.aggregate import fold, lease_stream, run_stream, steps_stream
 from domain.errors import NotFound
 from domain.records import Record
-
-
-def run_stream(run_id: str) -> str:
-    return f"run-{run_id}"
-
-
-def steps_stream(run_id: str) -> str:
-    return f"steps-{run_id}"
-
-
-def lease_stream(attempt_id: str) -> str:
-    return f"lease-{attempt_id}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,21 +55,6 @@ class WorkflowOutcome:
     error: str | None = None
 
 
-class InTransaction:
-    """An authority whose units all join one open transaction: a turn run inside a
-    caller's transaction (seeding many Runs at once, tests)."""
-
-    def __init__(self, tx) -> None:
-        self.tx = tx
-        self.store = tx  # candidate queries read through the open transaction
-
-    def read(self, fn):
-        return fn(self.tx)
-
-    def execute(self, fn, name: str = "unit"):
-        return fn(self.tx)
-
-
 def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
     """Decide `phase` for one Run and commit its records; VersionConflict if one of
     its streams moved between the read and the write."""
@@ -86,10 +71,9 @@ def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome
     if not decision.appends:
         return outcome
     batch = encode_appends(decision.appends)  # validated before the lock is taken
-    active = sorted(a.attempt_id for a in aggregate.active_attempts())
 
     def write(tx) -> bool:
-        if not lock_unchanged(tx, streams, active):
+        if not lock_unchanged(tx, streams, aggregate):
             return False
         commit_encoded(tx, batch)
         return True
@@ -99,7 +83,7 @@ def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome
     return outcome
 
 
-def lock_unchanged(tx, streams: RunStreams, active_attempt_ids: list[str]) -> bool:
+def lock_unchanged(tx, streams: RunStreams, aggregate) -> bool:
     """In the write transaction: take the locks (PostgreSQL) and check that every
     stream read is still at the version read.
 
@@ -108,7 +92,7 @@ def lock_unchanged(tx, streams: RunStreams, active_attempt_ids: list[str]) -> bo
     """
     read = streams.versions()
     if tx.dialect == "postgresql":
-        keys = [f"attempt:{a}" for a in active_attempt_ids]
+        keys = [f"attempt:{a.attempt_id}" for a in aggregate.active_attempts()]
         if not try_advisory_locks(tx, keys):
             return False
         # An Attempt's lease stream is only written under its advisory lock, held now,

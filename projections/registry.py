@@ -23,6 +23,7 @@ from types import ModuleType
 
 from domain.records import Record
 from eventstore import faults
+from eventstore.validation import encode_appends
 
 
 def modules() -> tuple[ModuleType, ...]:
@@ -50,10 +51,7 @@ def apply_records(tx, records: Sequence[Record]) -> None:
 
 def commit(tx, appends) -> list[Record]:
     """Append through the store and update the read models in the same transaction."""
-    records = tx.append(appends)
-    apply_records(tx, records)
-    faults.hit_append()
-    return records
+    return commit_encoded(tx, encode_appends(appends))
 
 
 def commit_encoded(tx, batch) -> list[Record]:

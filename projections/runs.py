@@ -153,6 +153,18 @@ class _Table:
     def row(self, values: Sequence[Any]) -> Row:
         return dict(zip(self.columns, values, strict=True))
 
+    def differing(self, rows: Iterable[Row], loaded: dict[Any, tuple]) -> list[tuple[tuple, bool]]:
+        """(values, is new) of each row that is new or differs from `loaded` (key ->
+        values as stored), in key order (a fixed row lock order)."""
+        found = []
+        for row in rows:
+            key, values = self.key_of(row), self.values(row)
+            stored = loaded.get(key)
+            if stored != values:
+                found.append((key, values, stored is None))
+        found.sort(key=itemgetter(0))
+        return [(values, new) for _key, values, new in found]
+
 
 RUNS = _Table(
     "runs",
@@ -239,14 +251,7 @@ class _Rows:
             current = (row for steps in self.steps.values() for row in steps.values())
         else:
             current = self.attempts.values()
-        loaded = self._loaded[table.name]
-        changed = []
-        for row in current:
-            key, values = table.key_of(row), table.values(row)
-            if loaded.get(key) != values:
-                changed.append((key, values))
-        changed.sort(key=itemgetter(0))
-        return [values for _key, values in changed]
+        return [values for values, _new in table.differing(current, self._loaded[table.name])]
 
 
 def _load(tx, records: Sequence[Record]) -> _Rows:
@@ -661,13 +666,11 @@ class Replay:
         attempts = [rows.attempts.pop(attempt_id) for attempt_id in attempt_ids]
         for table, gone in ((RUNS, runs), (STEP_RUNS, steps), (ATTEMPTS, attempts)):
             loaded = rows._loaded[table.name]
-            new, changed = [], []
-            for row in sorted(gone, key=table.key_of):
-                values, stored = table.values(row), loaded.pop(table.key_of(row), None)
-                if stored is None:
-                    new.append(values)
-                elif stored != values:
-                    changed.append(values)
+            found = table.differing(gone, loaded)
+            for row in gone:
+                loaded.pop(table.key_of(row), None)
+            new = [values for values, is_new in found if is_new]
+            changed = [values for values, is_new in found if not is_new]
             if new:
                 self._insert(table.name, table.columns, new)
             if changed:

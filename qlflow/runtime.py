@@ -15,6 +15,7 @@ from actors import workers
 from actors.authority import OperationAuthority
 from actors.supervisor import Cycle, CycleResult
 from domain.errors import InvalidInput
+from domain.text import is_storable_text
 from projections import registry, views
 
 log = logging.getLogger("qlflow")
@@ -71,7 +72,7 @@ def _instant(field: str, value: Any) -> int:
 
 def _text(field: str, value: Any) -> str:
     """A non-empty string of UTF-8 text without NUL (both stores can hold it)."""
-    if not isinstance(value, str) or not value or "\x00" in value or not _utf8(value):
+    if not is_storable_text(value):
         raise InvalidInput(
             field,
             "non-empty string",
@@ -82,14 +83,6 @@ def _text(field: str, value: Any) -> str:
 
 def _optional_text(field: str, value: Any) -> str | None:
     return None if value is None else _text(field, value)
-
-
-def _utf8(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _texts(field: str, values: Any) -> frozenset[str]:
