@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from domain import event_types
 from domain.errors import CorruptionError
 from domain.plan import ExecutionPlan, PlanStep
 from domain.records import Record
+from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import (
     ATTEMPT_ACTIVE,
     ATTEMPT_CLAIMED,
@@ -46,25 +48,10 @@ from domain.transitions import (
     step_change_allowed,
 )
 
-MUTATION_TYPE = "step_run.mutated"
+MUTATION_TYPE = event_types.STEP_RUN_MUTATED
 _NON_SUCCESS = STEP_TERMINAL - {"succeeded"}
 ATTEMPT_CHANGES = ATTEMPT_TERMINAL | {"starting", "running"}
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-def run_stream(run_id: str) -> str:
-    """The stream of a Run's RunEvents."""
-    return f"run-{run_id}"
-
-
-def steps_stream(run_id: str) -> str:
-    """The stream of a Run's StepRunMutations."""
-    return f"steps-{run_id}"
-
-
-def lease_stream(attempt_id: str) -> str:
-    """The stream of one Attempt's lease."""
-    return f"lease-{attempt_id}"
 
 
 # --- the aggregate ---------------------------------------------------------------------

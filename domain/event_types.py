@@ -1,0 +1,52 @@
+"""Every event type name, in one place (docs/EVENTS.md describes their data).
+
+A type is `<family>.<name>`; the families follow the streams they are written to.
+Modules compare and build types with these names, never with string literals.
+"""
+
+from __future__ import annotations
+
+# --- run-<run_id>: RunEvents ---------------------------------------------------------
+WORKFLOW_ADMITTED = "workflow.admitted"
+WORKFLOW_CANCEL_REQUESTED = "workflow.cancel_requested"
+STEP_CREATED = "step.created"
+ATTEMPT_CLAIMED = "attempt.claimed"
+ATTEMPT_STARTING = "attempt.starting"
+ATTEMPT_RUNNING = "attempt.running"
+
+WORKFLOW = "workflow"
+STEP = "step"
+ATTEMPT = "attempt"
+
+# --- steps-<run_id> --------------------------------------------------------------------
+STEP_RUN_MUTATED = "step_run.mutated"
+
+# --- lease-<attempt_id> ----------------------------------------------------------------
+LEASE_GRANTED = "lease.granted"
+LEASE_RENEWED = "lease.renewed"
+LEASE_COMPLETED = "lease.completed"
+LEASE_RELEASED = "lease.released"
+
+# --- publication-<id>, publisher-<id>, admission-<digest> ------------------------------
+PUBLICATION_PUBLISHED = "publication.published"
+PUBLICATION_WITHDRAWN = "publication.withdrawn"
+PUBLICATION_QUARANTINED = "publication.quarantined"
+PUBLISHER_REVOKED = "publisher.revoked"
+PUBLISHER_REINSTATED = "publisher.reinstated"
+ADMISSION_RECEIPT = "admission.receipt"
+
+
+def of(family: str, name: str) -> str:
+    """`<family>.<name>`: the type of a status change, e.g. of(STEP, "ready")."""
+    return f"{family}.{name}"
+
+
+def family(event_type: str) -> str:
+    """The family of a type: "step.failed" -> "step" ("" for a type without a dot)."""
+    name, sep, _ = event_type.partition(".")
+    return name if sep else ""
+
+
+def name(event_type: str) -> str:
+    """What follows the family: "step.failed" -> "failed"."""
+    return event_type.partition(".")[2]

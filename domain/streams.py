@@ -1,0 +1,72 @@
+"""Stream categories: every stream id is `<category>-<entity id>`.
+
+One place names each category, builds stream ids and takes them apart (as
+message-db does with `category()` and `id()`); no other module spells a prefix.
+See docs/DESIGN.md for what each stream holds.
+"""
+
+from __future__ import annotations
+
+RUN = "run"  # RunEvents of one Run: workflow.*, step.*, attempt.*
+STEPS = "steps"  # StepRunMutations of one Run
+LEASE = "lease"  # the lease of one Task Attempt (its version is the fencing token)
+PUBLICATION = "publication"  # lifecycle of one publication
+PUBLISHER = "publisher"  # trust of one publisher
+ADMISSION = "admission"  # the durable admission receipt of one admission key
+SCHEDULE = "schedule"  # the durable cursor of one schedule
+
+CATEGORIES = (RUN, STEPS, LEASE, PUBLICATION, PUBLISHER, ADMISSION, SCHEDULE)
+# what the runtime writes (cycles, workers, admission) and what publishers write
+RUNTIME_CATEGORIES = (RUN, STEPS, LEASE, ADMISSION, SCHEDULE)
+PROVENANCE_CATEGORIES = (PUBLICATION, PUBLISHER)
+
+
+def stream_id(category_name: str, entity_id: str) -> str:
+    """`<category>-<entity id>`."""
+    return f"{category_name}-{entity_id}"
+
+
+def category(stream: str) -> str:
+    """The category of a stream id: "run-abc" -> "run" ("" when it has none)."""
+    name, sep, _ = stream.partition("-")
+    return name if sep else ""
+
+
+def entity_id(stream: str) -> str:
+    """The entity id of a stream id: "run-abc" -> "abc"."""
+    return stream.partition("-")[2]
+
+
+def prefix(category_name: str) -> str:
+    """The prefix every stream of a category starts with: "run" -> "run-"."""
+    return f"{category_name}-"
+
+
+def run_stream(run_id: str) -> str:
+    """The stream of a Run's RunEvents."""
+    return stream_id(RUN, run_id)
+
+
+def steps_stream(run_id: str) -> str:
+    """The stream of a Run's StepRunMutations."""
+    return stream_id(STEPS, run_id)
+
+
+def lease_stream(attempt_id: str) -> str:
+    """The stream of one Attempt's lease."""
+    return stream_id(LEASE, attempt_id)
+
+
+def publication_stream(publication_id: str) -> str:
+    """The lifecycle stream of one publication."""
+    return stream_id(PUBLICATION, publication_id)
+
+
+def publisher_stream(publisher: str) -> str:
+    """The trust stream of one publisher."""
+    return stream_id(PUBLISHER, publisher)
+
+
+def schedule_stream(schedule_id: str) -> str:
+    """The cursor stream of one schedule."""
+    return stream_id(SCHEDULE, schedule_id)
