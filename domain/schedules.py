@@ -157,7 +157,7 @@ def decide_due(
     start guard's reason (e.g. "withdrawn"): a due occurrence is then skipped with
     that reason, whatever the grace.
     """
-    _check_state(state, state.schedule_id)
+    _check_state(state)
     now_ms = check_instant("now_ms", now_ms)
     grace_ms = check_instant("grace_ms", grace_ms)
     if refusal is not None and not (isinstance(refusal, str) and refusal.isidentifier()):
@@ -196,7 +196,7 @@ def decide_due(
 def pause(state: ScheduleState, now_ms: int, *, actor: str = USER_ACTOR) -> ScheduleDecision:
     """`schedule.paused`: no fires until resumed. Pausing a paused schedule writes
     nothing; a retired one cannot be paused (InvalidInput "retired")."""
-    _check_state(state, state.schedule_id)
+    _check_state(state)
     now_ms = check_instant("now_ms", now_ms)
     _refuse_retired(state, "pause")
     if state.status == PAUSED:
@@ -209,7 +209,7 @@ def resume(
 ) -> ScheduleDecision:
     """`schedule.resumed` at the first occurrence after `now_ms`: what was missed
     while paused is not fired. Resuming an active schedule writes nothing."""
-    _check_state(state, state.schedule_id)
+    _check_state(state)
     now_ms = check_instant("now_ms", now_ms)
     _refuse_retired(state, "resume")
     if state.status == ACTIVE:
@@ -221,7 +221,7 @@ def resume(
 def retire(state: ScheduleState, now_ms: int, *, actor: str = SCHEDULE_ACTOR) -> ScheduleDecision:
     """`schedule.retired`: the head publication no longer declares the schedule.
     Retiring a retired schedule writes nothing."""
-    _check_state(state, state.schedule_id)
+    _check_state(state)
     now_ms = check_instant("now_ms", now_ms)
     if state.status == RETIRED:
         return NOTHING
@@ -259,12 +259,12 @@ def _check_id(schedule_id: object) -> None:
         )
 
 
-def _check_state(state: object, schedule_id: str) -> None:
+def _check_state(state: object, schedule_id: str | None = None) -> None:
     if not isinstance(state, ScheduleState):
         raise InvalidInput(
             "state", "type", f"state must be a ScheduleState, got {type(state).__name__}"
         )
-    if state.schedule_id != schedule_id:
+    if schedule_id is not None and state.schedule_id != schedule_id:
         raise InvalidInput(
             "state", "schedule", f"state is of schedule {state.schedule_id!r}, not {schedule_id!r}"
         )
@@ -314,7 +314,7 @@ def _apply(state: ScheduleState | None, record: Record) -> ScheduleState:
     if status not in allowed:
         if status is None:
             raise _corrupt(record, "a schedule stream opens with schedule.armed")
-        raise _corrupt(record, f"cannot follow a {status} schedule")
+        raise _corrupt(record, f"cannot follow a schedule that is {status}")
     base = state if state is not None else ScheduleState(schedule_id, ACTIVE, 0, "", None)
     moved = replace(base, version=record.stream_version, head_event_id=record.event_id)
     if kind in (types.SCHEDULE_ARMED, types.SCHEDULE_RESUMED):
