@@ -102,6 +102,11 @@ def work_at_ms(state: ScheduleState | None) -> int | None:
     return state.next_fire_at_ms
 
 
+def next_occurrence(spec: ScheduleSpec, after_ms: int) -> int:
+    """The schedule's first occurrence strictly after `after_ms`, in its zone."""
+    return next_after(spec.cron, spec.timezone, after_ms)
+
+
 def admission_key(schedule_id: str, scheduled_for_ms: int) -> str:
     """`schedule:<schedule id>:<scheduled_for_ms>`: one admission per occurrence."""
     return f"{ADMISSION_KEY_PREFIX}:{schedule_id}:{scheduled_for_ms}"
@@ -134,7 +139,7 @@ def arm(
         _check_state(state, schedule_id)
         if state.status != RETIRED:
             return NOTHING
-    next_ms = next_after(spec.cron, spec.timezone, published_at_ms)
+    next_ms = next_occurrence(spec, published_at_ms)
     data = {"next_fire_at_ms": next_ms}
     return _decide(schedule_id, state, types.SCHEDULE_ARMED, data, published_at_ms, SCHEDULE_ACTOR)
 
@@ -165,7 +170,7 @@ def decide_due(
     due_ms = work_at_ms(state)
     if due_ms is None or due_ms > now_ms:
         return NOTHING
-    next_ms = next_after(spec.cron, spec.timezone, now_ms)
+    next_ms = next_occurrence(spec, now_ms)
     late = now_ms - due_ms > grace_ms
     if refusal is None and (not late or spec.misfire == FIRE_ONCE):
         occurrence = Occurrence(
@@ -214,7 +219,7 @@ def resume(
     _refuse_retired(state, "resume")
     if state.status == ACTIVE:
         return NOTHING
-    data = {"next_fire_at_ms": next_after(spec.cron, spec.timezone, now_ms)}
+    data = {"next_fire_at_ms": next_occurrence(spec, now_ms)}
     return _decide(state.schedule_id, state, types.SCHEDULE_RESUMED, data, now_ms, actor)
 
 

@@ -23,6 +23,7 @@ from domain.schedules import (
     arm,
     decide_due,
     fold_schedule,
+    next_occurrence,
     occurrence_run_id,
     pause,
     resume,
@@ -82,6 +83,7 @@ def test_arm_is_at_the_first_occurrence_after_publication():
         log.schedule_id, ACTIVE, 1, log.records[0].event_id, MIDNIGHT + 15 * MINUTE
     )
     assert log.records[0].data == {"next_fire_at_ms": MIDNIGHT + 15 * MINUTE}
+    assert next_occurrence(log.spec, MIDNIGHT + 7 * MINUTE) == MIDNIGHT + 15 * MINUTE
     # published exactly on an occurrence: that one is not fired, the next is
     assert armed_log(published=MIDNIGHT).state.next_fire_at_ms == MIDNIGHT + 15 * MINUTE
 
