@@ -35,6 +35,14 @@ PUBLISHER_REVOKED = "publisher.revoked"
 PUBLISHER_REINSTATED = "publisher.reinstated"
 ADMISSION_RECEIPT = "admission.receipt"
 
+# --- schedule-<schedule_id>: the durable cursor of one schedule ------------------------
+SCHEDULE_ARMED = "schedule.armed"
+SCHEDULE_FIRED = "schedule.fired"
+SCHEDULE_SKIPPED = "schedule.skipped"
+SCHEDULE_PAUSED = "schedule.paused"
+SCHEDULE_RESUMED = "schedule.resumed"
+SCHEDULE_RETIRED = "schedule.retired"
+
 
 def of(family: str, name: str) -> str:
     """`<family>.<name>`: the type of a status change, e.g. of(STEP, "ready")."""

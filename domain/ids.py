@@ -40,6 +40,8 @@ PUBLICATION_EVENT = "wpe:"
 PUBLISHER_EVENT = "wpp:"
 RUN_ID = "run:"  # run id derived from an admission key when none is given
 STEP_RUN_ID = "srn:"
+SCHEDULE_ID = "sch:"  # a schedule: publisher, package, workflow, cron, zone, params
+SCHEDULE_EVENT = "wse:"  # schedule-<id> stream events
 
 _PREFIXES = {
     value
