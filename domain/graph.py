@@ -40,13 +40,19 @@ def topological_order(needs_by_key: Mapping[str, Sequence[str]]) -> tuple[str, .
     """Every Step key after all the Steps it needs; among Steps free at the same
     time the smallest key comes first, so the order depends on the graph only.
 
-    Raises UnknownNeed for the first Step (in the mapping's order) that needs a
-    key the mapping lacks, then DependencyCycle (see `find_cycle`).
+    Problems are reported in the order the Steps are written (the mapping's
+    order), so a person reads about the first one first: the first need, Step by
+    Step, that names the Step itself (DependencyCycle (a, a)) or no Step at all
+    (UnknownNeed, with every unknown need of that Step); then the first cycle
+    `find_cycle` meets.
     """
     for key, needs in needs_by_key.items():
-        unknown = tuple(dict.fromkeys(need for need in needs if need not in needs_by_key))
-        if unknown:
-            raise UnknownNeed(key, unknown)
+        for need in needs:
+            if need == key:
+                raise DependencyCycle((key, key))
+            if need not in needs_by_key:
+                unknown = dict.fromkeys(n for n in needs if n not in needs_by_key)
+                raise UnknownNeed(key, tuple(unknown))
     waiting = {key: len(set(needs)) for key, needs in needs_by_key.items()}
     dependants: dict[str, list[str]] = {key: [] for key in needs_by_key}
     for key, needs in needs_by_key.items():
@@ -72,8 +78,9 @@ def find_cycle(needs_by_key: Mapping[str, Sequence[str]]) -> list[str] | None:
     """Return one dependency cycle as a path [a, b, ..., a], or None if acyclic.
 
     Edges run from a Step to the Steps it needs; needs naming no key are ignored.
-    The search visits keys and needs in sorted order, so the reported cycle depends
-    on the graph only, not on the order its Steps were written in.
+    The search starts from the keys in the mapping's order (the order the Steps are
+    written) and follows needs in sorted order, so one mapping always reports the
+    same cycle.
     """
     visiting: set[str] = set()
     done: set[str] = set()
@@ -94,7 +101,7 @@ def find_cycle(needs_by_key: Mapping[str, Sequence[str]]) -> list[str] | None:
         done.add(key)
         return None
 
-    for key in sorted(needs_by_key):
+    for key in needs_by_key:
         if key not in done:
             cycle = visit(key)
             if cycle is not None:

@@ -124,7 +124,7 @@ def check_step_graph(steps: Sequence[tuple[str, Sequence[str]]], what: str) -> N
         if len(set(needs)) != len(needs):
             raise PlanError("duplicate_need", f"{what}: Step {key!r} names a need twice")
     try:
-        topological_order(needs_by_key)
+        topological_order(dict(sorted(needs_by_key.items())))  # problems in key order
     except UnknownNeed as problem:
         unknown = ", ".join(sorted(problem.unknown))
         raise PlanError(
