@@ -46,18 +46,17 @@ def topological_order(needs_by_key: Mapping[str, Sequence[str]]) -> tuple[str, .
     (UnknownNeed, with every unknown need of that Step); then the first cycle
     `find_cycle` meets.
     """
+    waiting: dict[str, int] = {}
+    dependants: dict[str, list[str]] = {key: [] for key in needs_by_key}
     for key, needs in needs_by_key.items():
         for need in needs:
             if need == key:
                 raise DependencyCycle((key, key))
-            if need not in needs_by_key:
-                unknown = dict.fromkeys(n for n in needs if n not in needs_by_key)
+            if need not in dependants:
+                unknown = dict.fromkeys(n for n in needs if n not in dependants)
                 raise UnknownNeed(key, tuple(unknown))
-    waiting = {key: len(set(needs)) for key, needs in needs_by_key.items()}
-    dependants: dict[str, list[str]] = {key: [] for key in needs_by_key}
-    for key, needs in needs_by_key.items():
-        for need in set(needs):
-            dependants[need].append(key)
+            dependants[need].append(key)  # a need named twice is counted, and met, twice
+        waiting[key] = len(needs)
     free = sorted(key for key, count in waiting.items() if count == 0)  # a sorted list is a heap
     order: list[str] = []
     while free:
