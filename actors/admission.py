@@ -48,16 +48,12 @@ from domain.errors import (
     SchemaError,
     StartGuardError,
 )
+from domain.fields import ID_PATTERN
 from domain.ids import RECEIPT, RUN_ID, derive_id
-from domain.package import (
-    ID_PATTERN,
-    MaterializedRevision,
-    PublicationRef,
-    publication_from_json,
-    revision_from_json,
-)
 from domain.plan import build_plan, step_run_ids_for
+from domain.publication import PublicationRef, publication_from_json
 from domain.records import NewEvent, StreamAppend
+from domain.revision import MaterializedRevision, revision_from_json
 from domain.text import is_storable_text
 from domain.values import (
     ACTIVE,

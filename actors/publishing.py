@@ -22,14 +22,9 @@ from typing import Any
 
 from domain.errors import InvalidInput, NotFound
 from domain.ids import PUBLICATION_EVENT, PUBLISHER_EVENT, derive_id
-from domain.package import (
-    MaterializedRevision,
-    materialize_revision,
-    publication_for,
-    publication_to_json,
-    revision_to_json,
-)
+from domain.publication import publication_for, publication_to_json
 from domain.records import NewEvent, StreamAppend
+from domain.revision import MaterializedRevision, materialize_revision, revision_to_json
 from domain.values import Publication
 from projections import publications as read_model
 from projections.registry import commit

@@ -18,7 +18,6 @@ that breaks one raises `CorruptionError` naming the stream, version and event id
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -26,6 +25,7 @@ from typing import Any
 
 from domain import event_types
 from domain.errors import CorruptionError
+from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.plan import ExecutionPlan, PlanStep
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
@@ -751,27 +751,13 @@ def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
 
 def _topological_order(plan: ExecutionPlan, record: Record) -> tuple[str, ...]:
     """Step keys with every need first; ties broken by key, so the order is stable."""
-    known = {s.key for s in plan.steps}
-    waiting = {s.key: len(s.needs) for s in plan.steps}
-    dependants: dict[str, list[str]] = {s.key: [] for s in plan.steps}
-    for step in plan.steps:
-        for need in step.needs:
-            if need not in known:
-                raise _corrupt(record, f"plan step {step.key!r} needs unknown step {need!r}")
-            dependants[need].append(step.key)
-    heap = [key for key, count in waiting.items() if count == 0]
-    heapq.heapify(heap)
-    order: list[str] = []
-    while heap:
-        key = heapq.heappop(heap)
-        order.append(key)
-        for dependant in dependants[key]:
-            waiting[dependant] -= 1
-            if waiting[dependant] == 0:
-                heapq.heappush(heap, dependant)
-    if len(order) != len(plan.steps):
-        raise _corrupt(record, "the plan's step graph has a cycle")
-    return tuple(order)
+    try:
+        return topological_order({step.key: step.needs for step in plan.steps})
+    except UnknownNeed as problem:
+        need = problem.unknown[0]
+        raise _corrupt(record, f"plan step {problem.step!r} needs unknown step {need!r}") from None
+    except DependencyCycle:
+        raise _corrupt(record, "the plan's step graph has a cycle") from None
 
 
 def _is_int(value: Any) -> bool:

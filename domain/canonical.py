@@ -1,4 +1,4 @@
-"""Canonical JSON and domain-separated digests (SPEC §3).
+"""Canonical JSON and domain-separated digests: what every qlflow digest hashes.
 
 Canonical JSON follows RFC 8785 for the values qlflow hashes: object keys sorted
 by their UTF-16 code units, no whitespace, UTF-8, strings escaped as ECMAScript
@@ -21,6 +21,9 @@ from domain.errors import PlanError
 
 DIGEST_PREFIX = "sha256:"
 DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
+# Stands in for a digest not computed yet: a draft value is built with it, then
+# digested without that field, then rebuilt with the digest it gives.
+PLACEHOLDER_DIGEST = DIGEST_PREFIX + "0" * 64
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_DEPTH = 64
 

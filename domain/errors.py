@@ -20,7 +20,7 @@ class InvalidInput(QlflowError, ValueError):
 
 
 class PlanError(QlflowError, ValueError):
-    """An execution plan (or the input it is built from) breaks a rule of SPEC §3."""
+    """An execution plan (or the package it is built from) breaks a rule; `rule` names it."""
 
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
@@ -28,7 +28,21 @@ class PlanError(QlflowError, ValueError):
 
 
 class ManifestError(QlflowError, ValueError):
-    """A package manifest (`qlflow.toml`) is malformed; the message names file, table, key."""
+    """A package manifest (`qlflow.toml`) is malformed; the message names file, table,
+    key, and so do `source`, `table` and `key` (None where the problem has none)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        table: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.source = source
+        self.table = table
+        self.key = key
+        super().__init__(message)
 
 
 class StartGuardError(QlflowError):

@@ -1,8 +1,9 @@
-"""Deterministic identifiers (SPEC §7): a 4-character prefix and 32 lowercase hex
+"""Deterministic identifiers: a 4-character prefix and 32 lowercase hex
 digits of a domain-separated SHA-256 of the named inputs — 36 characters.
 
 The same inputs always give the same id, so a caller that lost a COMMIT response
-recomputes the same records and the store replays them exactly.
+recomputes the same records and the store replays them exactly (docs/DESIGN.md,
+"Exact replay").
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 
 ID_DOMAIN = b"qlflow/deterministic-id@v1\x00"
 
-# SPEC §7 prefixes
+# prefixes of the records a cycle, admission and cancellation write
 ADMISSION_EVENT = "wfe:"
 FRONTIER_EVENT = "wff:"
 WORKFLOW_TERMINAL = "wft:"
@@ -22,7 +23,7 @@ CANCEL_ATTEMPT_EVENT = "wca:"
 CANCEL_STEP_MUTATION = "wcm:"
 CANCEL_STEP_EVENT = "wcs:"
 CANCEL_RUN_EVENT = "wcr:"
-# prefixes for records the spec leaves unnamed
+# prefixes of the other records and ids
 ADMISSION_MUTATION = "wfm:"  # StepRunMutation written at admission
 FRONTIER_MUTATION = "wfn:"  # StepRunMutation written by the frontier
 CANCEL_INTENT_EVENT = "wci:"  # workflow.cancel_requested

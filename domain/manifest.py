@@ -1,4 +1,4 @@
-"""Validation of a package manifest: the parsed `qlflow.toml` of SPEC §11.
+"""Validation of a package manifest: the parsed `qlflow.toml` of a package folder.
 
 Pure: `parse_manifest` takes the file's text, `validate_manifest` a parsed dict
 (the shape `tomllib` returns). Either returns a `Manifest` or raises
@@ -21,21 +21,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.canonical import is_digest
-from domain.errors import ManifestError, PlanError
-from domain.package import (
-    IDENTIFIER_PATTERN,
-    MAX_WORKFLOW_STEPS,
-    NAME_PATTERN,
-    MaterializedRevision,
-    WorkflowDefinition,
-    WorkflowStepDefinition,
-    define_task,
-    materialize_revision,
+from domain.canonical import MAX_SAFE_INTEGER, is_digest
+from domain.errors import PlanError
+from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.manifest_checks import (
+    IDENTIFIER_RULE,
+    NAME_RULE,
+    PUBLISHER_RULE,
+    bool_at,
+    describe,
+    kind_of,
+    manifest_error,
+    name_at,
+    optional_name,
+    refuse_unknown_keys,
+    relative_path_at,
+    required_name,
+    table_at,
+    text_at,
 )
+from domain.revision import MaterializedRevision, materialize_revision
+from domain.tasks import define_task
+from domain.workflows import MAX_WORKFLOW_STEPS, WorkflowDefinition, WorkflowStepDefinition
 
-# Publishers name streams and event data: at most 36 characters.
-PUBLISHER_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,35}")
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 DEFAULT_PROJECT = "default"
 MANIFEST_FILE = "qlflow.toml"
@@ -46,7 +54,7 @@ PACKAGE_KEYS = ("name", "publisher", "project", "installation")
 TASK_KEYS = ("command", "env", "files", "enabled")
 WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled")
 STEP_KEYS = ("key", "task", "needs")
-MAX_TIMEOUT_MS = 2**53 - 1
+MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,20 +121,6 @@ class Manifest:
         raise KeyError(key)
 
 
-def manifest_error(source: str, table: str | None, key: str | None, problem: str) -> ManifestError:
-    """Build a ManifestError whose message (and attributes) name file, table and key."""
-    where = source
-    if table is not None:
-        where += f": [{table}]"
-    if key is not None:
-        where += f" {key}" if table is not None else f": {key}"
-    error = ManifestError(f"{where}: {problem}")
-    error.source = source
-    error.table = table
-    error.key = key
-    return error
-
-
 def parse_manifest(text: str, source: str = MANIFEST_FILE, *, folder: bool = True) -> Manifest:
     """Parse TOML text and validate it; a syntax error names its line and column."""
     try:
@@ -144,17 +138,17 @@ def validate_manifest(
     """Validate a parsed manifest. `folder` says whether `files` are paths to read
     (a package folder) or a table of given digests (a manifest dict)."""
     if not isinstance(raw, Mapping):
-        raise manifest_error(source, None, None, f"a manifest is a table, not {_kind(raw)}")
-    _refuse_unknown(source, None, raw, TOP_LEVEL_KEYS, "table")
+        raise manifest_error(source, None, None, f"a manifest is a table, not {kind_of(raw)}")
+    refuse_unknown_keys(source, None, raw, TOP_LEVEL_KEYS, "table")
     if "package" not in raw:
         raise manifest_error(source, "package", None, "missing (it needs name and publisher)")
     package = _package(source, raw["package"])
-    tasks_raw = _table(source, None, "tasks", raw.get("tasks", {}))
-    workflows_raw = _table(source, None, "workflows", raw.get("workflows", {}))
+    tasks_raw = table_at(source, None, "tasks", raw.get("tasks", {}))
+    workflows_raw = table_at(source, None, "workflows", raw.get("workflows", {}))
     for task_id in tasks_raw:
-        _check_name(source, "tasks", task_id, task_id, "task id")
+        name_at(source, "tasks", task_id, task_id, "task id")
     for key in workflows_raw:
-        _check_name(source, "workflows", key, key, "workflow key")
+        name_at(source, "workflows", key, key, "workflow key")
     tasks = tuple(
         _task(source, task_id, tasks_raw[task_id], folder) for task_id in sorted(tasks_raw)
     )
@@ -226,21 +220,21 @@ def revision_from_manifest(
 def _package(source: str, raw: Any) -> PackageInfo:
     table = "package"
     if not isinstance(raw, Mapping):
-        raise manifest_error(source, None, "package", f"must be a table, not {_kind(raw)}")
-    _refuse_unknown(source, table, raw, PACKAGE_KEYS, "key")
-    name = _required_name(source, table, raw, "name", NAME_RULE)
-    publisher = _required_name(source, table, raw, "publisher", PUBLISHER_RULE)
-    project = _optional_name(source, table, raw, "project", DEFAULT_PROJECT, IDENTIFIER_RULE)
-    installation = _optional_name(source, table, raw, "installation", name, IDENTIFIER_RULE)
+        raise manifest_error(source, None, "package", f"must be a table, not {kind_of(raw)}")
+    refuse_unknown_keys(source, table, raw, PACKAGE_KEYS, "key")
+    name = required_name(source, table, raw, "name", NAME_RULE)
+    publisher = required_name(source, table, raw, "publisher", PUBLISHER_RULE)
+    project = optional_name(source, table, raw, "project", DEFAULT_PROJECT, IDENTIFIER_RULE)
+    installation = optional_name(source, table, raw, "installation", name, IDENTIFIER_RULE)
     return PackageInfo(name=name, publisher=publisher, project=project, installation=installation)
 
 
 def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     table = f"tasks.{task_id}"
-    _check_name(source, "tasks", task_id, task_id, "task id")
+    name_at(source, "tasks", task_id, task_id, "task id")
     if not isinstance(raw, Mapping):
-        raise manifest_error(source, None, table, f"must be a table, not {_kind(raw)}")
-    _refuse_unknown(source, table, raw, TASK_KEYS, "key")
+        raise manifest_error(source, None, table, f"must be a table, not {kind_of(raw)}")
+    refuse_unknown_keys(source, table, raw, TASK_KEYS, "key")
     if "command" not in raw:
         raise manifest_error(
             source, table, "command", 'missing: a Task needs a command, e.g. ["python3", "x.py"]'
@@ -248,15 +242,18 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     command = raw["command"]
     if not isinstance(command, list) or not command:
         raise manifest_error(
-            source, table, "command", f"must be a non-empty list of strings, not {_show(command)}"
+            source,
+            table,
+            "command",
+            f"must be a non-empty list of strings, not {describe(command)}",
         )
     for index, part in enumerate(command):
-        _text(source, table, f"command[{index}]", part)
+        text_at(source, table, f"command[{index}]", part)
     if not command[0]:
         raise manifest_error(source, table, "command[0]", "the program must not be empty")
     env = _env(source, table, raw.get("env", {}))
     files, digests = _files(source, table, raw.get("files"), folder)
-    enabled = _bool(source, table, "enabled", raw.get("enabled", True))
+    enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
     return TaskSpec(
         task_id=task_id,
         command=tuple(command),
@@ -269,13 +266,15 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
 
 def _env(source: str, table: str, raw: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(raw, Mapping):
-        raise manifest_error(source, table, "env", f"must be a table of strings, not {_kind(raw)}")
+        raise manifest_error(
+            source, table, "env", f"must be a table of strings, not {kind_of(raw)}"
+        )
     for name, value in raw.items():
         if not isinstance(name, str) or not ENV_NAME_PATTERN.fullmatch(name):
             raise manifest_error(
                 source, table, f"env.{name}", "not a valid environment variable name"
             )
-        _text(source, table, f"env.{name}", value)
+        text_at(source, table, f"env.{name}", value)
     return tuple(sorted(raw.items()))
 
 
@@ -290,10 +289,10 @@ def _files(
                 source,
                 table,
                 "files",
-                f"must be a list of relative paths, not {_kind(raw)} "
+                f"must be a list of relative paths, not {kind_of(raw)} "
                 "(qlflow reads and hashes the files itself)",
             )
-        paths = [_relative_path(source, table, f"files[{i}]", p) for i, p in enumerate(raw)]
+        paths = [relative_path_at(source, table, f"files[{i}]", p) for i, p in enumerate(raw)]
         digests: dict[str, str] = {}
     else:
         if not isinstance(raw, Mapping):
@@ -301,11 +300,11 @@ def _files(
                 source,
                 table,
                 "files",
-                f'must be a table {{path = "sha256:<64 hex>"}}, not {_kind(raw)}: '
+                f'must be a table {{path = "sha256:<64 hex>"}}, not {kind_of(raw)}: '
                 "a manifest dict has no folder to read files from, so give their digests "
                 "(or publish the package folder)",
             )
-        paths = [_relative_path(source, table, f"files.{p!r}", p) for p in raw]
+        paths = [relative_path_at(source, table, f"files.{p!r}", p) for p in raw]
         digests = {}
         for path, digest in raw.items():
             if not is_digest(digest):
@@ -313,7 +312,7 @@ def _files(
                     source,
                     table,
                     f"files.{path!r}",
-                    f'must be "sha256:<64 hex>", not {_show(digest)}',
+                    f'must be "sha256:<64 hex>", not {describe(digest)}',
                 )
             digests[path] = digest
     seen: set[str] = set()
@@ -324,34 +323,18 @@ def _files(
     return tuple(sorted(paths)), tuple(sorted(digests.items()))
 
 
-def _relative_path(source: str, table: str, key: str, raw: Any) -> str:
-    _text(source, table, key, raw)
-    problem = None
-    if not raw:
-        problem = "an empty path"
-    elif raw.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", raw):
-        problem = "an absolute path; name files relative to the package folder"
-    elif "\\" in raw:
-        problem = "a path with a backslash; use '/' between folders"
-    elif any(part in ("", ".", "..") for part in raw.split("/")):
-        problem = "not a plain relative path inside the package (no '..', '.' or empty parts)"
-    if problem:
-        raise manifest_error(source, table, key, f"{raw!r} is {problem}")
-    return raw
-
-
 def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> WorkflowSpec:
     table = f"workflows.{key}"
-    _check_name(source, "workflows", key, key, "workflow key")
+    name_at(source, "workflows", key, key, "workflow key")
     if not isinstance(raw, Mapping):
-        raise manifest_error(source, None, table, f"must be a table, not {_kind(raw)}")
-    _refuse_unknown(source, table, raw, WORKFLOW_KEYS, "key")
+        raise manifest_error(source, None, table, f"must be a table, not {kind_of(raw)}")
+    refuse_unknown_keys(source, table, raw, WORKFLOW_KEYS, "key")
     if "steps" not in raw:
         raise manifest_error(source, table, "steps", "missing: a Workflow needs at least one step")
     steps_raw = raw["steps"]
     if not isinstance(steps_raw, list) or not steps_raw:
         raise manifest_error(
-            source, table, "steps", f"must be a non-empty list of tables, not {_show(steps_raw)}"
+            source, table, "steps", f"must be a non-empty list of tables, not {describe(steps_raw)}"
         )
     if len(steps_raw) > MAX_WORKFLOW_STEPS:
         raise manifest_error(
@@ -371,35 +354,20 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
                 f"duplicate step key {step.key!r} (first at steps[{indexes[step.key]}])",
             )
         indexes[step.key] = index
-    for index, step in enumerate(steps):
-        for need in step.needs:
-            if need == step.key:
-                raise manifest_error(
-                    source, table, f"steps[{index}].needs", f"step {step.key!r} needs itself"
-                )
-            if need not in indexes:
-                raise manifest_error(
-                    source,
-                    table,
-                    f"steps[{index}].needs",
-                    f"unknown step {need!r} (steps: {', '.join(sorted(indexes))})",
-                )
-    cycle = _find_cycle(steps)
-    if cycle:
-        raise manifest_error(source, table, "steps", f"cycle: {' -> '.join(cycle)}")
+    _check_graph(source, table, steps, indexes)
     timeout = raw.get("timeout_ms")
     if timeout is not None and (type(timeout) is not int or not 0 < timeout <= MAX_TIMEOUT_MS):
         raise manifest_error(
-            source, table, "timeout_ms", f"must be a positive integer, not {_show(timeout)}"
+            source, table, "timeout_ms", f"must be a positive integer, not {describe(timeout)}"
         )
-    enabled = _bool(source, table, "enabled", raw.get("enabled", True))
+    enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
     return WorkflowSpec(key=key, steps=tuple(steps), timeout_ms=timeout, enabled=enabled)
 
 
 def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ...]) -> StepSpec:
     where = f"steps[{index}]"
     if not isinstance(raw, Mapping):
-        raise manifest_error(source, table, where, f"must be a table, not {_show(raw)}")
+        raise manifest_error(source, table, where, f"must be a table, not {describe(raw)}")
     for name in raw:
         if name not in STEP_KEYS:
             raise manifest_error(
@@ -412,9 +380,9 @@ def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ..
         if name not in raw:
             raise manifest_error(source, table, f"{where}.{name}", "missing")
     key = raw["key"]
-    _check_name(source, table, f"{where}.key", key, "step key")
+    name_at(source, table, f"{where}.key", key, "step key")
     task = raw["task"]
-    _text(source, table, f"{where}.task", task)
+    text_at(source, table, f"{where}.task", task)
     if task not in task_ids:
         known = ", ".join(task_ids) or "none"
         raise manifest_error(
@@ -423,142 +391,33 @@ def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ..
     needs = raw.get("needs", [])
     if not isinstance(needs, list):
         raise manifest_error(
-            source, table, f"{where}.needs", f"must be a list of step keys, not {_show(needs)}"
+            source, table, f"{where}.needs", f"must be a list of step keys, not {describe(needs)}"
         )
     for position, need in enumerate(needs):
-        _text(source, table, f"{where}.needs[{position}]", need)
+        text_at(source, table, f"{where}.needs[{position}]", need)
     if len(set(needs)) != len(needs):
         raise manifest_error(source, table, f"{where}.needs", "names a step twice")
     return StepSpec(key=key, task=task, needs=tuple(sorted(needs)))
 
 
-def _find_cycle(steps: list[StepSpec]) -> list[str]:
-    """Return one dependency cycle as [a, b, ..., a], or [] when the steps are acyclic."""
-    needs = {step.key: step.needs for step in steps}
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
-    path: list[str] = []
-
-    def visit(key: str) -> list[str]:
-        state[key] = 1
-        path.append(key)
-        for need in needs[key]:
-            if state.get(need) == 1:
-                return [*path[path.index(need) :], need]
-            if need not in state:
-                found = visit(need)
-                if found:
-                    return found
-        path.pop()
-        state[key] = 2
-        return []
-
-    for step in steps:
-        if step.key not in state:
-            found = visit(step.key)
-            if found:
-                return found
-    return []
-
-
-def _refuse_unknown(
-    source: str, table: str | None, raw: Mapping[str, Any], allowed: tuple[str, ...], what: str
-) -> None:
-    for name in raw:
-        if name not in allowed:
-            listed = f"(allowed: {', '.join(allowed)})"
-            if table is None:
-                raise manifest_error(source, None, None, f"unknown {what} [{name}] {listed}")
-            raise manifest_error(source, table, name, f"unknown {what} {listed}")
-
-
-def _table(source: str, table: str | None, key: str, raw: Any) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise manifest_error(source, table, key, f"must be a table, not {_kind(raw)}")
-    return raw
-
-
-NAME_RULE = (NAME_PATTERN, "1-64 characters of A-Z a-z 0-9 _ -, starting with a letter or digit")
-PUBLISHER_RULE = (
-    PUBLISHER_PATTERN,
-    "1-36 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
-)
-IDENTIFIER_RULE = (
-    IDENTIFIER_PATTERN,
-    "1-128 characters of A-Z a-z 0-9 : . _ -, starting with a letter or digit",
-)
-
-
-def _required_name(
-    source: str, table: str, raw: Mapping[str, Any], key: str, rule: tuple[re.Pattern, str]
-) -> str:
-    if key not in raw:
-        raise manifest_error(source, table, key, f"missing ({rule[1]})")
-    value = raw[key]
-    _check_name(source, table, key, value, key, rule)
-    return value
-
-
-def _optional_name(
-    source: str,
-    table: str,
-    raw: Mapping[str, Any],
-    key: str,
-    default: str,
-    rule: tuple[re.Pattern, str],
-) -> str:
-    if key not in raw:
-        return default
-    value = raw[key]
-    _check_name(source, table, key, value, key, rule)
-    return value
-
-
-def _check_name(
-    source: str,
-    table: str,
-    key: str,
-    value: Any,
-    what: str,
-    rule: tuple[re.Pattern, str] = NAME_RULE,
-) -> None:
-    if not isinstance(value, str):
-        raise manifest_error(source, table, key, f"{what} must be a string, not {_show(value)}")
-    pattern, description = rule
-    if not pattern.fullmatch(value):
-        raise manifest_error(source, table, key, f"{what} {value!r} must be {description}")
-
-
-def _text(source: str, table: str, key: str, value: Any) -> None:
-    if not isinstance(value, str):
-        raise manifest_error(source, table, key, f"must be a string, not {_show(value)}")
-    if "\x00" in value:
-        raise manifest_error(source, table, key, "must not contain a NUL character")
-
-
-def _bool(source: str, table: str, key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise manifest_error(source, table, key, f"must be true or false, not {_show(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a table"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{_kind(value)} {text}"
+def _check_graph(source: str, table: str, steps: list[StepSpec], indexes: dict[str, int]) -> None:
+    """Every need names a step and no step needs itself, directly or not; a problem
+    is said at the step that has it (`domain.graph` decides what is sound)."""
+    try:
+        topological_order({step.key: step.needs for step in steps})
+    except UnknownNeed as problem:
+        raise manifest_error(
+            source,
+            table,
+            f"steps[{indexes[problem.step]}].needs",
+            f"unknown step {problem.unknown[0]!r} (steps: {', '.join(sorted(indexes))})",
+        ) from None
+    except DependencyCycle as problem:
+        first = problem.path[0]
+        if len(problem.path) == 2:  # (a, a)
+            raise manifest_error(
+                source, table, f"steps[{indexes[first]}].needs", f"step {first!r} needs itself"
+            ) from None
+        raise manifest_error(
+            source, table, "steps", f"cycle: {' -> '.join(problem.path)}"
+        ) from None

@@ -1,4 +1,4 @@
-"""Generation-bound execution plan (SPEC §3, ADR-0223).
+"""Generation-bound execution plan (docs/DESIGN.md, "The execution plan").
 
 A plan binds one Run to one immutable, digest-checked definition: publication,
 materialized revision, workflow, the Task source digests and every StepRun id.
@@ -15,12 +15,8 @@ from typing import Any
 
 from domain.canonical import canonical_bytes, digest_of_canonical, domain_digest
 from domain.errors import PlanError
-from domain.ids import STEP_RUN_ID, derive_id
-from domain.package import (
+from domain.fields import (
     IDENTIFIER_PATTERN,
-    MAX_WORKFLOW_STEPS,
-    MaterializedRevision,
-    PublicationRef,
     check_digest,
     check_fields,
     check_id,
@@ -28,21 +24,23 @@ from domain.package import (
     check_mapping,
     check_name,
     check_positive_int,
-    check_publication,
-    check_step_graph,
     check_text,
-    check_workflow,
     refuse_type,
-    revision_digest,
-    revision_id_for,
+)
+from domain.ids import STEP_RUN_ID, derive_id
+from domain.publication import PublicationRef, check_publication
+from domain.revision import MaterializedRevision, revision_digest, revision_id_for
+from domain.transitions import STEP_PENDING, STEP_READY
+from domain.workflows import (
+    MAX_WORKFLOW_STEPS,
+    check_step_graph,
+    check_workflow,
     workflow_semantic_digest,
 )
 
 PLAN_SCHEMA = "qinglong/plugin-package-workflow-execution-plan@v1"
 MAX_STEPS = MAX_WORKFLOW_STEPS
 MAX_PLAN_BYTES = 256 * 1024
-READY = "ready"
-PENDING = "pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +115,7 @@ def build_plan(
 
     `step_run_ids` maps every Step key to its StepRun id (see `step_run_ids_for`).
     `timeout_ms` overrides the Workflow's own timeout. Raises PlanError naming the
-    first rule of SPEC §3 the inputs break.
+    first rule the inputs break.
     """
     if not isinstance(publication, PublicationRef):
         refuse_type(publication, "publication", "a PublicationRef")
@@ -159,7 +157,7 @@ def build_plan(
             task_ref=task_ref(revision.package, revision.generation, step.task),
             source_digest=revision.tasks[step.task].source_digest,
             needs=tuple(sorted(step.needs)),
-            initial_status=PENDING if step.needs else READY,
+            initial_status=STEP_PENDING if step.needs else STEP_READY,
         )
         for step in sorted(workflow.steps, key=lambda step: step.key)
     )
@@ -303,7 +301,7 @@ def normalize(value: object) -> ExecutionPlan:
     """Strictly read a plan (a dict as decoded from JSON, or an ExecutionPlan).
 
     Refuses unknown or missing fields, wrong types (a bool is not an integer, a
-    float never is), any structural rule of SPEC §3, and a stated `plan_digest`
+    float never is), any structural rule of a plan, and a stated `plan_digest`
     that differs from the recomputed one. A plan without `plan_digest` gets the
     digest it would have had. Raises only PlanError.
     """
@@ -382,7 +380,7 @@ def _normalize_step(raw: object, index: int, package: str, generation: int) -> P
             refuse_type(step["task_ref"], f"{what} task_ref", "a string")
         raise PlanError("task_ref", f"{what}: task_ref must be {expected_ref!r}")
     status = step["initial_status"]
-    expected_status = PENDING if needs else READY
+    expected_status = STEP_PENDING if needs else STEP_READY
     if status != expected_status:
         if not isinstance(status, str):
             refuse_type(status, f"{what} initial_status", "a string")

@@ -1,4 +1,4 @@
-"""Record shapes shared by the pure core and the event store (SPEC §2).
+"""Record shapes shared by the pure core and the event store (docs/DESIGN.md, "Streams").
 
 Decisions return `StreamAppend`s; the store turns them into `Record`s.
 """

@@ -1,4 +1,4 @@
-"""Value objects the public API returns (SPEC §10): `Publication` and `AdmissionReceipt`.
+"""Value objects the public API returns: `Publication` and `AdmissionReceipt`.
 
 Both are frozen and built from durable facts only (an event or a read-model row),
 so the same facts always give an equal value. The receipt's digest is computed
@@ -14,10 +14,10 @@ from typing import Any
 
 from domain.canonical import domain_digest
 from domain.errors import CorruptionError
+from domain.streams import ADMISSION, stream_id
 
 RECEIPT_SCHEMA = "qlflow/admission-receipt@v1"
 ADMISSION_KEY_DOMAIN = b"qlflow/admission-key@v1\x00"
-RECEIPT_STREAM_PREFIX = "admission-"
 CREATED = "created"
 EXISTING = "existing"
 
@@ -65,7 +65,7 @@ class ReceiptStep:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionReceipt:
-    """The durable answer of one admission (SPEC §4, Appendix A).
+    """The durable answer of one admission (docs/DESIGN.md, "Durable admission").
 
     `status` is "created" when this call admitted the Run, "existing" when the
     admission key had already admitted exactly this plan (a replay).
@@ -107,10 +107,10 @@ class AdmissionReceipt:
 
 
 def receipt_stream_id(admission_key: str) -> str:
-    """The receipt stream of an admission key: "admission-" and 64 hex digits of a
-    domain-separated SHA-256, so any key (any length, any character) fits a stream id."""
+    """The receipt stream of an admission key: the admission category and 64 hex digits
+    of a domain-separated SHA-256, so any key (any length, any character) fits a stream id."""
     digest = hashlib.sha256(ADMISSION_KEY_DOMAIN + admission_key.encode("utf-8")).hexdigest()
-    return RECEIPT_STREAM_PREFIX + digest
+    return stream_id(ADMISSION, digest)
 
 
 def receipt_document(

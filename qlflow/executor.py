@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import FenceError, NotFound, QlflowError
-from domain.package import revision_from_json, task_source_digest
 from domain.plan import task_ref
+from domain.revision import revision_from_json
+from domain.tasks import task_source_digest
 from projections import publications
 from qlflow.packages import file_digest, load_package
 

@@ -1,7 +1,7 @@
 """Reading packages (SPEC §11): a folder with `qlflow.toml`, or a manifest dict.
 
 This is the I/O half of packaging: read the manifest, hash the files each Task
-names, and hand both to the pure core (`domain.manifest`, `domain.package`),
+names, and hand both to the pure core (`domain.manifest`, `domain.revision`),
 which validates them and materializes the revision. A bad manifest or a missing
 file raises `ManifestError` naming the file, the table and the key.
 
@@ -25,12 +25,12 @@ from domain.manifest import (
     DICT_SOURCE,
     MANIFEST_FILE,
     Manifest,
-    manifest_error,
     parse_manifest,
     revision_from_manifest,
     validate_manifest,
 )
-from domain.package import MaterializedRevision
+from domain.manifest_checks import manifest_error
+from domain.revision import MaterializedRevision
 
 _CHUNK = 1 << 20
 

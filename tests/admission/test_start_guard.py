@@ -12,13 +12,9 @@ import pytest
 from actors import publishing
 from domain.errors import PlanError, StartGuardError
 from domain.ids import PUBLICATION_EVENT, derive_id
-from domain.package import (
-    publication_digest,
-    publication_for,
-    publication_to_json,
-    revision_to_json,
-)
+from domain.publication import publication_digest, publication_for, publication_to_json
 from domain.records import NewEvent, StreamAppend
+from domain.revision import revision_to_json
 from projections import registry
 from qlflow.packages import load
 from tests.admission.support import (

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain import ids
+from domain.fields import ID_PATTERN
 from domain.ids import STEP_RUN_ID, TASK_ATTEMPT, derive_id
-from domain.package import ID_PATTERN
 
 PREFIXES = sorted(
     value

@@ -12,21 +12,6 @@ import pytest
 
 from domain.errors import PlanError
 from domain.ids import STEP_RUN_ID, derive_id
-from domain.package import (
-    MaterializedRevision,
-    PublicationRef,
-    TaskDefinition,
-    WorkflowDefinition,
-    WorkflowStepDefinition,
-    define_task,
-    materialize_revision,
-    package_lock_digest,
-    publication_digest,
-    publication_for,
-    publication_id_for,
-    revision_digest,
-    revision_id_for,
-)
 from domain.plan import (
     MAX_PLAN_BYTES,
     PLAN_SCHEMA,
@@ -37,6 +22,21 @@ from domain.plan import (
     plan_to_dict,
     step_run_ids_for,
 )
+from domain.publication import (
+    PublicationRef,
+    publication_digest,
+    publication_for,
+    publication_id_for,
+)
+from domain.revision import (
+    MaterializedRevision,
+    materialize_revision,
+    package_lock_digest,
+    revision_digest,
+    revision_id_for,
+)
+from domain.tasks import TaskDefinition, define_task
+from domain.workflows import WorkflowDefinition, WorkflowStepDefinition
 
 RUN_ID = "run-0001"
 

@@ -11,24 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.errors import PlanError
-from domain.package import (
-    ID_PATTERN,
+from domain.fields import ID_PATTERN
+from domain.graph import find_cycle
+from domain.publication import (
     PublicationRef,
-    TaskDefinition,
-    WorkflowDefinition,
-    WorkflowStepDefinition,
-    define_task,
-    find_cycle,
-    materialize_revision,
-    package_lock_digest,
     publication_for,
     publication_from_json,
     publication_to_json,
+)
+from domain.revision import (
+    materialize_revision,
+    package_lock_digest,
     revision_from_json,
     revision_to_json,
-    task_source_digest,
-    workflow_semantic_digest,
 )
+from domain.tasks import TaskDefinition, define_task, task_source_digest
+from domain.workflows import WorkflowDefinition, WorkflowStepDefinition, workflow_semantic_digest
 from tests.domain.test_plan import task, workflow
 
 DIAMOND = {"fetch": [], "left": ["fetch"], "right": ["fetch"], "archive": ["left", "right"]}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from domain.errors import ManifestError
-from domain.package import task_source_digest
+from domain.tasks import task_source_digest
 from qlflow.packages import file_digest, load, load_package, package_from_manifest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nightly"

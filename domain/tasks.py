@@ -1,0 +1,170 @@
+"""A package's Tasks: what each runs, and the digest of its source.
+
+A Task's source digest covers its command, environment and the contents of the
+files it names, so two Tasks that run the same thing from the same bytes have the
+same source, whatever they are called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from domain.canonical import DIGEST_PREFIX, PLACEHOLDER_DIGEST, domain_digest
+from domain.errors import PlanError
+from domain.fields import (
+    check_bool,
+    check_digest,
+    check_file_path,
+    check_list,
+    check_mapping,
+    check_name,
+    refuse_type,
+)
+
+TASK_SOURCE_DOMAIN = "qlflow/task-source@v1"
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class TaskDefinition:
+    """A Task of a revision. `env` is a sorted tuple of (name, value) pairs and
+    `files` a sorted tuple of the package files the Task names; `source_digest`
+    covers the definition and those files' contents (see `task_source_digest`).
+
+    The constructor checks every field and normalizes `command` and `files` (any
+    list or tuple) and `env` (a mapping or (name, value) pairs)."""
+
+    task_id: str
+    command: tuple[str, ...]
+    source_digest: str
+    enabled: bool
+    env: tuple[tuple[str, str], ...]
+    files: tuple[str, ...]
+
+    def __init__(
+        self,
+        task_id: str,
+        command: Sequence[str],
+        source_digest: str,
+        enabled: bool = True,
+        env: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+        files: Sequence[str] = (),
+    ) -> None:
+        what = f"Task {task_id!r}"
+        check_name(task_id, "task_id", "Task id")
+        checked_command = _command(command, what)
+        check_digest(source_digest, "source_digest", f"{what} source_digest")
+        check_bool(enabled, f"{what} enabled")
+        checked_env = _env_pairs(env, what)
+        checked_files = tuple(check_file_path(p, f"{what} file") for p in check_list(files, what))
+        if len(set(checked_files)) != len(checked_files):
+            raise PlanError("task_files", f"{what} names a file twice")
+        object.__setattr__(self, "task_id", task_id)
+        object.__setattr__(self, "command", checked_command)
+        object.__setattr__(self, "source_digest", source_digest)
+        object.__setattr__(self, "enabled", enabled)
+        object.__setattr__(self, "env", checked_env)
+        object.__setattr__(self, "files", tuple(sorted(checked_files)))
+
+    @property
+    def environment(self) -> Mapping[str, str]:
+        """The Task's environment as a read-only mapping."""
+        return MappingProxyType(dict(self.env))
+
+    def definition(self) -> dict[str, Any]:
+        """The definition document `task_source_digest` hashes (no id, no enabled flag:
+        two Tasks that run the same thing from the same files have the same source)."""
+        return {"command": list(self.command), "env": dict(self.env), "files": list(self.files)}
+
+
+def _command(value: object, what: str) -> tuple[str, ...]:
+    parts = check_list(value, f"{what} command")
+    if not parts:
+        raise PlanError("task_command", f"{what} command is empty")
+    for part in parts:
+        if not isinstance(part, str):
+            refuse_type(part, f"{what} command part", "a string")
+        if "\x00" in part:
+            raise PlanError("task_command", f"{what} command holds a NUL character")
+    if not parts[0]:
+        raise PlanError("task_command", f"{what} command names no program")
+    return tuple(parts)
+
+
+def _env_pairs(value: object, what: str) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        items = []
+        for pair in check_list(value, f"{what} env"):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise PlanError("type", f"{what} env must be a mapping or (name, value) pairs")
+            items.append((pair[0], pair[1]))
+    names = set()
+    for name, text in items:
+        if not isinstance(name, str):
+            refuse_type(name, f"{what} env name", "a string")
+        if not isinstance(text, str):
+            refuse_type(text, f"{what} env {name}", "a string")
+        if not name or "=" in name or "\x00" in name or "\x00" in text:
+            raise PlanError("task_env", f"{what} env name {name!r} or its value is malformed")
+        if name in names:
+            raise PlanError("task_env", f"{what} env sets {name!r} twice")
+        names.add(name)
+    return tuple(sorted(items))
+
+
+def task_source_digest(definition: Mapping[str, Any], file_digests: Mapping[str, str]) -> str:
+    """Digest of a Task's definition document and the contents of the files it names.
+
+    `file_digests` maps each named path to the SHA-256 of its bytes (64 hex digits,
+    with or without the "sha256:" prefix). When the definition has a "files" list,
+    `file_digests` must cover exactly those paths (rule "task_files").
+    """
+    check_mapping(definition, "Task definition")
+    check_mapping(file_digests, "file digests")
+    files: dict[str, str] = {}
+    for path, digest in file_digests.items():
+        check_file_path(path, "digested file")
+        if isinstance(digest, str) and _HEX_DIGEST.fullmatch(digest):
+            digest = DIGEST_PREFIX + digest
+        files[path] = check_digest(digest, "file_digest", f"digest of file {path!r}")
+    if "files" in definition:
+        named = {check_file_path(p, "named file") for p in check_list(definition["files"], "files")}
+        if named != files.keys():
+            missing = sorted(named - files.keys())
+            extra = sorted(files.keys() - named)
+            raise PlanError(
+                "task_files",
+                f"file digests must cover exactly the named files (missing {missing}, "
+                f"not named {extra})",
+            )
+    return domain_digest(TASK_SOURCE_DOMAIN, {"definition": definition, "files": files})
+
+
+def define_task(
+    task_id: str,
+    command: Sequence[str],
+    *,
+    file_digests: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    files: Sequence[str] = (),
+    enabled: bool = True,
+) -> TaskDefinition:
+    """Build a TaskDefinition whose source digest covers `command`, `env`, `files`
+    and `file_digests` (path -> SHA-256 hex of the file's bytes)."""
+    draft = TaskDefinition(
+        task_id=task_id,
+        command=command,
+        source_digest=PLACEHOLDER_DIGEST,
+        enabled=enabled,
+        env=env if env is not None else (),
+        files=files,
+    )
+    digest = task_source_digest(draft.definition(), file_digests or {})
+    return dataclasses.replace(draft, source_digest=digest)

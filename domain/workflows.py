@@ -1,0 +1,136 @@
+"""A package's Workflows: DAGs of Steps, each running one Task of the revision.
+
+`check_step_graph` holds the shape rules every Workflow and every execution plan
+obeys (at most 128 Steps, unique keys and needs, a sound graph); the graph itself
+is checked by `domain.graph`, and its problems are said here as PlanErrors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from domain.canonical import domain_digest
+from domain.errors import PlanError
+from domain.fields import check_bool, check_list, check_name, check_positive_int, refuse_type
+from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.tasks import TaskDefinition
+
+MAX_WORKFLOW_STEPS = 128
+WORKFLOW_DOMAIN = "qlflow/workflow-semantic@v1"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStepDefinition:
+    """A Step of a Workflow: runs `task` after every Step in `needs` succeeded."""
+
+    key: str
+    task: str
+    needs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_name(self.key, "step_key", "Step key")
+        check_name(self.task, "task_id", f"Step {self.key!r} task")
+        needs = check_list(self.needs, f"Step {self.key!r} needs")
+        for need in needs:
+            check_name(need, "step_key", f"Step {self.key!r} need")
+        object.__setattr__(self, "needs", tuple(needs))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    """A Workflow of a revision: a DAG of Steps, an optional aggregate timeout."""
+
+    key: str
+    steps: tuple[WorkflowStepDefinition, ...]
+    timeout_ms: int | None = None
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        check_name(self.key, "workflow_key", "Workflow key")
+        steps = check_list(self.steps, f"Workflow {self.key!r} steps")
+        for step in steps:
+            if not isinstance(step, WorkflowStepDefinition):
+                refuse_type(step, f"Workflow {self.key!r} step", "a WorkflowStepDefinition")
+        object.__setattr__(self, "steps", tuple(steps))
+        if self.timeout_ms is not None:
+            check_positive_int(self.timeout_ms, "timeout_ms", f"Workflow {self.key!r} timeout_ms")
+        check_bool(self.enabled, f"Workflow {self.key!r} enabled")
+
+    @property
+    def step_keys(self) -> tuple[str, ...]:
+        """Step keys in definition order."""
+        return tuple(step.key for step in self.steps)
+
+    def step(self, key: str) -> WorkflowStepDefinition:
+        """The Step with `key`; KeyError if there is none."""
+        for step in self.steps:
+            if step.key == key:
+                return step
+        raise KeyError(key)
+
+
+def check_workflow(workflow: WorkflowDefinition, tasks: Mapping[str, TaskDefinition]) -> None:
+    """Structural rules of a Workflow within its revision: the graph rules of
+    `check_step_graph`, then every Step's Task exists ("unknown_task")."""
+    what = f"Workflow {workflow.key!r}"
+    check_step_graph([(step.key, step.needs) for step in workflow.steps], what)
+    for step in workflow.steps:
+        if step.task not in tasks:
+            raise PlanError(
+                "unknown_task",
+                f"{what}: Step {step.key!r} uses Task {step.task!r}, which is not in the revision",
+            )
+
+
+def workflow_semantic_digest(
+    workflow: WorkflowDefinition, tasks: Mapping[str, TaskDefinition]
+) -> str:
+    """Digest of what a Workflow does: its key, timeout, Steps (key, Task, sorted
+    needs) and the source digest of each Task it uses (null for a missing Task).
+    Step order and the enabled flag do not change it."""
+    steps = [
+        {
+            "key": step.key,
+            "task": step.task,
+            "needs": sorted(step.needs),
+            "source_digest": tasks[step.task].source_digest if step.task in tasks else None,
+        }
+        for step in workflow.steps
+    ]
+    steps.sort(key=lambda step: (step["key"], orjson.dumps(step, option=orjson.OPT_SORT_KEYS)))
+    document = {"key": workflow.key, "timeout_ms": workflow.timeout_ms, "steps": steps}
+    return domain_digest(WORKFLOW_DOMAIN, document)
+
+
+def check_step_graph(steps: Sequence[tuple[str, Sequence[str]]], what: str) -> None:
+    """Check Step keys and needs of one Workflow or plan: 1-128 Steps, unique keys,
+    unique and known needs, no cycle. Rules: empty_workflow, too_many_steps,
+    duplicate_step, duplicate_need, unknown_need, cycle."""
+    if not steps:
+        raise PlanError("empty_workflow", f"{what} has no Steps")
+    if len(steps) > MAX_WORKFLOW_STEPS:
+        raise PlanError(
+            "too_many_steps", f"{what} has {len(steps)} Steps; at most {MAX_WORKFLOW_STEPS}"
+        )
+    needs_by_key: dict[str, Sequence[str]] = {}
+    for key, needs in steps:
+        if key in needs_by_key:
+            raise PlanError("duplicate_step", f"{what} has two Steps with key {key!r}")
+        needs_by_key[key] = needs
+    for key, needs in steps:
+        if len(set(needs)) != len(needs):
+            raise PlanError("duplicate_need", f"{what}: Step {key!r} names a need twice")
+    try:
+        topological_order(dict(sorted(needs_by_key.items())))  # problems in key order
+    except UnknownNeed as problem:
+        unknown = ", ".join(sorted(problem.unknown))
+        raise PlanError(
+            "unknown_need", f"{what}: Step {problem.step!r} needs unknown Step(s) {unknown}"
+        ) from None
+    except DependencyCycle as problem:
+        raise PlanError(
+            "cycle", f"{what} has a dependency cycle: {' -> '.join(problem.path)}"
+        ) from None
