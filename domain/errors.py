@@ -78,3 +78,9 @@ class CorruptionError(QlflowError):
 
 class SchemaError(QlflowError):
     """The database schema cannot be used by this version of qlflow."""
+
+
+class LockTimeout(QlflowError, TimeoutError):
+    """A store lock was not granted within the store's lock timeout: another
+    transaction held it that long. The transaction rolls back and nothing is
+    written; try again (a worker write is retried like a busy database)."""
