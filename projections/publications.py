@@ -4,15 +4,38 @@ Folded from the `publication-`, `publisher-` and `admission-` streams (see
 docs/EVENTS.md), in the append's transaction. The head of an installation is its
 newest generation, whatever its status: a withdrawn or quarantined head blocks
 starts until a new generation is published; starts never fall back to an older
-generation. The readers at the bottom take a store or an open transaction.
+generation. The readers take a store or an open transaction.
+
+Where least-privilege roles are set up (`actors.roles`), the runtime may not read
+these tables: admission asks the SECURITY DEFINER function `qlflow_admission_source`
+instead (`admission_source`, declared in `FUNCTIONS`), which answers from the same
+tables under the same publisher lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import orjson
+
+from domain.errors import SchemaError
 from domain.records import Record
-from domain.values import ACTIVE, QUARANTINED, WITHDRAWN, Publication
+from domain.values import ACTIVE, QUARANTINED, REVOKED, WITHDRAWN, Publication
+from eventstore.api import Reads, Transaction
+from eventstore.grants import (
+    ADMISSION,
+    AUDIT,
+    MOVE,
+    OWNER,
+    PUBLISHER,
+    READ,
+    RUNTIME,
+    ServerFunction,
+)
+from eventstore.locks import advisory_key
+from eventstore.validation import record_from_row
 
 COMPONENT = "projections.publications"
 STREAM_PREFIXES = ("publication-", "publisher-", "admission-")
@@ -23,7 +46,7 @@ PUBLICATION_QUARANTINED = "publication.quarantined"
 PUBLISHER_REVOKED = "publisher.revoked"
 PUBLISHER_REINSTATED = "publisher.reinstated"
 RECEIPT = "admission.receipt"
-REVOKED = "revoked"
+PUBLISHER_LOCK_PREFIX = "qlflow-publisher:"
 
 MIGRATIONS = [
     {
@@ -81,14 +104,25 @@ TABLES = {
     "publishers": ("publisher",),
     "admission_receipts": ("receipt_stream",),
 }
+GRANTS = {
+    "publications": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
+    "publishers": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
+    "admission_receipts": {RUNTIME: ("SELECT", "INSERT"), AUDIT: READ},
+}
 
-_PUBLICATION_COLUMNS = (
+PUBLICATION_COLUMNS = (
     "publication_id, package, publisher, generation, revision_digest, project, installation, "
     "revision_id, publication_digest, lock_digest, workflows, status, head, published_at_ms"
 )
 
 
-def apply(tx, records: Sequence[Record]) -> None:
+def publisher_lock(publisher: str) -> str:
+    """The name of the lock that serializes admission against a change of what
+    `publisher` may start (revocation, publishing, withdrawal, quarantine)."""
+    return PUBLISHER_LOCK_PREFIX + publisher
+
+
+def apply(tx: Transaction, records: Sequence[Record]) -> None:
     """Fold freshly appended publication, publisher and receipt records."""
     for record in records:
         kind = record.type
@@ -112,7 +146,9 @@ class Replay:
     """`apply` for a rebuild: receipts (one per Run, and nothing else reads their table)
     go in by one bulk `insert` per batch; every other record through `apply`."""
 
-    def __init__(self, tx, insert) -> None:
+    def __init__(
+        self, tx: Transaction, insert: Callable[[str, Sequence[str], list[tuple]], None]
+    ) -> None:
         self._tx = tx
         self._insert = insert
 
@@ -131,10 +167,10 @@ def _receipt_values(record: Record) -> tuple:
     return (record.stream_id, *(data[column] for column in _RECEIPT_COLUMNS[1:]))
 
 
-def _published(tx, record: Record) -> None:
+def _published(tx: Transaction, record: Record) -> None:
     ref = record.data["publication"]
     tx.execute(
-        f"""INSERT INTO publications ({_PUBLICATION_COLUMNS})
+        f"""INSERT INTO publications ({PUBLICATION_COLUMNS})
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)""",
         (
             ref["publication_id"],
@@ -165,7 +201,7 @@ def _published(tx, record: Record) -> None:
     )
 
 
-def _flagged(tx, record: Record) -> None:
+def _flagged(tx: Transaction, record: Record) -> None:
     column = "withdrawn" if record.type == PUBLICATION_WITHDRAWN else "quarantined"
     publication_id = record.data["publication_id"]
     tx.execute(
@@ -180,7 +216,7 @@ def _flagged(tx, record: Record) -> None:
     )
 
 
-def _publisher(tx, record: Record) -> None:
+def _publisher(tx: Transaction, record: Record) -> None:
     status = REVOKED if record.type == PUBLISHER_REVOKED else ACTIVE
     publisher = record.data["publisher"]
     params = (status, record.data["at_ms"], record.data.get("reason"), publisher)
@@ -196,7 +232,7 @@ def _publisher(tx, record: Record) -> None:
         )
 
 
-def _receipt(tx, record: Record) -> None:
+def _receipt(tx: Transaction, record: Record) -> None:
     tx.execute(
         f"INSERT INTO admission_receipts ({', '.join(_RECEIPT_COLUMNS)}) "
         f"VALUES ({', '.join('?' * len(_RECEIPT_COLUMNS))})",
@@ -207,31 +243,31 @@ def _receipt(tx, record: Record) -> None:
 # --- readers ----------------------------------------------------------------------------
 
 
-def publication(reader, publication_id: str) -> Publication | None:
+def publication(reader: Reads, publication_id: str) -> Publication | None:
     """The publication `publication_id`, or None."""
     rows = reader.query(
-        f"SELECT {_PUBLICATION_COLUMNS} FROM publications WHERE publication_id = ?",
+        f"SELECT {PUBLICATION_COLUMNS} FROM publications WHERE publication_id = ?",
         (publication_id,),
     )
     return _publication(rows[0]) if rows else None
 
 
-def installation_head(reader, project: str, installation: str) -> Publication | None:
+def installation_head(reader: Reads, project: str, installation: str) -> Publication | None:
     """The head (newest generation) of one installation, or None."""
     rows = reader.query(
-        f"""SELECT {_PUBLICATION_COLUMNS} FROM publications
+        f"""SELECT {PUBLICATION_COLUMNS} FROM publications
             WHERE project = ? AND installation = ? AND head = 1""",
         (project, installation),
     )
     return _publication(rows[0]) if rows else None
 
 
-def heads_named(reader, name: str) -> list[Publication]:
+def heads_named(reader: Reads, name: str) -> list[Publication]:
     """Heads whose installation is `name`; if there are none, heads of package `name`.
     Sorted by project and installation."""
     for column in ("installation", "package"):
         rows = reader.query(
-            f"""SELECT {_PUBLICATION_COLUMNS} FROM publications
+            f"""SELECT {PUBLICATION_COLUMNS} FROM publications
                 WHERE {column} = ? AND head = 1 ORDER BY project, installation""",
             (name,),
         )
@@ -240,37 +276,38 @@ def heads_named(reader, name: str) -> list[Publication]:
     return []
 
 
-def publications(reader, package: str | None = None) -> list[Publication]:
+def publications(reader: Reads, package: str | None = None) -> list[Publication]:
     """Every publication (of one package name, if given), oldest generation first."""
     where, params = ("WHERE package = ?", (package,)) if package is not None else ("", ())
     rows = reader.query(
-        f"""SELECT {_PUBLICATION_COLUMNS} FROM publications {where}
+        f"""SELECT {PUBLICATION_COLUMNS} FROM publications {where}
             ORDER BY project, installation, generation""",
         params,
     )
     return [_publication(row) for row in rows]
 
 
-def publisher_status(reader, publisher: str) -> str | None:
+def publisher_status(reader: Reads, publisher: str) -> str | None:
     """ "active" or "revoked" for a publisher with a trust event; None for one without."""
     rows = reader.query("SELECT status FROM publishers WHERE publisher = ?", (publisher,))
     return rows[0][0] if rows else None
 
 
-def publisher_known(reader, publisher: str) -> bool:
+def publisher_known(reader: Reads, publisher: str) -> bool:
     """Whether `publisher` ever published or had a trust event."""
     if publisher_status(reader, publisher) is not None:
         return True
     return bool(reader.query("SELECT 1 FROM publications WHERE publisher = ?", (publisher,)))
 
 
-def receipt_stream_of_run(reader, run_id: str) -> str | None:
+def receipt_stream_of_run(reader: Reads, run_id: str) -> str | None:
     """The receipt stream of the admission that created `run_id`, or None."""
     rows = reader.query("SELECT receipt_stream FROM admission_receipts WHERE run_id = ?", (run_id,))
     return rows[0][0] if rows else None
 
 
-def _publication(row: tuple) -> Publication:
+def _publication(row: Sequence[Any]) -> Publication:
+    """The one parser of a publications row (columns in PUBLICATION_COLUMNS order)."""
     (
         publication_id,
         package,
@@ -303,3 +340,126 @@ def _publication(row: tuple) -> Publication:
         head=bool(head),
         published_at_ms=int(published_at_ms),
     )
+
+
+# --- the admission source: what admission may know under least privilege -----------
+
+ADMISSION_SOURCE = "qlflow_admission_source"
+_ADMISSION_SOURCE_VERSION = "qlflow admission source v2 (publisher lock: store.lock key)"
+_PUBLISHED_PREFIX = "publication-"
+# What admission may know about the publication a request names, read under the
+# publisher's lock: the same lock, by the same name and key, as `publisher_lock`
+# taken through `Transaction.lock`, so admission and revocation still exclude each
+# other. Resolution follows actors.admission: an explicit publication id, else the
+# heads of the installation named so, else the heads of the package named so.
+_ADMISSION_SOURCE_BODY = f"""
+DECLARE
+    matches jsonb;
+    chosen jsonb;
+    publisher_name text;
+    locked text[] := ARRAY[]::text[];
+BEGIN
+    LOOP
+        SELECT coalesce(jsonb_agg(to_jsonb(p)), '[]'::jsonb) INTO matches
+        FROM (SELECT {PUBLICATION_COLUMNS} FROM publications WHERE publication_id = target) p;
+        IF jsonb_array_length(matches) = 0 THEN
+            SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.project, p.installation),
+                            '[]'::jsonb) INTO matches
+            FROM (SELECT {PUBLICATION_COLUMNS} FROM publications
+                  WHERE installation = target AND head = 1) p;
+        END IF;
+        IF jsonb_array_length(matches) = 0 THEN
+            SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.project, p.installation),
+                            '[]'::jsonb) INTO matches
+            FROM (SELECT {PUBLICATION_COLUMNS} FROM publications
+                  WHERE package = target AND head = 1) p;
+        END IF;
+        IF jsonb_array_length(matches) <> 1 THEN
+            RETURN jsonb_build_object('matches', matches);
+        END IF;
+        publisher_name := matches -> 0 ->> 'publisher';
+        EXIT WHEN publisher_name = ANY (locked);
+        -- lock, then resolve again: a publish or revocation may have committed meanwhile
+        PERFORM pg_advisory_xact_lock(
+            {advisory_key(f"'{PUBLISHER_LOCK_PREFIX}' || publisher_name")});
+        locked := locked || publisher_name;
+    END LOOP;
+    chosen := matches -> 0;
+    RETURN jsonb_build_object(
+        'matches', matches,
+        'publisher_status',
+            (SELECT status FROM publishers WHERE publisher = publisher_name),
+        'head',
+            (SELECT to_jsonb(p) FROM (SELECT {PUBLICATION_COLUMNS} FROM publications
+                WHERE project = chosen ->> 'project'
+                  AND installation = chosen ->> 'installation' AND head = 1) p),
+        'published',
+            (SELECT jsonb_build_array(global_position, event_id, stream_id, stream_version,
+                                      type, data, metadata)
+             FROM events WHERE stream_id = '{_PUBLISHED_PREFIX}' || (chosen ->> 'publication_id')
+             ORDER BY stream_version LIMIT 1));
+END
+"""
+FUNCTIONS = (
+    ServerFunction(
+        name=ADMISSION_SOURCE,
+        parameters=(("target", "text"),),
+        returns="jsonb",
+        body=_ADMISSION_SOURCE_BODY,
+        owner=ADMISSION,
+        executors=(OWNER, RUNTIME),
+        comment=_ADMISSION_SOURCE_VERSION,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSource:
+    """What `qlflow_admission_source` answered for one target: the publications it
+    names (one; none when unknown; several when ambiguous) and, for exactly one, its
+    publisher's trust status, the current head of its installation and its
+    `publication.published` record."""
+
+    matches: tuple[Publication, ...]
+    publisher_status: str | None = None
+    head: Publication | None = None
+    published: Record | None = None
+
+
+def has_admission_source(tx: Transaction) -> bool:
+    """Whether the schema of `tx` routes admission through `qlflow_admission_source`
+    (least-privilege roles set up); SchemaError when the function installed predates
+    this qlflow (its lock would not exclude revocation: set the roles up again)."""
+    comment = tx.function_comment(FUNCTIONS[0].signature)
+    if comment is None:
+        return False
+    if comment != _ADMISSION_SOURCE_VERSION:
+        raise SchemaError(
+            f"{ADMISSION_SOURCE} was installed by an older qlflow ({comment or 'no version'}); "
+            "run `qlflow pg-roles` again (as a superuser) before starting Workflows"
+        )
+    return True
+
+
+def admission_source(tx: Transaction, target: str) -> AdmissionSource:
+    """Ask `qlflow_admission_source` about `target` (a publication id, installation or
+    package name) inside the transaction `tx`. When it names exactly one publication,
+    the call has also taken that publisher's lock for the transaction."""
+    document = tx.call(ADMISSION_SOURCE, (target,))
+    if isinstance(document, str | bytes):
+        document = orjson.loads(document)
+    published = document.get("published")
+    return AdmissionSource(
+        matches=tuple(_publication_of(row) for row in document["matches"]),
+        publisher_status=document.get("publisher_status"),
+        head=_publication_of(document["head"]) if document.get("head") else None,
+        published=record_from_row(published) if published else None,
+    )
+
+
+_COLUMN_NAMES = tuple(name.strip() for name in PUBLICATION_COLUMNS.split(","))
+
+
+def _publication_of(row: Mapping[str, Any]) -> Publication:
+    """A publication from the JSON object of a publications row."""
+    return _publication(tuple(row[name] for name in _COLUMN_NAMES))

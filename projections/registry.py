@@ -5,6 +5,9 @@ Each projection module defines:
 - `COMPONENT`: its schema component name (see `EventStore.migrate`);
 - `MIGRATIONS`: its schema steps, each `{dialect: sql or [sql, ...]}`;
 - `TABLES`: `{table: (key column, ...)}` — what `rebuild` recreates and `verify` compares;
+- `GRANTS`: `{table: {role kind: privileges}}` for every table it creates — what each
+  least-privilege role may do with it (`eventstore.grants`; applied by `actors.roles`);
+  it may also define `FUNCTIONS`, the server-side functions it needs installed;
 - `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
 - `apply(tx, records)`: update its tables for records just appended, in the
   append's transaction. It must be deterministic and depend only on the records

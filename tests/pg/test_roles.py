@@ -1,4 +1,4 @@
-"""Least-privilege roles (eventstore.pg_roles): each role is refused what it must
+"""Least-privilege roles (actors.roles): each role is refused what it must
 not do, the event log is append-only for everyone but the owner, and admission
 reaches the publication tables only through the SECURITY DEFINER function."""
 
@@ -14,7 +14,7 @@ from psycopg import errors as pg_errors
 import qlflow
 from actors import publishing
 from domain.errors import InvalidInput, SchemaError
-from eventstore import pg_roles
+from actors import roles as pg_roles
 from qlflow.errors import AdmissionCollision, NotFound, StartGuardError
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 from tests.pg.conftest import migrate_as_owner
