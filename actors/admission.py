@@ -258,9 +258,10 @@ def inspect_admission(
     else:
         if not isinstance(run_id, str) or not run_id:
             raise InvalidInput("run_id", "text", "run_id must be a non-empty string")
-        stream = read_model.receipt_stream_of_run(reader, run_id)
-        if stream is None:
+        found = read_model.receipt_stream_of_run(reader, run_id)
+        if found is None:
             return None
+        stream = found
     records = reader.read_stream(stream)
     if not records:
         return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import pykka
 
@@ -124,7 +124,7 @@ class OperationAuthority:
         threads."""
         if self._actor is None:
             return fn(self._local)
-        outcome: _Outcome = self._actor.ask(fn)
+        outcome = cast(_Outcome, self._actor.ask(fn))
         if outcome.error is not None:
             raise outcome.error
         value: T = outcome.value

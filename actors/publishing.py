@@ -197,6 +197,7 @@ def _trust(tx: Transaction, publisher: str, now_ms: int, kind: str, reason: str 
 def _revision_and_publisher(
     package: Any, publisher: str | None
 ) -> tuple[MaterializedRevision, str]:
+    revision: Any
     if isinstance(package, MaterializedRevision):
         revision = package
     else:

@@ -31,7 +31,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from domain import streams
-from eventstore.grants import ADMISSION, AUDIT, PUBLISHER, RUNTIME, LogAccess, store_grants
+from eventstore.grants import (
+    ADMISSION,
+    AUDIT,
+    PUBLISHER,
+    RUNTIME,
+    LogAccess,
+    ServerFunction,
+    store_grants,
+)
 from eventstore.pg_roles import RoleUrls, apply_roles, drop_roles, role_names, role_url
 from projections import registry
 
@@ -67,7 +75,7 @@ def setup_roles(
     declares grants for, or a missing one.
     """
     table_grants, policies = store_grants(LOG_ACCESS)
-    functions = []
+    functions: list[ServerFunction] = []
     for module in registry.modules():
         table_grants.update({table: dict(grants) for table, grants in module.GRANTS.items()})
         functions.extend(getattr(module, "FUNCTIONS", ()))

@@ -50,9 +50,9 @@ from rich.console import Console
 from rich.table import Table
 
 import qlflow
+from actors import roles as pg_roles
 from domain import worker as worker_rules
 from domain.cancellation import decide_cancellation
-from actors import roles as pg_roles
 from eventstore import faults
 from eventstore.url import with_search_path
 from projections import audit

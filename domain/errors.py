@@ -33,7 +33,10 @@ class ManifestError(QlflowError, ValueError):
 
 class StartGuardError(QlflowError):
     """Admission refused: the publication may not start Workflows (withdrawn,
-    quarantined, superseded, publisher revoked, or the Workflow is disabled)."""
+    quarantined, superseded, publisher revoked, or the Workflow is disabled).
+    `reason` names the rule that refused (see domain.start_guard)."""
+
+    reason: str
 
 
 class AdmissionCollision(QlflowError):

@@ -1,4 +1,4 @@
-"""Generation-bound execution plan (SPEC §3, ADR-0223).
+"""Generation-bound execution plan (docs/DESIGN.md "Execution plan").
 
 A plan binds one Run to one immutable, digest-checked definition: publication,
 materialized revision, workflow, the Task source digests and every StepRun id.
@@ -118,7 +118,7 @@ def build_plan(
 
     `step_run_ids` maps every Step key to its StepRun id (see `step_run_ids_for`).
     `timeout_ms` overrides the Workflow's own timeout. Raises PlanError naming the
-    first rule of SPEC §3 the inputs break.
+    first plan rule the inputs break.
     """
     if not isinstance(publication, PublicationRef):
         refuse_type(publication, "publication", "a PublicationRef")
@@ -303,7 +303,7 @@ def normalize(value: object) -> ExecutionPlan:
     """Strictly read a plan (a dict as decoded from JSON, or an ExecutionPlan).
 
     Refuses unknown or missing fields, wrong types (a bool is not an integer, a
-    float never is), any structural rule of SPEC §3, and a stated `plan_digest`
+    float never is), any structural rule of a plan, and a stated `plan_digest`
     that differs from the recomputed one. A plan without `plan_digest` gets the
     digest it would have had. Raises only PlanError.
     """

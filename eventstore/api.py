@@ -121,6 +121,12 @@ class Transaction(Reads, Protocol):
         without server-side functions (SQLite) answers None."""
         ...
 
+    def call(self, function: str, args: Sequence[Any] = ()) -> Any:
+        """Call the server-side function `function` with `args` and return its value;
+        lock waits inside it are bounded like `lock`. SQLite has none
+        (StoreUsageError)."""
+        ...
+
 
 class ReplaySession(Protocol):
     """A private connection on which read models are rebuilt beside the live ones.

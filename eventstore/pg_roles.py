@@ -199,10 +199,10 @@ class _admin:
     def __enter__(self) -> psycopg.Connection[Any]:
         self._conn = psycopg.connect(self._url, autocommit=False)
         try:
-            (superuser,) = self._conn.execute(
+            superuser = self._conn.execute(
                 "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            if not superuser:
+            ).fetchall()
+            if superuser != [(True,)]:
                 raise InvalidInput(
                     "admin_url",
                     "superuser",

@@ -42,6 +42,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from domain.errors import LockTimeout, SchemaError
+from eventstore.api import Row
 from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, advisory_key
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
@@ -104,7 +105,7 @@ class PostgresTransaction(BaseTransaction):
         self._cursor = conn.cursor()
         self._lock_timeout_ms = lock_timeout_ms
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
@@ -127,14 +128,14 @@ class PostgresTransaction(BaseTransaction):
             return cursor
         return cursor.execute(sql, params, prepare=prepare)
 
-    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(
             self._cursor,
             f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b)",
             (list(event_ids),),
         ).fetchall()
 
-    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
         return self._send(
             self._cursor,
             f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ANY(%b) "
@@ -155,12 +156,12 @@ class PostgresTransaction(BaseTransaction):
         self._waiting(f"SELECT pg_advisory_xact_lock({advisory_key('%s')})", (key,), repr(key))
 
     def _try_lock(self, keys: list[str]) -> bool:
-        (acquired,) = self._send(
+        [(acquired,)] = self._send(
             self._cursor,
             f"SELECT bool_and(pg_try_advisory_xact_lock({advisory_key('k')})) "
             "FROM unnest(%b::text[]) AS k",
             (keys,),
-        ).fetchone()
+        ).fetchall()
         return bool(acquired)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
@@ -172,8 +173,8 @@ class PostgresTransaction(BaseTransaction):
                 select + " ORDER BY stream_id FOR UPDATE", (stream_ids,), "stream heads"
             )
         else:
-            rows = self._send(self._cursor, select + " FOR UPDATE SKIP LOCKED", (stream_ids,))
-            rows = rows.fetchall()
+            cursor = self._send(self._cursor, select + " FOR UPDATE SKIP LOCKED", (stream_ids,))
+            rows = cursor.fetchall()
         versions = dict.fromkeys(stream_ids, 0)
         versions.update(rows)
         if not wait and len(rows) < len(stream_ids):
@@ -196,7 +197,7 @@ class PostgresTransaction(BaseTransaction):
         rows = self._waiting(f"SELECT {function}({marks})", tuple(args), f"{function}()")
         return rows[0][0]
 
-    def _waiting(self, sql: str, params: Sequence[Any], what: str) -> list[tuple]:
+    def _waiting(self, sql: str, params: Sequence[Any], what: str) -> list[Row]:
         """Run `sql`, whose lock waits are bounded by the lock timeout (one round trip
         with the two SETs around it when pipelined)."""
         conn = self._conn
@@ -386,7 +387,7 @@ class PostgresReplaySession(BaseReplaySession):
         )
         return [row[0] for row in rows]
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> None:
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
         sql = f"COPY {self.copy(table)} ({', '.join(columns)}) FROM STDIN"
         with self._conn.cursor() as cursor, cursor.copy(sql) as copy:
             for row in rows:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from eventstore.api import StoreUsageError
+from eventstore.api import Row, StoreUsageError
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
@@ -37,7 +37,7 @@ CHECKPOINT_EVERY = 32  # committed transactions between checkpoints (~1,000 WAL 
 _ID_CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
 
-def _stream_and_version(row: tuple) -> tuple[str, int]:
+def _stream_and_version(row: Row) -> tuple[str, int]:
     return row[2], row[3]
 
 
@@ -50,7 +50,7 @@ class SqliteTransaction(BaseTransaction):
         super().__init__()
         self._conn = conn
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._conn.execute(sql, params).fetchall()
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> sqlite3.Cursor:
@@ -60,10 +60,10 @@ class SqliteTransaction(BaseTransaction):
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
         self._conn.executemany(sql, seq_of_params)
 
-    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id", event_ids)
 
-    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
         # the (stream_id, stream_version) index gives this order without a sort
         rows = self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id", stream_ids)
         rows.sort(key=_stream_and_version)
@@ -104,8 +104,8 @@ class SqliteTransaction(BaseTransaction):
     def _call(self, function: str, args: Sequence[Any]) -> Any:
         raise StoreUsageError(f"SQLite has no server-side functions: cannot call {function}()")
 
-    def _rows_in(self, select: str, values: Sequence[str]) -> list[tuple]:
-        rows: list[tuple] = []
+    def _rows_in(self, select: str, values: Sequence[str]) -> list[Row]:
+        rows: list[Row] = []
         for start in range(0, len(values), _ID_CHUNK):
             chunk = values[start : start + _ID_CHUNK]
             marks = ", ".join("?" * len(chunk))
@@ -231,7 +231,7 @@ class SqliteReplaySession(BaseReplaySession):
         rows = self._conn.execute(f'PRAGMA main.table_info("{table}")').fetchall()
         return [row[1] for row in rows]
 
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> None:
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
         self._conn.executemany(
             f"INSERT INTO {self.copy(table)} ({', '.join(columns)}) "
             f"VALUES ({', '.join('?' * len(columns))})",

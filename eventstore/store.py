@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from domain.errors import InvalidInput
 from domain.records import Record, StreamAppend
-from eventstore.api import MigrationStep, StoreUsageError
+from eventstore.api import MigrationStep, Row, StoreUsageError
 from eventstore.migrations import EVENTSTORE_COMPONENT, EVENTSTORE_STEPS, apply_steps
 from eventstore.replay import BaseReplaySession
 from eventstore.transaction import BaseTransaction
@@ -150,7 +150,7 @@ class BaseStore(ABC):
         with self._reading() as session:
             return session.head_position()
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one read-only query (`?` placeholders) outside a transaction."""
         with self._reading() as session:
             return session.query(sql, params)

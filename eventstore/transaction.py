@@ -31,7 +31,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
 from domain.records import Record, StreamAppend
-from eventstore.api import StoreUsageError
+from eventstore.api import Row, StoreUsageError
 from eventstore.validation import (
     EncodedAppend,
     EncodedBatch,
@@ -75,7 +75,7 @@ class BaseTransaction(ABC):
     # -- hooks each adapter implements -------------------------------------------------
 
     @abstractmethod
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one query written with `?` placeholders and return all rows."""
 
     @abstractmethod
@@ -88,11 +88,11 @@ class BaseTransaction(ABC):
         """Run one statement written with `?` placeholders once per parameter tuple."""
 
     @abstractmethod
-    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         """Stored rows (EVENT_COLUMNS) of those of `event_ids` that exist."""
 
     @abstractmethod
-    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
         """Stored rows (EVENT_COLUMNS) of the named streams, by stream id then version."""
 
     @abstractmethod
@@ -148,7 +148,7 @@ class BaseTransaction(ABC):
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
         """CAS every stream in id order, then insert: the positions, or what stopped it."""
-        appends = batch.appends
+        appends: Sequence[EncodedAppend] = batch.appends
         if len(appends) > 1:
             appends = sorted(appends, key=_stream_id_of)
         for moved, append in enumerate(appends):
@@ -188,7 +188,7 @@ class BaseTransaction(ABC):
                 (append.new_version, append.stream_id, append.expected_version),
                 prepared=True,
             )
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)
 
     def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
         """Events of one stream with stream_version > after_version, in order."""
@@ -252,7 +252,8 @@ class BaseTransaction(ABC):
     def head_position(self) -> int:
         """The highest committed (or, in this transaction, written) global position; 0 if none."""
         self._check_usable()
-        return self._rows("SELECT COALESCE(MAX(global_position), 0) FROM events")[0][0]
+        position: int = self._rows("SELECT COALESCE(MAX(global_position), 0) FROM events")[0][0]
+        return position
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (`?` placeholders); returns a cursor."""
@@ -264,7 +265,7 @@ class BaseTransaction(ABC):
         self._check_usable()
         self._run_many(sql, seq_of_params)
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one query (`?` placeholders) and return all rows."""
         self._check_usable()
         return self._rows(sql, params)

@@ -1,5 +1,5 @@
 """Read models of Runs, StepRuns and Attempts (with their current lease), and the
-candidate flags the cycle pages over (SPEC §9).
+candidate flags the cycle pages over (docs/DESIGN.md "Read models").
 
 Everything here is a deterministic function of the `run-`, `steps-` and `lease-`
 records, so a replay of the log rebuilds identical rows. The candidate flags are

@@ -13,8 +13,8 @@ from psycopg import errors as pg_errors
 
 import qlflow
 from actors import publishing
-from domain.errors import InvalidInput, SchemaError
 from actors import roles as pg_roles
+from domain.errors import InvalidInput, SchemaError
 from qlflow.errors import AdmissionCollision, NotFound, StartGuardError
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 from tests.pg.conftest import migrate_as_owner
