@@ -19,7 +19,7 @@ from actors.authority import Units
 from actors.loading import attempt_lock, load_aggregate
 from domain import worker as worker_rules
 from domain.cancellation import request_cancel
-from domain.errors import FenceError, InvalidInput, VersionConflict
+from domain.errors import FenceError, InvalidInput, LockTimeout, VersionConflict
 from eventstore.api import Transaction
 from projections import candidates
 from projections.registry import commit
@@ -100,8 +100,8 @@ def lease_attempts(
 
         try:
             granted = authority.execute(grant, name="lease")
-        except VersionConflict:
-            continue
+        except (VersionConflict, LockTimeout):
+            continue  # the Run moved, or its head stayed held: leave it for the next call
         if granted is not None:
             leases.append(granted)
     if leases:

@@ -43,7 +43,8 @@ Row = tuple[Any, ...]
 
 class StoreUsageError(QlflowError, RuntimeError):
     """The store was used against its contract: a nested transaction on one thread, a
-    transaction used after it ended or after a failed append, or a closed store."""
+    transaction used after it ended or after a failed append, lock or call, or a
+    closed store."""
 
 
 class Reads(Protocol):

@@ -336,7 +336,7 @@ class PostgresStore(BaseStore):
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
         tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
-        # A role without CREATE on the schema (the runtime role of eventstore.pg_roles)
+        # A role without CREATE on the schema (the runtime role of actors.roles)
         # may open a migrated store: CREATE TABLE IF NOT EXISTS would still be refused.
         exists = tx.query(
             "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "

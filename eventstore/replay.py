@@ -67,12 +67,14 @@ class LazyRecord:
 
     @property
     def data(self) -> Any:
+        """The event's data, decoded on first use."""
         if isinstance(self._data, str):
             self._data = orjson.loads(self._data)
         return self._data
 
     @property
     def metadata(self) -> Any:
+        """The event's metadata, decoded on first use."""
         if isinstance(self._metadata, str):
             self._metadata = orjson.loads(self._metadata)
         return self._metadata
