@@ -77,7 +77,9 @@ def setup_roles(
     table_grants, policies = store_grants(LOG_ACCESS)
     functions: list[ServerFunction] = []
     for module in registry.modules():
-        table_grants.update({table: dict(grants) for table, grants in module.GRANTS.items()})
+        # a module without GRANTS leaves its tables unnamed: the setup refuses them
+        grants = getattr(module, "GRANTS", {})
+        table_grants.update({table: dict(privileges) for table, privileges in grants.items()})
         functions.extend(getattr(module, "FUNCTIONS", ()))
     return apply_roles(
         admin_url,
