@@ -20,7 +20,7 @@ Any refusal raises before the commit, so nothing is written.
 Where the schema has least-privilege roles (`actors.roles`), the runtime role may
 not read the publication tables: every read of a publication, its publisher's
 status and its published revision goes through the SECURITY DEFINER function
-`qlflow_admission_source` (projections.publications), which also takes the
+`qlflow_admission_source` (projections.admission_source), which also takes the
 publisher's lock (`PublicationReads`). Elsewhere the same reads go to the read
 models directly.
 
@@ -73,6 +73,7 @@ from domain.values import (
     receipt_stream_id,
 )
 from eventstore.api import Reads, Transaction
+from projections import admission_source
 from projections import publications as read_model
 from projections.registry import commit
 
@@ -297,8 +298,8 @@ class PublicationReads:
 
     def __init__(self, tx: Transaction) -> None:
         self._tx = tx
-        self._definer = read_model.has_admission_source(tx)
-        self._sources: dict[str, read_model.AdmissionSource] = {}
+        self._definer = admission_source.has_admission_source(tx)
+        self._sources: dict[str, admission_source.AdmissionSource] = {}
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -350,10 +351,10 @@ class PublicationReads:
             return explicit
         return _single(package, read_model.heads_named(self._tx, package))
 
-    def _source(self, target: str) -> read_model.AdmissionSource:
+    def _source(self, target: str) -> admission_source.AdmissionSource:
         source = self._sources.get(target)
         if source is None:
-            source = read_model.admission_source(self._tx, target)
+            source = admission_source.admission_source(self._tx, target)
             self._sources[target] = source
             if len(source.matches) == 1:
                 self._sources.setdefault(source.matches[0].publication_id, source)

@@ -12,7 +12,7 @@
   receipts, schedules) and move their heads; it reads and writes the read models of
   Runs and admission receipts and moves the position counter. It has no UPDATE or
   DELETE on events and cannot read the publications, publishers or their events:
-  admission asks `qlflow_admission_source(target)` (projections.publications).
+  admission asks `qlflow_admission_source(target)` (projections.admission_source).
 - **admission** (no login) owns that SECURITY DEFINER function and may only SELECT
   the publications and publishers tables and the publications' events.
 - **publisher** (publisher-admin) publishes, withdraws, quarantines, revokes and
@@ -22,8 +22,9 @@
 
 This module only puts the declarations together: which role kind may read and
 append which stream categories (below), the store's grants on its own tables
-(`eventstore.grants.store_grants`) and each projection module's `GRANTS` and
-`FUNCTIONS`; `eventstore.pg_roles` applies them.
+(`eventstore.grants.store_grants`), each projection module's `GRANTS` and the
+projection layer's server-side functions (`registry.functions()`);
+`eventstore.pg_roles` applies them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from eventstore.grants import (
     PUBLISHER,
     RUNTIME,
     LogAccess,
-    ServerFunction,
     store_grants,
 )
 from eventstore.pg_roles import RoleUrls, apply_roles, drop_roles, role_names, role_url
@@ -75,19 +75,17 @@ def setup_roles(
     declares grants for, or a missing one.
     """
     table_grants, policies = store_grants(LOG_ACCESS)
-    functions: list[ServerFunction] = []
     for module in registry.modules():
         # a module without GRANTS leaves its tables unnamed: the setup refuses them
         grants = getattr(module, "GRANTS", {})
         table_grants.update({table: dict(privileges) for table, privileges in grants.items()})
-        functions.extend(getattr(module, "FUNCTIONS", ()))
     return apply_roles(
         admin_url,
         schema,
         prefix,
         table_grants=table_grants,
         policies=policies,
-        functions=functions,
+        functions=registry.functions(),
         migrate=migrate,
         passwords=passwords,
     )

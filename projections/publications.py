@@ -7,20 +7,16 @@ starts until a new generation is published; starts never fall back to an older
 generation. The readers take a store or an open transaction.
 
 Where least-privilege roles are set up (`actors.roles`), the runtime may not read
-these tables: admission asks the SECURITY DEFINER function `qlflow_admission_source`
-instead (`admission_source`, declared in `FUNCTIONS`), which answers from the same
-tables under the same publisher lock.
+these tables: admission asks the SECURITY DEFINER function of
+`projections.admission_source` instead, which answers from the same tables, parses
+rows with `publication_from_row` and takes the same publisher lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
-
-from domain.errors import SchemaError
 from domain.records import Record
 from domain.values import ACTIVE, QUARANTINED, REVOKED, WITHDRAWN, Publication
 from eventstore.api import Reads, Transaction
@@ -28,14 +24,10 @@ from eventstore.grants import (
     ADMISSION,
     AUDIT,
     MOVE,
-    OWNER,
     PUBLISHER,
     READ,
     RUNTIME,
-    ServerFunction,
 )
-from eventstore.locks import advisory_key
-from eventstore.validation import record_from_row
 
 COMPONENT = "projections.publications"
 STREAM_PREFIXES = ("publication-", "publisher-", "admission-")
@@ -249,7 +241,7 @@ def publication(reader: Reads, publication_id: str) -> Publication | None:
         f"SELECT {PUBLICATION_COLUMNS} FROM publications WHERE publication_id = ?",
         (publication_id,),
     )
-    return _publication(rows[0]) if rows else None
+    return publication_from_row(rows[0]) if rows else None
 
 
 def installation_head(reader: Reads, project: str, installation: str) -> Publication | None:
@@ -259,7 +251,7 @@ def installation_head(reader: Reads, project: str, installation: str) -> Publica
             WHERE project = ? AND installation = ? AND head = 1""",
         (project, installation),
     )
-    return _publication(rows[0]) if rows else None
+    return publication_from_row(rows[0]) if rows else None
 
 
 def heads_named(reader: Reads, name: str) -> list[Publication]:
@@ -272,7 +264,7 @@ def heads_named(reader: Reads, name: str) -> list[Publication]:
             (name,),
         )
         if rows:
-            return [_publication(row) for row in rows]
+            return [publication_from_row(row) for row in rows]
     return []
 
 
@@ -284,7 +276,7 @@ def publications(reader: Reads, package: str | None = None) -> list[Publication]
             ORDER BY project, installation, generation""",
         params,
     )
-    return [_publication(row) for row in rows]
+    return [publication_from_row(row) for row in rows]
 
 
 def publisher_status(reader: Reads, publisher: str) -> str | None:
@@ -306,8 +298,9 @@ def receipt_stream_of_run(reader: Reads, run_id: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-def _publication(row: Sequence[Any]) -> Publication:
-    """The one parser of a publications row (columns in PUBLICATION_COLUMNS order)."""
+def publication_from_row(row: Sequence[Any]) -> Publication:
+    """A Publication from a publications row (columns in PUBLICATION_COLUMNS order):
+    the one parser of that row."""
     (
         publication_id,
         package,
@@ -340,126 +333,3 @@ def _publication(row: Sequence[Any]) -> Publication:
         head=bool(head),
         published_at_ms=int(published_at_ms),
     )
-
-
-# --- the admission source: what admission may know under least privilege -----------
-
-ADMISSION_SOURCE = "qlflow_admission_source"
-_ADMISSION_SOURCE_VERSION = "qlflow admission source v2 (publisher lock: store.lock key)"
-_PUBLISHED_PREFIX = "publication-"
-# What admission may know about the publication a request names, read under the
-# publisher's lock: the same lock, by the same name and key, as `publisher_lock`
-# taken through `Transaction.lock`, so admission and revocation still exclude each
-# other. Resolution follows actors.admission: an explicit publication id, else the
-# heads of the installation named so, else the heads of the package named so.
-_ADMISSION_SOURCE_BODY = f"""
-DECLARE
-    matches jsonb;
-    chosen jsonb;
-    publisher_name text;
-    locked text[] := ARRAY[]::text[];
-BEGIN
-    LOOP
-        SELECT coalesce(jsonb_agg(to_jsonb(p)), '[]'::jsonb) INTO matches
-        FROM (SELECT {PUBLICATION_COLUMNS} FROM publications WHERE publication_id = target) p;
-        IF jsonb_array_length(matches) = 0 THEN
-            SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.project, p.installation),
-                            '[]'::jsonb) INTO matches
-            FROM (SELECT {PUBLICATION_COLUMNS} FROM publications
-                  WHERE installation = target AND head = 1) p;
-        END IF;
-        IF jsonb_array_length(matches) = 0 THEN
-            SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.project, p.installation),
-                            '[]'::jsonb) INTO matches
-            FROM (SELECT {PUBLICATION_COLUMNS} FROM publications
-                  WHERE package = target AND head = 1) p;
-        END IF;
-        IF jsonb_array_length(matches) <> 1 THEN
-            RETURN jsonb_build_object('matches', matches);
-        END IF;
-        publisher_name := matches -> 0 ->> 'publisher';
-        EXIT WHEN publisher_name = ANY (locked);
-        -- lock, then resolve again: a publish or revocation may have committed meanwhile
-        PERFORM pg_advisory_xact_lock(
-            {advisory_key(f"'{PUBLISHER_LOCK_PREFIX}' || publisher_name")});
-        locked := locked || publisher_name;
-    END LOOP;
-    chosen := matches -> 0;
-    RETURN jsonb_build_object(
-        'matches', matches,
-        'publisher_status',
-            (SELECT status FROM publishers WHERE publisher = publisher_name),
-        'head',
-            (SELECT to_jsonb(p) FROM (SELECT {PUBLICATION_COLUMNS} FROM publications
-                WHERE project = chosen ->> 'project'
-                  AND installation = chosen ->> 'installation' AND head = 1) p),
-        'published',
-            (SELECT jsonb_build_array(global_position, event_id, stream_id, stream_version,
-                                      type, data, metadata)
-             FROM events WHERE stream_id = '{_PUBLISHED_PREFIX}' || (chosen ->> 'publication_id')
-             ORDER BY stream_version LIMIT 1));
-END
-"""
-FUNCTIONS = (
-    ServerFunction(
-        name=ADMISSION_SOURCE,
-        parameters=(("target", "text"),),
-        returns="jsonb",
-        body=_ADMISSION_SOURCE_BODY,
-        owner=ADMISSION,
-        executors=(OWNER, RUNTIME),
-        comment=_ADMISSION_SOURCE_VERSION,
-    ),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionSource:
-    """What `qlflow_admission_source` answered for one target: the publications it
-    names (one; none when unknown; several when ambiguous) and, for exactly one, its
-    publisher's trust status, the current head of its installation and its
-    `publication.published` record."""
-
-    matches: tuple[Publication, ...]
-    publisher_status: str | None = None
-    head: Publication | None = None
-    published: Record | None = None
-
-
-def has_admission_source(tx: Transaction) -> bool:
-    """Whether the schema of `tx` routes admission through `qlflow_admission_source`
-    (least-privilege roles set up); SchemaError when the function installed predates
-    this qlflow (its lock would not exclude revocation: set the roles up again)."""
-    comment = tx.function_comment(FUNCTIONS[0].signature)
-    if comment is None:
-        return False
-    if comment != _ADMISSION_SOURCE_VERSION:
-        raise SchemaError(
-            f"{ADMISSION_SOURCE} was installed by an older qlflow ({comment or 'no version'}); "
-            "run `qlflow pg-roles` again (as a superuser) before starting Workflows"
-        )
-    return True
-
-
-def admission_source(tx: Transaction, target: str) -> AdmissionSource:
-    """Ask `qlflow_admission_source` about `target` (a publication id, installation or
-    package name) inside the transaction `tx`. When it names exactly one publication,
-    the call has also taken that publisher's lock for the transaction."""
-    document = tx.call(ADMISSION_SOURCE, (target,))
-    if isinstance(document, str | bytes):
-        document = orjson.loads(document)
-    published = document.get("published")
-    return AdmissionSource(
-        matches=tuple(_publication_of(row) for row in document["matches"]),
-        publisher_status=document.get("publisher_status"),
-        head=_publication_of(document["head"]) if document.get("head") else None,
-        published=record_from_row(published) if published else None,
-    )
-
-
-_COLUMN_NAMES = tuple(name.strip() for name in PUBLICATION_COLUMNS.split(","))
-
-
-def _publication_of(row: Mapping[str, Any]) -> Publication:
-    """A publication from the JSON object of a publications row."""
-    return _publication(tuple(row[name] for name in _COLUMN_NAMES))

@@ -7,7 +7,6 @@ Each projection module defines:
 - `TABLES`: `{table: (key column, ...)}` — what `rebuild` recreates and `verify` compares;
 - `GRANTS`: `{table: {role kind: privileges}}` for every table it creates — what each
   least-privilege role may do with it (`eventstore.grants`; applied by `actors.roles`);
-  it may also define `FUNCTIONS`, the server-side functions it needs installed;
 - `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
 - `apply(tx, records)`: update its tables for records just appended, in the
   append's transaction. It must be deterministic and depend only on the records
@@ -26,6 +25,7 @@ from types import ModuleType
 
 from domain.records import Record
 from eventstore import faults
+from eventstore.grants import ServerFunction
 from eventstore.validation import encode_appends
 
 
@@ -34,6 +34,14 @@ def modules() -> tuple[ModuleType, ...]:
     from projections import publications, runs
 
     return (publications, runs)
+
+
+def functions() -> tuple[ServerFunction, ...]:
+    """The server-side functions the projection layer needs installed where
+    least-privilege roles are set up (see `actors.roles`)."""
+    from projections import admission_source
+
+    return admission_source.FUNCTIONS
 
 
 def migrate_all(store) -> None:
