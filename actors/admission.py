@@ -1,4 +1,4 @@
-"""Durable Workflow admission (SPEC §4, ADR-0223 §3) in one transaction.
+"""Durable Workflow admission in one transaction (docs/DESIGN.md "Admission").
 
 `admit_in_tx` does, inside the caller's transaction:
 
@@ -8,23 +8,25 @@
 2. exact replay: a receipt for the admission key whose plan equals the request's
    is returned with status "existing"; the same key with another plan, or the
    same run id under another key, is an `AdmissionCollision`;
-3. the start guard: the publication is active (not withdrawn, not quarantined),
-   the current head of its installation, its publisher not revoked, and the
-   Workflow exists and is enabled -- else `StartGuardError` with `.reason`;
+3. the start guard (`domain.start_guard`): the publication is active (not
+   withdrawn, not quarantined), the current head of its installation, its publisher
+   not revoked, and the Workflow exists and is enabled -- else `StartGuardError`
+   with `.reason`;
 4. build the plan and append `workflow.admitted`, the `step.created` events, the
    StepRunMutations and the receipt in one `registry.commit`.
 
 Any refusal raises before the commit, so nothing is written.
 
-Where the schema has least-privilege roles (PostgreSQL, `eventstore.pg_roles`), the
-runtime role may not read the publication tables: every read of a publication, its
-publisher's status and its published revision goes through the SECURITY DEFINER
-function `qlflow_admission_source`, which also takes the publisher's lock
-(`PublicationReads`). Elsewhere the same reads go to the read models directly.
+Where the schema has least-privilege roles (`actors.roles`), the runtime role may
+not read the publication tables: every read of a publication, its publisher's
+status and its published revision goes through the SECURITY DEFINER function
+`qlflow_admission_source` (projections.admission_source), which also takes the
+publisher's lock (`PublicationReads`). Elsewhere the same reads go to the read
+models directly.
 
 Replay comes before the guard on purpose: an exact replay is not a new start, so
-it is answered even if the publication was withdrawn meanwhile (SPEC §6: that
-stops new starts only). This is what makes a retry after a lost COMMIT response
+it is answered even if the publication was withdrawn meanwhile (that stops new
+starts only). This is what makes a retry after a lost COMMIT response
 safe: the retry finds the receipt and returns it as "existing". The plan of a
 replay is rebuilt against the publication named in the receipt, so a newer head
 does not turn a retry into a collision.
@@ -33,8 +35,8 @@ does not turn a retry into a collision.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
+from actors.authority import Units
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
 from domain.admission import admission_records
 from domain.aggregate import run_stream, steps_stream
@@ -52,15 +54,13 @@ from domain.fields import ID_PATTERN
 from domain.ids import RECEIPT, RUN_ID, derive_id
 from domain.plan import build_plan, step_run_ids_for
 from domain.publication import PublicationRef, publication_from_json
-from domain.records import NewEvent, StreamAppend
+from domain.records import NewEvent, Record, StreamAppend
 from domain.revision import MaterializedRevision, revision_from_json
+from domain.start_guard import check_start
 from domain.text import is_storable_text
 from domain.values import (
-    ACTIVE,
     CREATED,
     EXISTING,
-    QUARANTINED,
-    WITHDRAWN,
     AdmissionReceipt,
     Publication,
     ReceiptStep,
@@ -68,6 +68,8 @@ from domain.values import (
     receipt_from_document,
     receipt_stream_id,
 )
+from eventstore.api import Reads, Transaction
+from projections import admission_source
 from projections import publications as read_model
 from projections.registry import commit
 
@@ -117,7 +119,7 @@ def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[s
 
 
 def start(
-    authority,
+    authority: Units,
     package: str,
     workflow_key: str,
     *,
@@ -135,7 +137,7 @@ def start(
     """
     admission_key, run_id = admission_identity(admission_key, run_id)
 
-    def unit(tx) -> AdmissionReceipt:
+    def unit(tx: Transaction) -> AdmissionReceipt:
         return admit_in_tx(tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms)
 
     try:
@@ -147,7 +149,7 @@ def start(
 
 
 def admit_in_tx(
-    tx,
+    tx: Transaction,
     package: str,
     workflow_key: str,
     admission_key: str | None,
@@ -175,7 +177,13 @@ def admit_in_tx(
     _refuse_taken_run_id(tx, run_id, admission_key)
 
     ref, revision = reads.published_revision(publication.publication_id)
-    _start_guard(reads, publication, revision, workflow_key)
+    check_start(
+        publication,
+        reads.publisher_status(publication),
+        reads.installation_head(publication),
+        revision,
+        workflow_key,
+    )
     plan = build_plan(
         ref,
         revision,
@@ -229,7 +237,7 @@ def admit_in_tx(
 
 
 def inspect_admission(
-    reader, run_id: str | None = None, admission_key: str | None = None
+    reader: Reads, run_id: str | None = None, admission_key: str | None = None
 ) -> AdmissionReceipt | None:
     """The durable receipt by run id or admission key (both: must agree), else None.
 
@@ -247,9 +255,10 @@ def inspect_admission(
     else:
         if not isinstance(run_id, str) or not run_id:
             raise InvalidInput("run_id", "text", "run_id must be a non-empty string")
-        stream = read_model.receipt_stream_of_run(reader, run_id)
-        if stream is None:
+        found = read_model.receipt_stream_of_run(reader, run_id)
+        if found is None:
             return None
+        stream = found
     records = reader.read_stream(stream)
     if not records:
         return None
@@ -259,14 +268,18 @@ def inspect_admission(
     return receipt
 
 
-def published_revision(tx, publication_id: str) -> tuple[PublicationRef, MaterializedRevision]:
+def published_revision(
+    tx: Reads, publication_id: str
+) -> tuple[PublicationRef, MaterializedRevision]:
     """The publication and the revision recorded in its `publication.published`
     event, both strictly re-read (a digest that does not match raises PlanError)."""
     records = tx.read_stream(PUBLICATION_STREAM + publication_id)
     return _revision_of(publication_id, records[0] if records else None)
 
 
-def _revision_of(publication_id: str, record) -> tuple[PublicationRef, MaterializedRevision]:
+def _revision_of(
+    publication_id: str, record: Record | None
+) -> tuple[PublicationRef, MaterializedRevision]:
     if record is None or record.type != read_model.PUBLISHED:
         raise CorruptionError(f"publication {publication_id!r} has no publication.published event")
     return publication_from_json(record.data["publication"]), revision_from_json(
@@ -274,22 +287,15 @@ def _revision_of(publication_id: str, record) -> tuple[PublicationRef, Materiali
     )
 
 
-def _pg_roles():
-    from eventstore import pg_roles
-
-    return pg_roles
-
-
 class PublicationReads:
     """Admission's reads of publications, publisher trust and published revisions in
     one transaction: through `qlflow_admission_source` where the schema has it (a
     PostgreSQL runtime role may not read those tables), else from the read models."""
 
-    def __init__(self, tx) -> None:
+    def __init__(self, tx: Transaction) -> None:
         self._tx = tx
-        # psycopg is only imported where it is needed: an edge process stays small
-        self._definer = tx.dialect == "postgresql" and _pg_roles().has_admission_source(tx)
-        self._sources: dict = {}
+        self._definer = admission_source.has_admission_source(tx)
+        self._sources: dict[str, admission_source.AdmissionSource] = {}
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -341,10 +347,10 @@ class PublicationReads:
             return explicit
         return _single(package, read_model.heads_named(self._tx, package))
 
-    def _source(self, target: str):
+    def _source(self, target: str) -> admission_source.AdmissionSource:
         source = self._sources.get(target)
         if source is None:
-            source = _pg_roles().admission_source(self._tx, target)
+            source = admission_source.admission_source(self._tx, target)
             self._sources[target] = source
             if len(source.matches) == 1:
                 self._sources.setdefault(source.matches[0].publication_id, source)
@@ -354,7 +360,7 @@ class PublicationReads:
 # --- steps of admission -----------------------------------------------------------------
 
 
-def _single(package: str, heads) -> Publication:
+def _single(package: str, heads: list[Publication] | tuple[Publication, ...]) -> Publication:
     if not heads:
         raise NotFound(f"no published package or installation {package!r}; publish it first")
     if len(heads) > 1:
@@ -369,7 +375,7 @@ def _single(package: str, heads) -> Publication:
 
 
 def _exact_replay(
-    tx,
+    tx: Transaction,
     reads: PublicationReads,
     publication: Publication,
     admission_key: str,
@@ -404,7 +410,7 @@ def _exact_replay(
     )
 
 
-def _refuse_taken_run_id(tx, run_id: str, admission_key: str) -> None:
+def _refuse_taken_run_id(tx: Transaction, run_id: str, admission_key: str) -> None:
     stream = read_model.receipt_stream_of_run(tx, run_id)
     if stream is not None:
         receipt = receipt_from_document(tx.read_stream(stream)[0].data, EXISTING)
@@ -415,64 +421,6 @@ def _refuse_taken_run_id(tx, run_id: str, admission_key: str) -> None:
         )
     if tx.stream_versions([run_stream(run_id)])[run_stream(run_id)] > 0:
         raise AdmissionCollision(f"run id {run_id!r} already has events; choose another run id")
-
-
-def _start_guard(
-    reads: PublicationReads,
-    publication: Publication,
-    revision: MaterializedRevision,
-    workflow_key: str,
-) -> None:
-    where = (
-        f"publication {publication.publication_id} ({publication.package} generation "
-        f"{publication.generation})"
-    )
-    if reads.publisher_status(publication) == read_model.REVOKED:
-        _refuse(
-            "publisher_revoked",
-            f"{where}: its publisher {publication.publisher!r} is revoked; "
-            "no publication of a revoked publisher may start Workflows",
-        )
-    if publication.status == QUARANTINED:
-        _refuse("quarantined", f"{where} is quarantined and may not start Workflows")
-    if publication.status == WITHDRAWN:
-        _refuse(
-            "withdrawn",
-            f"{where} is withdrawn; publish a new generation to start Workflows again",
-        )
-    if publication.status != ACTIVE:
-        _refuse("inactive", f"{where} is {publication.status}")
-    if not publication.head:
-        head = reads.installation_head(publication)
-        current = f"generation {head.generation} ({head.publication_id})" if head else "unknown"
-        _refuse(
-            "superseded",
-            f"{where} is no longer the head of installation {publication.installation!r}; "
-            f"the current head is {current}: start that one",
-        )
-    workflow = revision.workflows.get(workflow_key)
-    if workflow is None:
-        known = ", ".join(revision.workflows) or "none"
-        _refuse(
-            "unknown_workflow",
-            f"{where} has no Workflow {workflow_key!r} (workflows: {known})",
-        )
-    if not workflow.enabled:
-        _refuse("workflow_disabled", f"{where}: Workflow {workflow_key!r} is disabled")
-    for step in workflow.steps:
-        task = revision.tasks.get(step.task)
-        if task is not None and not task.enabled:
-            _refuse(
-                "task_disabled",
-                f"{where}: Workflow {workflow_key!r} step {step.key!r} uses Task "
-                f"{step.task!r}, which is disabled",
-            )
-
-
-def _refuse(reason: str, message: str) -> Any:
-    error = StartGuardError(message)
-    error.reason = reason
-    raise error
 
 
 def _step_keys(revision: MaterializedRevision, workflow_key: str) -> list[str]:

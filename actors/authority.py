@@ -1,27 +1,52 @@
 """The operation authority: the one place store transactions are executed.
 
-SQLite allows one writer. Instead of many connections fighting for the write
-lock, one authority actor owns the only connection and runs each unit of work
-(`BEGIN IMMEDIATE` … `COMMIT`) in turn; callers block on its answer. On
-PostgreSQL there is nothing to serialize here: each unit of work runs on the
-caller's thread with a pooled connection, and the adapter's locks do the rest.
+A store that admits one writer at a time (`store.single_writer`, SQLite) gets one
+authority actor that runs each unit of work (`BEGIN IMMEDIATE` … `COMMIT`) in turn
+on its thread, instead of many threads queueing for the write lock; callers block
+on its answer. Otherwise (PostgreSQL) there is nothing to serialize here: each unit
+of work runs on the caller's thread with a pooled connection, and the store's locks
+do the rest.
 
 A unit of work is a callable `fn(tx) -> result`. It runs inside one transaction
 that commits when it returns and rolls back when it raises. A read is a callable
-`fn(session)` run in a read session, which takes no write lock.
+`fn(session)` run in a read session, which takes no write lock. Everything that
+takes units (a Workflow's turn, worker writes, admission) is written against the
+`Units` protocol, which `OperationAuthority` and `LocalUnits` both satisfy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import pykka
 
 from eventstore import faults
+from eventstore.api import EventStore, Reads, Transaction
 
 T = TypeVar("T")
+
+
+class Units(Protocol):
+    """Where units of work and reads run."""
+
+    @property
+    def store(self) -> Reads:
+        """What candidate queries read outside any unit (a store, or an open transaction)."""
+        ...
+
+    def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
+        """Run `fn(tx)` in one transaction and return its result (or raise its error)."""
+        ...
+
+    def read(self, fn: Callable[[Transaction], T]) -> T:
+        """Run `fn(session)` in a read session and return its result."""
+        ...
+
+    def run(self, fn: Callable[[Units], T]) -> T:
+        """Run `fn(units)`, which may read and execute several units, as one turn."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +55,7 @@ class _Outcome:
     error: BaseException | None = None
 
 
-def run_unit(store, fn: Callable[[Any], T], name: str = "unit") -> T:
+def run_unit(store: EventStore, fn: Callable[[Transaction], T], name: str = "unit") -> T:
     """Run `fn` in one store transaction, with the named fault points around it."""
     faults.hit(f"{name}.before_begin")
     with store.transaction() as tx:
@@ -41,7 +66,7 @@ def run_unit(store, fn: Callable[[Any], T], name: str = "unit") -> T:
     return value
 
 
-def run_read(store, fn: Callable[[Any], T]) -> T:
+def run_read(store: EventStore, fn: Callable[[Transaction], T]) -> T:
     """Run `fn` in a read session of the store (no write lock, no fault points:
     a read leaves nothing behind to recover)."""
     with store.session() as session:
@@ -51,37 +76,26 @@ def run_read(store, fn: Callable[[Any], T]) -> T:
 class LocalUnits:
     """Units of work and reads run on the calling thread, straight on the store."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: EventStore) -> None:
         self.store = store
 
-    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
+    def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
         """Run `fn(tx)` in one transaction (see run_unit)."""
         return run_unit(self.store, fn, name)
 
-    def read(self, fn: Callable[[Any], T]) -> T:
+    def read(self, fn: Callable[[Transaction], T]) -> T:
         """Run `fn(session)` in a read session (see run_read)."""
         return run_read(self.store, fn)
 
-
-class InTransaction:
-    """Units that all join one open transaction: a Workflow's turn or a worker write
-    run inside a caller's transaction (seeding many Runs at once)."""
-
-    def __init__(self, tx) -> None:
-        self.tx = tx
-        self.store = tx  # candidate queries read through the open transaction
-
-    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
-        return fn(self.tx)
-
-    def read(self, fn: Callable[[Any], T]) -> T:
-        return fn(self.tx)
+    def run(self, fn: Callable[[Units], T]) -> T:
+        """Run `fn(self)` here: the calling thread is already the turn's own."""
+        return fn(self)
 
 
 class _AuthorityActor(pykka.ThreadingActor):
-    """Owns the SQLite connection; runs what it is handed one at a time."""
+    """Owns the store's one writer; runs what it is handed one at a time."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: EventStore) -> None:
         super().__init__()
         self._units = LocalUnits(store)
 
@@ -95,30 +109,32 @@ class _AuthorityActor(pykka.ThreadingActor):
 
 
 class OperationAuthority:
-    """Where units of work run: on the authority actor (SQLite) or on the calling
-    thread (PostgreSQL)."""
+    """Where units of work run: on the authority actor (a single-writer store) or on
+    the calling thread."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: EventStore) -> None:
         self.store = store
         self._local = LocalUnits(store)
-        self._actor = _AuthorityActor.start(store) if store.dialect == "sqlite" else None
+        self._actor = _AuthorityActor.start(store) if store.single_writer else None
 
-    def run(self, fn: Callable[[LocalUnits], T]) -> T:
-        """Run `fn(units)`, which may read and execute several units, as one turn: on
-        SQLite the authority runs it whole, in turn with every other call, so a
-        Workflow's read, decision and write cost one hand-over between threads."""
+    def run(self, fn: Callable[[Units], T]) -> T:
+        """Run `fn(units)`, which may read and execute several units, as one turn: on a
+        single-writer store the authority runs it whole, in turn with every other
+        call, so a Workflow's read, decision and write cost one hand-over between
+        threads."""
         if self._actor is None:
             return fn(self._local)
-        outcome: _Outcome = self._actor.ask(fn)
+        outcome = cast(_Outcome, self._actor.ask(fn))
         if outcome.error is not None:
             raise outcome.error
-        return outcome.value
+        value: T = outcome.value
+        return value
 
-    def execute(self, fn: Callable[[Any], T], name: str = "unit") -> T:
+    def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
         """Run `fn(tx)` in one transaction and return its result (or raise its error)."""
         return self.run(lambda units: units.execute(fn, name))
 
-    def read(self, fn: Callable[[Any], T]) -> T:
+    def read(self, fn: Callable[[Transaction], T]) -> T:
         """Run `fn(session)` in a read session and return its result."""
         return self.run(lambda units: units.read(fn))
 

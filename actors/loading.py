@@ -1,13 +1,21 @@
-"""Read a Run's streams and fold them into the aggregate."""
+"""Read a Run's streams and fold them into the aggregate; the names of the locks
+a Run's writers take."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from domain.aggregate import fold, lease_stream, run_stream, steps_stream
+from domain.aggregate import RunAggregate, fold, lease_stream, run_stream, steps_stream
 from domain.errors import NotFound
 from domain.records import Record
+from eventstore.api import Reads, Transaction
+
+
+def attempt_lock(attempt_id: str) -> str:
+    """The name of an Attempt's lock: held by whoever writes its lease stream, taken
+    first (before any stream head) by the cycle and by workers alike."""
+    return f"attempt:{attempt_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +34,12 @@ class RunStreams:
         streams.update((lease_stream(a), records) for a, records in self.leases.items())
         return {stream_id: len(records) for stream_id, records in streams.items()}
 
-    def fold(self):
-        """The aggregate these records make (SPEC §1)."""
+    def fold(self) -> RunAggregate:
+        """The aggregate these records make."""
         return fold(self.run, self.steps, self.leases)
 
 
-def read_run_streams(tx, run_id: str) -> RunStreams:
+def read_run_streams(tx: Reads, run_id: str) -> RunStreams:
     """Read every stream of the Run: two queries (the lease streams named by the
     RunEvents' claims are read in the second). NotFound if the Run does not exist."""
     run_id_stream, steps_id_stream = run_stream(run_id), steps_stream(run_id)
@@ -49,20 +57,19 @@ def read_run_streams(tx, run_id: str) -> RunStreams:
     )
 
 
-def load_aggregate(tx, run_id: str):
-    """Read the Run's streams in `tx` and fold them (SPEC §1).
+def load_aggregate(tx: Transaction, run_id: str) -> RunAggregate:
+    """Read the Run's streams in `tx` and fold them.
 
-    On PostgreSQL the Run's stream head is row-locked first. Every writer of the
-    Run's streams holds that lock until it commits, so the reads below (each its own
-    READ COMMITTED snapshot) see one consistent point of the log. Worker writes use
-    this and wait for the lock; the cycle reads without locks and checks versions
-    when it writes (actors.workflow).
+    The Run's stream head is locked first, waiting for it (bounded by the store's
+    lock timeout). Every writer of the Run's streams holds that lock until it
+    commits, so the reads below see one consistent point of the log even where each
+    statement reads its own snapshot. Worker writes use this; the cycle reads without
+    locks and checks versions when it writes (actors.workflow).
     """
-    if tx.dialect == "postgresql":
-        tx.query("SELECT 1 FROM streams WHERE stream_id = ? FOR UPDATE", (run_stream(run_id),))
+    tx.lock_heads([run_stream(run_id)], wait=True)
     return read_run_streams(tx, run_id).fold()
 
 
-def claimed_attempt_ids(run_records) -> list[str]:
+def claimed_attempt_ids(run_records: Sequence[Record]) -> list[str]:
     """Ids of every Attempt the Run's log has claimed, in claim order."""
     return [r.data["attempt_id"] for r in run_records if r.type == "attempt.claimed"]

@@ -5,11 +5,12 @@ through the operation authority) and writes through `projections.registry.commit
 so the events and the read models change together or not at all.
 
 Serialization. Admission must never interleave with a change of what may start
-(SPEC §4). On SQLite every write transaction holds the write lock already. On
-PostgreSQL these functions and admission take a transaction-level advisory lock
+(docs/DESIGN.md "Admission"). These functions and admission take the store's lock
 on the publisher (`serialize_publisher`), and publishing also one on the
 installation first, so two publishes of one installation cannot both take the
-same next generation. Lock order is always installation, then publisher.
+same next generation. Lock order is always installation, then publisher. (On
+SQLite every write transaction holds the write lock already, and these locks cost
+nothing.)
 
 Every function is safe to call again after an unknown commit outcome: what was
 already done is found in the read models and returned without a write.
@@ -26,6 +27,7 @@ from domain.publication import publication_for, publication_to_json
 from domain.records import NewEvent, StreamAppend
 from domain.revision import MaterializedRevision, materialize_revision, revision_to_json
 from domain.values import Publication
+from eventstore.api import Transaction
 from projections import publications as read_model
 from projections.registry import commit
 
@@ -33,22 +35,21 @@ PUBLICATION_STREAM = "publication-"
 PUBLISHER_STREAM = "publisher-"
 
 
-def serialize_publisher(tx, publisher: str) -> None:
+def serialize_publisher(tx: Transaction, publisher: str) -> None:
     """Take the serialization boundary shared by admission and publisher revocation:
-    on PostgreSQL a transaction-level advisory lock on the publisher (SQLite's write
-    transaction already excludes every other writer)."""
-    if tx.dialect == "postgresql":
-        tx.query("SELECT pg_advisory_xact_lock(hashtext(?))", (f"qlflow-publisher:{publisher}",))
+    the publisher's lock, held until `tx` ends (the SECURITY DEFINER admission source
+    takes the same lock by the same name)."""
+    tx.lock(read_model.publisher_lock(publisher))
 
 
-def serialize_installation(tx, project: str, installation: str) -> None:
-    """Serialize publishing into one installation (PostgreSQL; SQLite needs nothing)."""
-    if tx.dialect == "postgresql":
-        key = f"qlflow-installation:{project}/{installation}"
-        tx.query("SELECT pg_advisory_xact_lock(hashtext(?))", (key,))
+def serialize_installation(tx: Transaction, project: str, installation: str) -> None:
+    """Serialize publishing into one installation."""
+    tx.lock(f"qlflow-installation:{project}/{installation}")
 
 
-def publish_in_tx(tx, package: Any, now_ms: int, *, publisher: str | None = None) -> Publication:
+def publish_in_tx(
+    tx: Transaction, package: Any, now_ms: int, *, publisher: str | None = None
+) -> Publication:
     """Publish a package: `package` is a loaded package (with `.revision` and
     `.publisher`) or a MaterializedRevision (then give `publisher`).
 
@@ -109,20 +110,24 @@ def _source_path(package: Any) -> str | None:
     return str(folder) if folder is not None else None
 
 
-def withdraw_in_tx(tx, publication_id: str, now_ms: int, reason: str | None = None) -> Publication:
+def withdraw_in_tx(
+    tx: Transaction, publication_id: str, now_ms: int, reason: str | None = None
+) -> Publication:
     """Withdraw a publication: it may start no new Workflow (admitted Runs finish on
     their own revision). Idempotent: withdrawing again writes nothing."""
     return _flag(tx, publication_id, now_ms, read_model.PUBLICATION_WITHDRAWN, reason)
 
 
 def quarantine_in_tx(
-    tx, publication_id: str, now_ms: int, reason: str | None = None
+    tx: Transaction, publication_id: str, now_ms: int, reason: str | None = None
 ) -> Publication:
     """Quarantine a publication: it may start no new Workflow. Idempotent."""
     return _flag(tx, publication_id, now_ms, read_model.PUBLICATION_QUARANTINED, reason)
 
 
-def revoke_publisher_in_tx(tx, publisher: str, now_ms: int, reason: str | None = None) -> bool:
+def revoke_publisher_in_tx(
+    tx: Transaction, publisher: str, now_ms: int, reason: str | None = None
+) -> bool:
     """Revoke a publisher: none of its publications may start a Workflow from now on.
 
     Takes the same boundary as admission, so every admission either committed
@@ -132,12 +137,16 @@ def revoke_publisher_in_tx(tx, publisher: str, now_ms: int, reason: str | None =
     return _trust(tx, publisher, now_ms, read_model.PUBLISHER_REVOKED, reason)
 
 
-def reinstate_publisher_in_tx(tx, publisher: str, now_ms: int, reason: str | None = None) -> bool:
+def reinstate_publisher_in_tx(
+    tx: Transaction, publisher: str, now_ms: int, reason: str | None = None
+) -> bool:
     """Trust a revoked publisher again. Returns False (no write) when it is not revoked."""
     return _trust(tx, publisher, now_ms, read_model.PUBLISHER_REINSTATED, reason)
 
 
-def _flag(tx, publication_id: str, now_ms: int, kind: str, reason: str | None) -> Publication:
+def _flag(
+    tx: Transaction, publication_id: str, now_ms: int, kind: str, reason: str | None
+) -> Publication:
     found = read_model.publication(tx, publication_id)
     if found is None:
         raise NotFound(
@@ -160,7 +169,7 @@ def _flag(tx, publication_id: str, now_ms: int, kind: str, reason: str | None) -
     return changed
 
 
-def _trust(tx, publisher: str, now_ms: int, kind: str, reason: str | None) -> bool:
+def _trust(tx: Transaction, publisher: str, now_ms: int, kind: str, reason: str | None) -> bool:
     serialize_publisher(tx, publisher)
     if not read_model.publisher_known(tx, publisher):
         raise NotFound(f"no publisher {publisher!r} has published anything")
@@ -183,6 +192,7 @@ def _trust(tx, publisher: str, now_ms: int, kind: str, reason: str | None) -> bo
 def _revision_and_publisher(
     package: Any, publisher: str | None
 ) -> tuple[MaterializedRevision, str]:
+    revision: Any
     if isinstance(package, MaterializedRevision):
         revision = package
     else:

@@ -1,4 +1,4 @@
-"""The page supervisor and the caller-driven cycle (SPEC §1, §7, §13).
+"""The page supervisor and the caller-driven cycle (docs/DESIGN.md "The cycle").
 
 A cycle walks the phases in order — recovery, cancellation, frontier (with
 terminal aggregation), attempt admission — and for each takes up to
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pykka
 
+from actors.authority import Units
 from actors.workflow import WorkflowActor, WorkflowOutcome
 from projections import candidates
 
@@ -74,7 +75,9 @@ class CycleResult:
         return sum(getattr(self, phase).changed for phase in candidates.PHASES)
 
 
-def run_page(authority, run_ids: list[str], phase: str, now_ms: int) -> list[WorkflowOutcome]:
+def run_page(
+    authority: Units, run_ids: list[str], phase: str, now_ms: int
+) -> list[WorkflowOutcome]:
     """Converge one page: an actor per Run, every outcome collected, every actor stopped."""
     actors = []
     try:
@@ -91,7 +94,7 @@ class Cycle:
     """Runs cycles for one runtime. Remembers, per phase, where the last page
     ended, so a long candidate list is walked fairly across cycles."""
 
-    def __init__(self, authority, page_size: int, pages_per_phase: int) -> None:
+    def __init__(self, authority: Units, page_size: int, pages_per_phase: int) -> None:
         self._authority = authority
         self._page_size = page_size
         self._pages_per_phase = pages_per_phase

@@ -1,6 +1,12 @@
 """Worker-side units of work: lease, start barrier, running, renew, complete; and
 the cancel intent. Each is one short transaction on the operation authority,
-fenced by lease id and version (SPEC §5–6).
+fenced by lease id and version (see docs/DESIGN.md "Leases and fencing").
+
+Locks. A worker write takes its Attempt's lock, then the Run's stream head
+(`load_aggregate`), waiting for each (bounded by the store's lock timeout): the
+cycle never waits for a lock, so a worker queued behind it cannot deadlock with it.
+Leasing takes the Attempt's lock without waiting and skips an Attempt another
+replica is on.
 """
 
 from __future__ import annotations
@@ -9,11 +15,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from actors.loading import load_aggregate
-from actors.pglocks import advisory_lock, try_advisory_locks
+from actors.authority import Units
+from actors.loading import attempt_lock, load_aggregate
 from domain import worker as worker_rules
 from domain.cancellation import request_cancel
-from domain.errors import FenceError, InvalidInput, NotFound, VersionConflict
+from domain.errors import FenceError, InvalidInput, LockTimeout, VersionConflict
+from eventstore.api import Transaction
 from projections import candidates
 from projections.registry import commit
 
@@ -37,14 +44,7 @@ class Lease:
     stop_requested: bool = False
 
 
-def run_of_attempt(store_or_tx, attempt_id: str) -> str:
-    rows = store_or_tx.query("SELECT run_id FROM attempts WHERE attempt_id = ?", (attempt_id,))
-    if not rows:
-        raise NotFound(f"attempt {attempt_id!r} does not exist")
-    return rows[0][0]
-
-
-def _with_retries(authority, fn: Callable, name: str):
+def _with_retries(authority: Units, fn: Callable, name: str):
     """Run a unit of work; on a version conflict, re-read and decide again."""
     for attempt in range(CONFLICT_RETRIES):
         try:
@@ -55,9 +55,9 @@ def _with_retries(authority, fn: Callable, name: str):
     raise AssertionError("unreachable")
 
 
-def _decide_and_commit(tx, run_id: str, decide, attempt_id: str | None = None):
-    if attempt_id is not None and tx.dialect == "postgresql":
-        advisory_lock(tx, f"attempt:{attempt_id}")
+def _decide_and_commit(tx: Transaction, run_id: str, decide, attempt_id: str | None = None):
+    if attempt_id is not None:
+        tx.lock(attempt_lock(attempt_id))
     aggregate = load_aggregate(tx, run_id)
     decision = decide(aggregate)
     if decision.appends:
@@ -66,7 +66,7 @@ def _decide_and_commit(tx, run_id: str, decide, attempt_id: str | None = None):
 
 
 def lease_attempts(
-    authority,
+    authority: Units,
     worker_id: str,
     *,
     limit: int,
@@ -85,7 +85,7 @@ def lease_attempts(
         if len(leases) >= limit:
             break
 
-        def grant(tx, attempt_id=attempt_id, attempt_run_id=attempt_run_id):
+        def grant(tx: Transaction, attempt_id=attempt_id, attempt_run_id=attempt_run_id):
             if not _lock_attempt(tx, attempt_id):
                 return None  # another replica is on it: skip, never wait
             aggregate = load_aggregate(tx, attempt_run_id)
@@ -100,8 +100,8 @@ def lease_attempts(
 
         try:
             granted = authority.execute(grant, name="lease")
-        except VersionConflict:
-            continue
+        except (VersionConflict, LockTimeout):
+            continue  # the Run moved, or its head stayed held: leave it for the next call
         if granted is not None:
             leases.append(granted)
     if leases:
@@ -125,12 +125,12 @@ def _lease_value(aggregate, grant, stop_requested: bool = False) -> Lease:
     )
 
 
-def _lock_attempt(tx, attempt_id: str) -> bool:
-    """PostgreSQL: the Attempt's advisory lock first (SPEC §8 order); never waits."""
-    return tx.dialect != "postgresql" or try_advisory_locks(tx, [f"attempt:{attempt_id}"])
+def _lock_attempt(tx: Transaction, attempt_id: str) -> bool:
+    """The Attempt's lock first (the fixed lock order), without waiting."""
+    return tx.try_lock([attempt_lock(attempt_id)])
 
 
-def _worker_write(authority, lease: Lease, name: str, decide):
+def _worker_write(authority: Units, lease: Lease, name: str, decide):
     """One fenced worker write on the lease's Run; retried on a version conflict."""
     return _with_retries(
         authority,
@@ -139,7 +139,7 @@ def _worker_write(authority, lease: Lease, name: str, decide):
     )
 
 
-def mark_starting(authority, lease: Lease, now_ms: int) -> Lease:
+def mark_starting(authority: Units, lease: Lease, now_ms: int) -> Lease:
     """The start barrier: written durably before the worker spawns anything."""
     _worker_write(
         authority,
@@ -152,7 +152,7 @@ def mark_starting(authority, lease: Lease, now_ms: int) -> Lease:
     return lease
 
 
-def mark_running(authority, lease: Lease, now_ms: int) -> Lease:
+def mark_running(authority: Units, lease: Lease, now_ms: int) -> Lease:
     """starting -> running (from claimed+leased through starting in one transaction)."""
     _worker_write(
         authority,
@@ -165,7 +165,7 @@ def mark_running(authority, lease: Lease, now_ms: int) -> Lease:
     return lease
 
 
-def renew(authority, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
+def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     """Extend the lease; the answer says whether the Run asks the worker to stop."""
     _, decision = _worker_write(
         authority,
@@ -184,7 +184,7 @@ def renew(authority, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
 
 
 def complete(
-    authority,
+    authority: Units,
     lease: Lease,
     outcome: str,
     *,
@@ -227,7 +227,7 @@ def complete(
     return recorded
 
 
-def cancel(authority, run_id: str, reason: str, now_ms: int) -> bool:
+def cancel(authority: Units, run_id: str, reason: str, now_ms: int) -> bool:
     """Record cancel intent on the Run (idempotent). True if this call recorded it."""
     _, decision = _with_retries(
         authority,

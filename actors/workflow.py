@@ -10,12 +10,13 @@ transaction; a stream that moved is a `VersionConflict`, and the Run is left for
 the next cycle. The write lock is thus held for the check, the append, the
 read-model update and COMMIT only.
 
-On SQLite the whole turn runs on the operation authority, in turn with every other
-call (one hand-over between threads per Workflow; the read needs no write lock, so
-another process's writers are not held up by a fold). On PostgreSQL it runs on the
-actor's thread with pooled connections, and the write unit first takes SPEC §8's
-locks without waiting — the active Attempts' advisory locks, then the stream heads
-(`FOR UPDATE SKIP LOCKED`) — and contention means `blocked`.
+On a single-writer store (SQLite) the whole turn runs on the operation authority,
+in turn with every other call (one hand-over between threads per Workflow; the read
+needs no write lock, so another process's writers are not held up by a fold).
+Otherwise (PostgreSQL) it runs on the actor's thread with pooled connections, and
+the write unit first takes the fixed lock order of docs/DESIGN.md "Locks" without
+waiting — the active Attempts' locks (`try_lock`), then the stream heads
+(`lock_heads(wait=False)`) — and contention means `blocked`.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from dataclasses import dataclass
 
 import pykka
 
-from actors.loading import RunStreams, read_run_streams
-from actors.pglocks import try_advisory_locks, try_lock_heads
+from actors.authority import Units
+from actors.loading import RunStreams, attempt_lock, read_run_streams
+from domain.aggregate import RunAggregate
 from domain.attempts import decide_attempt_admission
 from domain.cancellation import decide_cancellation
 from domain.errors import VersionConflict
 from domain.frontier import decide_frontier
 from domain.recovery import decide_recovery
+from eventstore.api import Transaction
 from eventstore.validation import encode_appends
 from projections.registry import commit_encoded
 
@@ -55,7 +58,7 @@ class WorkflowOutcome:
     error: str | None = None
 
 
-def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
+def converge(authority: Units, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
     """Decide `phase` for one Run and commit its records; VersionConflict if one of
     its streams moved between the read and the write."""
     streams: RunStreams = authority.read(lambda tx: read_run_streams(tx, run_id))
@@ -72,7 +75,7 @@ def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome
         return outcome
     batch = encode_appends(decision.appends)  # validated before the lock is taken
 
-    def write(tx) -> bool:
+    def write(tx: Transaction) -> bool:
         if not lock_unchanged(tx, streams, aggregate):
             return False
         commit_encoded(tx, batch)
@@ -83,28 +86,21 @@ def converge(authority, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome
     return outcome
 
 
-def lock_unchanged(tx, streams: RunStreams, aggregate) -> bool:
-    """In the write transaction: take the locks (PostgreSQL) and check that every
+def lock_unchanged(tx: Transaction, streams: RunStreams, aggregate: RunAggregate) -> bool:
+    """In the write transaction: take the locks without waiting and check that every
     stream read is still at the version read.
 
-    False: another transaction holds one of SPEC §8's locks (PostgreSQL, never
-    waited for). VersionConflict: a stream moved since it was read.
+    False: another transaction holds one of the locks (never waited for).
+    VersionConflict: a stream moved since it was read.
     """
     read = streams.versions()
-    if tx.dialect == "postgresql":
-        keys = [f"attempt:{a.attempt_id}" for a in aggregate.active_attempts()]
-        if not try_advisory_locks(tx, keys):
-            return False
-        # An Attempt's lease stream is only written under its advisory lock, held now,
-        # so one read as missing cannot appear before this transaction ends.
-        existing = [stream_id for stream_id, version in read.items() if version]
-        current = try_lock_heads(tx, existing)
-        if current is None:
-            return False
-        missing = [stream_id for stream_id, version in read.items() if not version]
-        current.update(tx.stream_versions(missing) if missing else {})
-    else:
-        current = tx.stream_versions(list(read))
+    if not tx.try_lock([attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]):
+        return False
+    # An Attempt's lease stream is only written under its lock, held now, so one read
+    # as missing cannot appear before this transaction ends.
+    current = tx.lock_heads(list(read), wait=False)
+    if current is None:
+        return False
     for stream_id, version in read.items():
         if current[stream_id] != version:
             raise VersionConflict(stream_id, version, current[stream_id])
@@ -114,7 +110,7 @@ def lock_unchanged(tx, streams: RunStreams, aggregate) -> bool:
 class WorkflowActor(pykka.ThreadingActor):
     """Lives for one page: converges one Run for one phase and reports the outcome."""
 
-    def __init__(self, authority, run_id: str, phase: str, now_ms: int) -> None:
+    def __init__(self, authority: Units, run_id: str, phase: str, now_ms: int) -> None:
         super().__init__()
         self._authority = authority
         self._run_id = run_id

@@ -56,8 +56,9 @@ import orjson
 
 import qlflow
 from actors import supervisor, workers
-from actors.authority import InTransaction, LocalUnits
+from actors.authority import LocalUnits
 from actors.workflow import WorkflowOutcome, converge
+from bench.units import InTransaction
 from domain.errors import VersionConflict
 from eventstore import faults
 from eventstore.url import with_search_path

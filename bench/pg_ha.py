@@ -5,7 +5,7 @@
 Builds, on free local ports, a fresh primary and a streaming standby made with
 `pg_basebackup -R` (`synchronous_standby_names = 'standby1'`,
 `synchronous_commit = remote_apply`), sets up the least-privilege roles
-(eventstore.pg_roles), and runs on the primary, as the runtime role through
+(actors.roles), and runs on the primary, as the runtime role through
 `qlflow.open`: admission (one COMMIT response lost), Attempts, and a whole-Workflow
 cancellation whose worker completion and parent convergence both lose their COMMIT
 response. It then fences the old primary (stopped, and marked to come back only as
@@ -50,9 +50,10 @@ from rich.console import Console
 from rich.table import Table
 
 import qlflow
+from actors import roles as pg_roles
 from domain import worker as worker_rules
 from domain.cancellation import decide_cancellation
-from eventstore import faults, pg_roles
+from eventstore import faults
 from eventstore.url import with_search_path
 from projections import audit
 

@@ -47,7 +47,10 @@ class ManifestError(QlflowError, ValueError):
 
 class StartGuardError(QlflowError):
     """Admission refused: the publication may not start Workflows (withdrawn,
-    quarantined, superseded, publisher revoked, or the Workflow is disabled)."""
+    quarantined, superseded, publisher revoked, or the Workflow is disabled).
+    `reason` names the rule that refused (see domain.start_guard)."""
+
+    reason: str
 
 
 class AdmissionCollision(QlflowError):
@@ -92,3 +95,9 @@ class CorruptionError(QlflowError):
 
 class SchemaError(QlflowError):
     """The database schema cannot be used by this version of qlflow."""
+
+
+class LockTimeout(QlflowError, TimeoutError):
+    """A store lock was not granted within the store's lock timeout: another
+    transaction held it that long. The transaction rolls back and nothing is
+    written; try again (a worker write is retried like a busy database)."""

@@ -30,6 +30,7 @@ from domain.fields import (
 from domain.ids import STEP_RUN_ID, derive_id
 from domain.publication import PublicationRef, check_publication
 from domain.revision import MaterializedRevision, revision_digest, revision_id_for
+from domain.start_guard import task_disabled, workflow_disabled
 from domain.transitions import STEP_PENDING, STEP_READY
 from domain.workflows import (
     MAX_WORKFLOW_STEPS,
@@ -131,14 +132,13 @@ def build_plan(
     _check_binding(publication, revision)
 
     workflow = revision.workflow(workflow_key)
-    if not workflow.enabled:
-        raise PlanError("workflow_disabled", f"Workflow {workflow_key!r} is disabled")
+    refusal = workflow_disabled(workflow_key, workflow)
+    if refusal is not None:
+        raise PlanError(refusal.reason, refusal.message)
     check_workflow(workflow, revision.tasks)
-    for step in workflow.steps:
-        if not revision.tasks[step.task].enabled:
-            raise PlanError(
-                "task_disabled", f"Step {step.key!r} uses Task {step.task!r}, which is disabled"
-            )
+    refusal = task_disabled(workflow_key, workflow, revision.tasks)
+    if refusal is not None:
+        raise PlanError(refusal.reason, refusal.message)
     workflow_digest = workflow_semantic_digest(workflow, revision.tasks)
     published = publication.workflow_digests.get(workflow_key)
     if published != workflow_digest:

@@ -229,12 +229,9 @@ class ScheduleSpecError(ManifestError):
     def __init__(
         self, source: str, table: str | None, key: str, field: str | None, problem: str
     ) -> None:
-        self.source = source
-        self.table = table
-        self.key = key
         self.field = field
         where = source + (f": [{table}] {key}" if table is not None else f": {key}")
-        super().__init__(f"{where}: {problem}")
+        super().__init__(f"{where}: {problem}", source=source, table=table, key=key)
 
 
 def _error(

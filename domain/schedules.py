@@ -24,9 +24,9 @@ from typing import Any
 
 from domain import event_types as types
 from domain.errors import CorruptionError, InvalidInput
+from domain.fields import ID_PATTERN
 from domain.ids import RUN_ID, SCHEDULE_EVENT, derive_id
 from domain.occurrences import check_instant, next_after
-from domain.package import ID_PATTERN
 from domain.records import NewEvent, Record, StreamAppend
 from domain.schedule_spec import FIRE_ONCE, ScheduleSpec
 from domain.streams import SCHEDULE, category, entity_id, schedule_stream

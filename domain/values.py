@@ -24,6 +24,7 @@ EXISTING = "existing"
 ACTIVE = "active"
 WITHDRAWN = "withdrawn"
 QUARANTINED = "quarantined"
+REVOKED = "revoked"  # a publisher's trust status (the other is ACTIVE)
 
 
 @dataclass(frozen=True, slots=True)

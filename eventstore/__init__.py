@@ -2,24 +2,44 @@
 
 store = eventstore.open_store("sqlite:///qlflow.db")
 store = eventstore.open_store("postgresql://user@host/db", pool_max_size=20)
+
+This package is the only one that knows which database it runs on: callers use the
+contract's verbs (append, reads, locks, replay sessions) and `store.single_writer`.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from domain.errors import InvalidInput
-from eventstore.api import EventStore, MigrationStep, StoreUsageError, Transaction
+from domain.errors import InvalidInput, LockTimeout
+from eventstore.api import (
+    EventStore,
+    MigrationStep,
+    Reads,
+    ReplaySession,
+    StoreUsageError,
+    Transaction,
+)
+from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS
 from eventstore.store import BaseStore
-from eventstore.url import parse_store_url
+from eventstore.url import POSTGRESQL, SQLITE, database_file, parse_store_url, store_kind
 
 __all__ = [
+    "POSTGRESQL",
+    "SQLITE",
     "BaseStore",
     "EventStore",
     "MigrationStep",
+    "Reads",
+    "ReplaySession",
     "StoreUsageError",
     "Transaction",
+    "database_file",
+    "driver_errors",
     "open_store",
+    "store_kind",
+    "transient_errors",
 ]
 
 
@@ -28,10 +48,11 @@ def open_store(url: str, **options: Any) -> BaseStore:
 
     SQLite options: `synchronous` ("FULL" default, "NORMAL", "OFF", "EXTRA"),
     `busy_timeout_ms` (5000) — also accepted in the URL query string.
-    PostgreSQL options: `pool_max_size` (10), `connect_timeout_s` (10).
+    PostgreSQL options: `pool_max_size` (10), `connect_timeout_s` (10),
+    `lock_timeout_ms` (5000: the longest `lock` or a waiting `lock_heads` waits).
     Raises InvalidInput for an unknown scheme or option."""
     parsed = parse_store_url(url)
-    if parsed.dialect == "sqlite":
+    if parsed.kind == SQLITE:
         from eventstore.sqlite_store import SYNCHRONOUS_LEVELS, SqliteStore
 
         merged = {**parsed.options, **options}
@@ -47,21 +68,53 @@ def open_store(url: str, **options: Any) -> BaseStore:
         return SqliteStore(url, parsed.target, synchronous, int(busy_timeout_ms))
     from eventstore.postgres_store import PostgresStore
 
-    _reject_unknown(options, ("pool_max_size", "connect_timeout_s"), "postgresql")
+    _reject_unknown(options, ("pool_max_size", "connect_timeout_s", "lock_timeout_ms"), POSTGRESQL)
     pool_max_size = int(_positive_number(options.get("pool_max_size", 10), "pool_max_size"))
     connect_timeout_s = _positive_number(
         options.get("connect_timeout_s", 10.0), "connect_timeout_s"
     )
-    return PostgresStore(parsed.target, pool_max_size, connect_timeout_s)
+    lock_timeout_ms = int(
+        _positive_number(options.get("lock_timeout_ms", DEFAULT_LOCK_TIMEOUT_MS), "lock_timeout_ms")
+    )
+    return PostgresStore(parsed.target, pool_max_size, connect_timeout_s, lock_timeout_ms)
 
 
-def _reject_unknown(options: dict[str, Any], known: tuple[str, ...], dialect: str) -> None:
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors worth another try: a busy or unreachable database, or a lock not granted
+    in time. PostgreSQL's are included only once a PostgreSQL store has loaded its
+    driver (an embedded process never imports it)."""
+    import sqlite3
+
+    errors: list[type[BaseException]] = [sqlite3.OperationalError, LockTimeout]
+    if "psycopg" in sys.modules:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        errors += [psycopg.OperationalError, PoolTimeout]
+    return tuple(errors)
+
+
+def driver_errors() -> tuple[type[BaseException], ...]:
+    """The base errors of the database drivers loaded so far (what a database itself
+    may raise: a refused connection, a permission denied), for callers that report
+    them instead of crashing."""
+    import sqlite3
+
+    errors: list[type[BaseException]] = [sqlite3.Error]
+    if "psycopg" in sys.modules:
+        import psycopg
+
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+def _reject_unknown(options: dict[str, Any], known: tuple[str, ...], kind: str) -> None:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise InvalidInput(
             "options",
             "unknown",
-            f"unknown {dialect} store option(s) {unknown}; known: {list(known)}",
+            f"unknown {kind} store option(s) {unknown}; known: {list(known)}",
         )
 
 

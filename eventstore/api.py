@@ -1,4 +1,4 @@
-"""The one contract both store adapters implement (SPEC §2, §8).
+"""The one contract both store adapters implement.
 
 Usage::
 
@@ -10,12 +10,19 @@ Usage::
     # leaving the block commits; an exception rolls everything back
 
 `store.append(...)` is a one-call transaction. SQL passed to `tx.execute` (and
-`tx.executemany`, `tx.query`) uses `?` placeholders on both dialects (the PostgreSQL
+`tx.executemany`, `tx.query`) uses `?` placeholders on both stores (the PostgreSQL
 adapter translates them), so statements never contain a literal `?` or `%`.
 
 Transactions do not nest: a second `store.transaction()` (or any other store call)
 on a thread that has one open raises `StoreUsageError` — pass the open Transaction
 down instead. If `tx.append` raises a conflict the transaction can only roll back.
+
+Locks. Callers name what they serialize on, and the store decides how: `lock(key)`
+waits (bounded by the store's lock timeout, then `LockTimeout`), `try_lock(keys)`
+never waits, `lock_heads(streams, wait=...)` row-locks stream heads. On SQLite every
+write transaction holds the database's one write lock already, so these cost
+nothing there; on PostgreSQL they are transaction-scoped advisory and row locks.
+Every lock is released when the transaction ends.
 """
 
 from __future__ import annotations
@@ -26,84 +33,184 @@ from typing import Any, Protocol
 
 from domain.errors import QlflowError
 from domain.records import Record, StreamAppend
+from eventstore.validation import EncodedBatch
 
 MigrationStep = Mapping[str, str | Sequence[str]]
-"""One schema step: dialect ("sqlite" | "postgresql") -> SQL statement(s)."""
+"""One schema step: store kind ("sqlite" | "postgresql") -> SQL statement(s)."""
+
+Row = tuple[Any, ...]
 
 
 class StoreUsageError(QlflowError, RuntimeError):
     """The store was used against its contract: a nested transaction on one thread, a
-    transaction used after it ended or after a failed append, or a closed store."""
+    transaction used after it ended or after a failed append, lock or call, or a
+    closed store."""
 
 
-class Transaction(Protocol):
-    """One open store transaction. Reads see the transaction's own writes."""
-
-    dialect: str  # "sqlite" | "postgresql"
-
-    def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
-        """Append atomically with per-stream version CAS, or exactly replay."""
+class Reads(Protocol):
+    """What a store, a read session and a transaction can all read."""
 
     def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
         """Events of one stream with stream_version > after_version, in order."""
+        ...
 
     def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[Record]]:
         """Every event of each named stream, in version order, in one query."""
+        ...
 
     def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]:
         """Head version of each named stream (0 for a stream that does not exist)."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """Run one statement (projection upkeep); returns a cursor."""
-
-    def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
-        """Run one statement once per parameter tuple (projection upkeep in bulk)."""
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        """Run one query and return all rows."""
+        ...
 
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
         """Events with global_position > after_position, in position order."""
+        ...
 
     def streams_with_prefix(self, prefix: str) -> list[str]:
         """Ids of the existing streams starting with `prefix`, sorted."""
+        ...
 
     def head_position(self) -> int:
-        """Highest global position visible to this transaction (0 if none)."""
+        """Highest global position visible (0 if none)."""
+        ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run one query and return all rows."""
+        ...
 
 
-class EventStore(Protocol):
+class Transaction(Reads, Protocol):
+    """One open store transaction (or read session). Reads see its own writes."""
+
+    def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
+        """Append atomically with per-stream version CAS, or exactly replay."""
+        ...
+
+    def append_encoded(self, batch: EncodedBatch) -> list[Record]:
+        """`append` for a batch already validated by `validation.encode_appends`."""
+        ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement (projection upkeep); returns a cursor."""
+        ...
+
+    def executemany(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        """Run one statement once per parameter tuple (projection upkeep in bulk)."""
+        ...
+
+    def lock(self, key: str) -> None:
+        """Hold the lock named `key` until this transaction ends, waiting for it at
+        most the store's lock timeout (then `LockTimeout`; the transaction can only
+        roll back)."""
+        ...
+
+    def try_lock(self, keys: Sequence[str]) -> bool:
+        """Take every lock named in `keys` without waiting: True when all are held
+        now, False when another transaction holds one (give this transaction up)."""
+        ...
+
+    def lock_heads(self, stream_ids: Sequence[str], *, wait: bool) -> dict[str, int] | None:
+        """Row-lock the named stream heads in stream id order and return each head
+        version (0 for a stream that does not exist, which cannot be locked). With
+        `wait=False`, None when another transaction holds one of them; with
+        `wait=True`, wait (bounded like `lock`)."""
+        ...
+
+    def function_comment(self, signature: str) -> str | None:
+        """The comment of the server-side function `signature` ("name(text)") if the
+        database has that function ("" without a comment), else None. A database
+        without server-side functions (SQLite) answers None."""
+        ...
+
+    def call(self, function: str, args: Sequence[Any] = ()) -> Any:
+        """Call the server-side function `function` with `args` and return its value;
+        lock waits inside it are bounded like `lock`. SQLite has none
+        (StoreUsageError)."""
+        ...
+
+
+class ReplaySession(Protocol):
+    """A private connection on which read models are rebuilt beside the live ones.
+
+    `copy_tables` creates empty copies of projection tables that shadow the live
+    ones on this connection only, so folds run through `tx` write the copies while
+    every other connection still sees the live tables. See `eventstore.replay`."""
+
+    tx: Transaction
+
+    def copy_tables(self, component: str, steps: Sequence[MigrationStep]) -> None:
+        """Create the copy of every table that the schema steps create."""
+        ...
+
+    def live(self, table: str) -> str:
+        """The qualified name of the live `table`."""
+        ...
+
+    def copy(self, table: str) -> str:
+        """The qualified name of the copy of `table`."""
+        ...
+
+    def columns(self, table: str) -> list[str]:
+        """Column names of the live `table`, in table order."""
+        ...
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+        """Add `rows` (values of `columns`) to the copy of `table`, in bulk."""
+        ...
+
+    def read_log(self, after_position: int, limit: int | None = None) -> list[Any]:
+        """Events after `after_position` in position order, each Record-like with
+        `data` and `metadata` decoded on first use."""
+        ...
+
+    def head_position(self) -> int:
+        """The highest committed position, read in a short transaction of its own."""
+        ...
+
+    def swap_in(self, table: str, key: Sequence[str]) -> int:
+        """Make the live `table` equal its copy, writing only the difference; returns
+        its rows. Run inside `exclusive()`."""
+        ...
+
+    def reading(self) -> AbstractContextManager[None]:
+        """A short transaction that reads the log and writes only the copies."""
+        ...
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A transaction no append can run beside; commits on normal exit."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """A transaction with one consistent view of log and live tables; rolls back."""
+        ...
+
+
+class EventStore(Reads, Protocol):
     """An append-only event store with per-stream version CAS."""
 
-    dialect: str
     url: str
+    single_writer: bool
+    """True when the database admits one writer at a time (SQLite): the runtime then
+    runs every unit of work on one thread instead of queueing for the write lock."""
 
     def transaction(self) -> AbstractContextManager[Transaction]: ...
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]: ...
 
-    def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]: ...
-
-    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[Record]]: ...
-
     def session(self) -> AbstractContextManager[Transaction]:
         """A read session that takes no write lock (reads only)."""
+        ...
 
-    def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]: ...
+    def replay_session(self) -> AbstractContextManager[ReplaySession]:
+        """A private connection for rebuilding read models (closed on exit)."""
+        ...
 
     def iter_all(self, after_position: int = 0, batch: int = 5000) -> Iterator[Record]: ...
-
-    def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]: ...
-
-    def streams_with_prefix(self, prefix: str) -> list[str]: ...
-
-    def head_position(self) -> int: ...
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
 
     def migrate(self, component: str, steps: Sequence[MigrationStep]) -> int:
         """Apply the steps of `component` beyond its recorded schema version in one
         transaction; return the version now recorded. Raises SchemaError when the
         database records a newer version than `len(steps)`."""
+        ...
 
     def close(self) -> None: ...

@@ -69,7 +69,7 @@ def apply_steps(tx: BaseTransaction, component: str, steps: Sequence[MigrationSt
             f"(knows v{known}); upgrade qlflow"
         )
     for number in range(recorded + 1, known + 1):
-        for statement in _statements(steps[number - 1], tx.dialect, component, number):
+        for statement in statements_for(steps[number - 1], tx.dialect, component, number):
             tx.execute(statement)
     if known > recorded:
         tx.execute(
@@ -80,7 +80,8 @@ def apply_steps(tx: BaseTransaction, component: str, steps: Sequence[MigrationSt
     return known
 
 
-def _statements(step: MigrationStep, dialect: str, component: str, number: int) -> list[str]:
+def statements_for(step: MigrationStep, dialect: str, component: str, number: int) -> list[str]:
+    """The SQL statements of one schema step for the store kind `dialect`."""
     try:
         sql = step[dialect]
     except (KeyError, TypeError) as exc:

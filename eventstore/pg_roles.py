@@ -1,111 +1,52 @@
-"""Least-privilege PostgreSQL roles for one qlflow schema (Cluster profile).
+"""Least-privilege PostgreSQL roles for one schema: the mechanics.
 
-`setup_roles(admin_url, schema, prefix)` creates (idempotently) five roles named
-`<prefix>_<kind>` and returns a connection URL for each login role:
+`apply_roles(admin_url, schema, prefix, table_grants=..., policies=..., functions=...)`
+creates (idempotently) a role `<prefix>_<kind>` for every kind of `eventstore.grants`,
+hands the schema and every table to the owner, grants exactly what it is given,
+replaces the row-level security policies of the event log, installs the given
+server-side functions and the append-only trigger on `events`, and returns a
+connection URL for each login role. What to grant is declared by each layer for
+its own objects (`eventstore.grants.store_grants`, the projection modules' `GRANTS`
+and `FUNCTIONS`) and put together by `actors.roles.setup_roles`; this module knows no
+table but the store's own.
 
-- **owner** owns the schema and every table. It alone runs migrations (connect as
-  it to upgrade) and maintenance (`rebuild_projections`, `verify_projections`), and
-  it alone may UPDATE or DELETE events: a trigger refuses everyone else, superusers
-  included.
-- **runtime** runs the cycle and the workers. Row-level security lets it read and
-  append only the `run-`, `steps-`, `lease-` and `admission-` streams (and move
-  their heads); it reads and writes the read models of Runs and admission receipts
-  and moves the position counter. It has no UPDATE or DELETE on events and cannot
-  read the publications, publishers or `publication-`/`publisher-` events: admission
-  asks `qlflow_admission_source(target)` (see `admission_source`).
-- **admission** (no login) owns that SECURITY DEFINER function and may only SELECT
-  the publications and publishers tables and the `publication-` events.
-- **publisher** (publisher-admin) publishes, withdraws, quarantines, revokes and
-  reinstates: it appends to the `publication-` and `publisher-` streams and writes
-  the publications and publishers tables, and sees nothing of the Runs.
-- **audit** reads everything, the whole log included, and writes nothing.
-
-Every table qlflow creates must have an entry in `TABLE_GRANTS`: a table the policy
-does not know is a SchemaError, so a new table never ships without a decision on who
-may touch it. The admin URL must connect as a superuser (it creates roles and hands
+The append-only trigger refuses UPDATE, DELETE and TRUNCATE on events to every role
+but the table's owner, superusers included. A table that the given grants do not
+name is a SchemaError, so a new table never ships without a decision on who may
+touch it. The admin URL must connect as a superuser (it creates roles and hands
 objects to them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import orjson
 import psycopg
 from psycopg import sql
 
 from domain.errors import InvalidInput, SchemaError
-from domain.records import Record
-from domain.values import Publication
+from eventstore.grants import (
+    KINDS,
+    LOGIN_KINDS,
+    OWNER,
+    ROW_SECURITY_TABLES,
+    Policy,
+    ServerFunction,
+    TableGrants,
+)
 from eventstore.url import with_search_path
-from eventstore.validation import record_from_row
 
-LOGIN_KINDS = ("owner", "runtime", "publisher", "audit")
-KINDS = (*LOGIN_KINDS, "admission")
-ADMISSION_SOURCE = "qlflow_admission_source"
 APPEND_ONLY_TRIGGER = "qlflow_events_append_only"
 
-RUNTIME_STREAMS = ("run-", "steps-", "lease-", "admission-")
-PROVENANCE_STREAMS = ("publication-", "publisher-")
-PUBLISHED_STREAM = "publication-"
-
-_READ = ("SELECT",)
-_MOVE = ("SELECT", "INSERT", "UPDATE")
-# table -> role kind -> privileges. Row-level security narrows `events` and `streams`
-# further (see _POLICIES). The owner has everything by owning the tables.
-TABLE_GRANTS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
-    "schema_versions": {"runtime": _READ, "publisher": _READ, "audit": _READ},
-    "events": {
-        "runtime": ("SELECT", "INSERT"),
-        "admission": _READ,
-        "publisher": ("SELECT", "INSERT"),
-        "audit": _READ,
-    },
-    "streams": {"runtime": _MOVE, "publisher": _MOVE, "audit": _READ},
-    "qlflow_position": {
-        "runtime": ("SELECT", "UPDATE"),
-        "publisher": ("SELECT", "UPDATE"),
-        "audit": _READ,
-    },
-    "runs": {"runtime": _MOVE, "audit": _READ},
-    "step_runs": {"runtime": _MOVE, "audit": _READ},
-    "attempts": {"runtime": _MOVE, "audit": _READ},
-    "admission_receipts": {"runtime": ("SELECT", "INSERT"), "audit": _READ},
-    "publications": {"admission": _READ, "publisher": _MOVE, "audit": _READ},
-    "publishers": {"admission": _READ, "publisher": _MOVE, "audit": _READ},
-}
-_STREAM_TABLES = ("events", "streams")
 _SETUP_LOCK_KEY = 0x716C666C6F7752  # serialises concurrent role setups
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _MAX_PREFIX = 40  # leaves room for "_publisher" within PostgreSQL's 63-byte names
 
-
-def _streams_of(prefixes: tuple[str, ...]) -> str:
-    return "(" + " OR ".join(f"starts_with(stream_id, '{p}')" for p in prefixes) + ")"
-
-
-_RUNTIME = _streams_of(RUNTIME_STREAMS)
-_PROVENANCE = _streams_of(PROVENANCE_STREAMS)
-_PUBLISHED = _streams_of((PUBLISHED_STREAM,))
-# (table, policy, command, role kind, USING, WITH CHECK)
-_POLICIES = (
-    ("events", "runtime_reads", "SELECT", "runtime", _RUNTIME, None),
-    ("events", "runtime_appends", "INSERT", "runtime", None, _RUNTIME),
-    ("events", "admission_reads", "SELECT", "admission", _PUBLISHED, None),
-    ("events", "publisher_reads", "SELECT", "publisher", _PROVENANCE, None),
-    ("events", "publisher_appends", "INSERT", "publisher", None, _PROVENANCE),
-    ("events", "audit_reads", "SELECT", "audit", "true", None),
-    ("streams", "runtime_reads", "SELECT", "runtime", _RUNTIME, None),
-    ("streams", "runtime_creates", "INSERT", "runtime", None, _RUNTIME),
-    ("streams", "runtime_moves", "UPDATE", "runtime", _RUNTIME, _RUNTIME),
-    ("streams", "publisher_reads", "SELECT", "publisher", _PROVENANCE, None),
-    ("streams", "publisher_creates", "INSERT", "publisher", None, _PROVENANCE),
-    ("streams", "publisher_moves", "UPDATE", "publisher", _PROVENANCE, _PROVENANCE),
-    ("streams", "audit_reads", "SELECT", "audit", "true", None),
-)
 
 # Refuses UPDATE, DELETE and TRUNCATE on events to every role but the table's owner.
 _APPEND_ONLY_FUNCTION = """
@@ -128,69 +69,10 @@ END
 $body$
 """
 
-_PUBLICATION_FIELDS = (
-    "publication_id, package, publisher, generation, revision_digest, project, installation, "
-    "revision_id, publication_digest, lock_digest, workflows, status, head, published_at_ms"
-)
-# What admission may know about the publication a request names, read under the
-# publisher's serialization boundary — the same advisory lock key as
-# actors.publishing.serialize_publisher, so admission and revocation still exclude
-# each other. Resolution follows actors.admission: an explicit publication id, else
-# the heads of the installation named so, else the heads of the package named so.
-_ADMISSION_SOURCE_FUNCTION = """
-CREATE OR REPLACE FUNCTION {function}(target text) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = {schema}, pg_temp AS $body$
-DECLARE
-    matches jsonb;
-    chosen jsonb;
-    publisher_name text;
-    locked text[] := ARRAY[]::text[];
-BEGIN
-    LOOP
-        SELECT coalesce(jsonb_agg(to_jsonb(p)), '[]'::jsonb) INTO matches
-        FROM (SELECT {fields} FROM publications WHERE publication_id = target) p;
-        IF jsonb_array_length(matches) = 0 THEN
-            SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.project, p.installation),
-                            '[]'::jsonb) INTO matches
-            FROM (SELECT {fields} FROM publications
-                  WHERE installation = target AND head = 1) p;
-        END IF;
-        IF jsonb_array_length(matches) = 0 THEN
-            SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.project, p.installation),
-                            '[]'::jsonb) INTO matches
-            FROM (SELECT {fields} FROM publications WHERE package = target AND head = 1) p;
-        END IF;
-        IF jsonb_array_length(matches) <> 1 THEN
-            RETURN jsonb_build_object('matches', matches);
-        END IF;
-        publisher_name := matches -> 0 ->> 'publisher';
-        EXIT WHEN publisher_name = ANY (locked);
-        -- lock, then resolve again: a publish or revocation may have committed meanwhile
-        PERFORM pg_advisory_xact_lock(hashtext('qlflow-publisher:' || publisher_name));
-        locked := locked || publisher_name;
-    END LOOP;
-    chosen := matches -> 0;
-    RETURN jsonb_build_object(
-        'matches', matches,
-        'publisher_status',
-            (SELECT status FROM publishers WHERE publisher = publisher_name),
-        'head',
-            (SELECT to_jsonb(p) FROM (SELECT {fields} FROM publications
-                WHERE project = chosen ->> 'project'
-                  AND installation = chosen ->> 'installation' AND head = 1) p),
-        'published',
-            (SELECT jsonb_build_array(global_position, event_id, stream_id, stream_version,
-                                      type, data, metadata)
-             FROM events WHERE stream_id = '{published}' || (chosen ->> 'publication_id')
-             ORDER BY stream_version LIMIT 1));
-END
-$body$
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class RoleUrls:
-    """What `setup_roles` made: a URL per login role (search_path set to the schema)
+    """What `apply_roles` made: a URL per login role (search_path set to the schema)
     and the role names by kind (owner, runtime, publisher, audit, admission)."""
 
     schema: str
@@ -201,42 +83,34 @@ class RoleUrls:
     roles: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionSource:
-    """What `qlflow_admission_source` answered for one target: the publications it
-    names (one; none when unknown; several when ambiguous) and, for exactly one, its
-    publisher's trust status, the current head of its installation and its
-    `publication.published` record."""
-
-    matches: tuple[Publication, ...]
-    publisher_status: str | None = None
-    head: Publication | None = None
-    published: Record | None = None
-
-
 def role_names(prefix: str) -> dict[str, str]:
     """The role name of each kind for `prefix` (InvalidInput for a bad prefix)."""
     _check_name("prefix", prefix, _MAX_PREFIX)
     return {kind: f"{prefix}_{kind}" for kind in KINDS}
 
 
-def setup_roles(
+def apply_roles(
     admin_url: str,
     schema: str,
     prefix: str,
     *,
+    table_grants: TableGrants,
+    policies: Sequence[Policy],
+    functions: Sequence[ServerFunction] = (),
     migrate: Callable[[str], None] | None = None,
     passwords: Mapping[str, str] | None = None,
 ) -> RoleUrls:
-    """Create or repair the roles of `schema` and return their URLs. Idempotent.
+    """Create or repair the roles of `schema`, grant `table_grants` (every table of
+    the schema must be named there, and every one named must exist), replace the
+    event log's row-level security with `policies`, install `functions`, and return
+    the role URLs. Idempotent.
 
     `admin_url` connects as a superuser. `migrate(owner_url)` is called to bring every
-    table up to date as the owner before the grants (qlflow's command line passes one
-    that opens the runtime, which migrates every component); without it the tables
-    must exist already. `passwords` maps login kinds to passwords to set (and put in
-    the URLs); kinds without one keep what the server's authentication expects.
-    Raises InvalidInput for a bad name or URL and SchemaError for a table the grant
-    policy does not know or a missing one.
+    table up to date as the owner before the grants; without it the tables must exist
+    already. `passwords` maps login kinds to passwords to set (and put in the URLs);
+    kinds without one keep what the server's authentication expects. Raises
+    InvalidInput for a bad name or URL and SchemaError for a table the grants do not
+    name or a missing one.
     """
     _check_name("schema", schema, 63)
     names = role_names(prefix)
@@ -254,12 +128,13 @@ def setup_roles(
         migrate(urls["owner"])
     with _admin(admin_url) as conn:
         tables = _tables(conn, schema)
-        _check_tables(tables, schema)
-        _own_tables(conn, schema, names["owner"])
-        _grant_tables(conn, schema, tables, names)
-        _row_security(conn, schema, names)
-        _append_only_trigger(conn, schema, names["owner"])
-        _admission_function(conn, schema, names)
+        _check_tables(tables, schema, table_grants)
+        _own_tables(conn, schema, names[OWNER])
+        _grant_tables(conn, schema, tables, names, table_grants)
+        _row_security(conn, schema, names, policies)
+        _append_only_trigger(conn, schema, names[OWNER])
+        for function in functions:
+            _install_function(conn, schema, names, function)
         for kind in LOGIN_KINDS:
             conn.execute(
                 sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path = {}").format(
@@ -312,30 +187,6 @@ def role_url(admin_url: str, role: str, schema: str, password: str | None = None
     return with_search_path(urlunsplit(parts._replace(netloc=f"{user}@{host}")), schema)
 
 
-def has_admission_source(tx) -> bool:
-    """Whether the schema of `tx` routes admission through `qlflow_admission_source`
-    (PostgreSQL with roles set up); False on SQLite."""
-    if tx.dialect != "postgresql":
-        return False
-    return bool(tx.query(f"SELECT to_regprocedure('{ADMISSION_SOURCE}(text)') IS NOT NULL")[0][0])
-
-
-def admission_source(tx, target: str) -> AdmissionSource:
-    """Ask `qlflow_admission_source` about `target` (a publication id, installation or
-    package name) inside the transaction `tx`. When it names exactly one publication,
-    the call has also taken that publisher's serialization lock for the transaction."""
-    (document,) = tx.query(f"SELECT {ADMISSION_SOURCE}(?)", (target,))[0]
-    if isinstance(document, str | bytes):
-        document = orjson.loads(document)
-    published = document.get("published")
-    return AdmissionSource(
-        matches=tuple(_publication(row) for row in document["matches"]),
-        publisher_status=document.get("publisher_status"),
-        head=_publication(document["head"]) if document.get("head") else None,
-        published=record_from_row(published) if published else None,
-    )
-
-
 # --- setup steps ---------------------------------------------------------------------
 
 
@@ -345,13 +196,13 @@ class _admin:
     def __init__(self, admin_url: str) -> None:
         self._url = admin_url
 
-    def __enter__(self) -> psycopg.Connection:
+    def __enter__(self) -> psycopg.Connection[Any]:
         self._conn = psycopg.connect(self._url, autocommit=False)
         try:
-            (superuser,) = self._conn.execute(
+            superuser = self._conn.execute(
                 "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            if not superuser:
+            ).fetchall()
+            if superuser != [(True,)]:
                 raise InvalidInput(
                     "admin_url",
                     "superuser",
@@ -364,7 +215,12 @@ class _admin:
             raise
         return self._conn
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
             if exc_type is None:
                 self._conn.commit()
@@ -374,12 +230,12 @@ class _admin:
             self._conn.close()
 
 
-def _lock_setup(conn: psycopg.Connection) -> None:
+def _lock_setup(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SETUP_LOCK_KEY,))
 
 
 def _create_roles(
-    conn: psycopg.Connection, names: Mapping[str, str], passwords: Mapping[str, str]
+    conn: psycopg.Connection[Any], names: Mapping[str, str], passwords: Mapping[str, str]
 ) -> None:
     for kind, name in names.items():
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
@@ -400,7 +256,7 @@ def _create_roles(
             )
 
 
-def _own_schema(conn: psycopg.Connection, schema: str, names: Mapping[str, str]) -> None:
+def _own_schema(conn: psycopg.Connection[Any], schema: str, names: Mapping[str, str]) -> None:
     owner = sql.Identifier(names["owner"])
     conn.execute(
         sql.SQL("CREATE SCHEMA IF NOT EXISTS {} AUTHORIZATION {}").format(
@@ -424,7 +280,7 @@ def _own_schema(conn: psycopg.Connection, schema: str, names: Mapping[str, str])
     _own_tables(conn, schema, names["owner"])
 
 
-def _tables(conn: psycopg.Connection, schema: str) -> list[str]:
+def _tables(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     rows = conn.execute(
         """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname""",
@@ -433,14 +289,14 @@ def _tables(conn: psycopg.Connection, schema: str) -> list[str]:
     return [name for (name,) in rows]
 
 
-def _check_tables(tables: list[str], schema: str) -> None:
-    unknown = sorted(set(tables) - set(TABLE_GRANTS))
+def _check_tables(tables: list[str], schema: str, table_grants: TableGrants) -> None:
+    unknown = sorted(set(tables) - set(table_grants))
     if unknown:
         raise SchemaError(
             f"schema {schema!r} has table(s) {unknown} that the role policy does not know; "
-            "decide who may touch them in eventstore.pg_roles.TABLE_GRANTS"
+            "decide who may touch them in the GRANTS of the module that creates them"
         )
-    missing = sorted(set(TABLE_GRANTS) - set(tables))
+    missing = sorted(set(table_grants) - set(tables))
     if missing:
         raise SchemaError(
             f"schema {schema!r} lacks table(s) {missing}: migrate it first (pass `migrate`, "
@@ -448,7 +304,7 @@ def _check_tables(tables: list[str], schema: str) -> None:
         )
 
 
-def _own_tables(conn: psycopg.Connection, schema: str, owner: str) -> None:
+def _own_tables(conn: psycopg.Connection[Any], schema: str, owner: str) -> None:
     rows = conn.execute(
         """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
@@ -464,14 +320,18 @@ def _own_tables(conn: psycopg.Connection, schema: str, owner: str) -> None:
 
 
 def _grant_tables(
-    conn: psycopg.Connection, schema: str, tables: list[str], names: Mapping[str, str]
+    conn: psycopg.Connection[Any],
+    schema: str,
+    tables: list[str],
+    names: Mapping[str, str],
+    table_grants: TableGrants,
 ) -> None:
     others = [names[kind] for kind in KINDS if kind != "owner"]
     grantees = sql.SQL(", ").join([sql.SQL("PUBLIC"), *map(sql.Identifier, others)])
     for table in tables:
         target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
         conn.execute(sql.SQL("REVOKE ALL ON TABLE {} FROM {}").format(target, grantees))
-        for kind, privileges in TABLE_GRANTS[table].items():
+        for kind, privileges in table_grants[table].items():
             conn.execute(
                 sql.SQL("GRANT {} ON TABLE {} TO {}").format(
                     sql.SQL(", ").join(sql.SQL(p) for p in privileges),
@@ -481,8 +341,13 @@ def _grant_tables(
             )
 
 
-def _row_security(conn: psycopg.Connection, schema: str, names: Mapping[str, str]) -> None:
-    for table in _STREAM_TABLES:
+def _row_security(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    names: Mapping[str, str],
+    policies: Sequence[Policy],
+) -> None:
+    for table in ROW_SECURITY_TABLES:
         target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
         conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(target))
         existing = conn.execute(
@@ -491,22 +356,22 @@ def _row_security(conn: psycopg.Connection, schema: str, names: Mapping[str, str
         ).fetchall()
         for (policy,) in existing:
             conn.execute(sql.SQL("DROP POLICY {} ON {}").format(sql.Identifier(policy), target))
-    for table, policy, command, kind, using, check in _POLICIES:
+    for policy in policies:
         statement = sql.SQL("CREATE POLICY {} ON {}.{} FOR {} TO {}").format(
-            sql.Identifier(f"qlflow_{policy}"),
+            sql.Identifier(f"qlflow_{policy.name}"),
             sql.Identifier(schema),
-            sql.Identifier(table),
-            sql.SQL(command),
-            sql.Identifier(names[kind]),
+            sql.Identifier(policy.table),
+            sql.SQL(policy.command),
+            sql.Identifier(names[policy.kind]),
         )
-        if using is not None:
-            statement += sql.SQL(" USING ({})").format(sql.SQL(using))
-        if check is not None:
-            statement += sql.SQL(" WITH CHECK ({})").format(sql.SQL(check))
+        if policy.using is not None:
+            statement += sql.SQL(" USING ({})").format(sql.SQL(policy.using))
+        if policy.check is not None:
+            statement += sql.SQL(" WITH CHECK ({})").format(sql.SQL(policy.check))
         conn.execute(statement)
 
 
-def _append_only_trigger(conn: psycopg.Connection, schema: str, owner: str) -> None:
+def _append_only_trigger(conn: psycopg.Connection[Any], schema: str, owner: str) -> None:
     function = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(APPEND_ONLY_TRIGGER))
     conn.execute(
         sql.SQL(_APPEND_ONLY_FUNCTION).format(function=function, schema=sql.Identifier(schema))
@@ -527,48 +392,40 @@ def _append_only_trigger(conn: psycopg.Connection, schema: str, owner: str) -> N
         )
 
 
-def _admission_function(conn: psycopg.Connection, schema: str, names: Mapping[str, str]) -> None:
-    function = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(ADMISSION_SOURCE))
-    conn.execute(
-        sql.SQL(_ADMISSION_SOURCE_FUNCTION).format(
-            function=function,
-            schema=sql.Identifier(schema),
-            fields=sql.SQL(_PUBLICATION_FIELDS),
-            published=sql.SQL(PUBLISHED_STREAM),
-        )
+def _install_function(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    names: Mapping[str, str],
+    function: ServerFunction,
+) -> None:
+    qualified = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(function.name))
+    parameters = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
+        for name, kind in function.parameters
     )
-    signature = sql.SQL("{}(text)").format(function)
+    head = sql.SQL(
+        "CREATE OR REPLACE FUNCTION {}({}) RETURNS {} LANGUAGE plpgsql SECURITY DEFINER "
+        "SET search_path = {}, pg_temp AS $body$"
+    ).format(qualified, parameters, sql.SQL(function.returns), sql.Identifier(schema))
+    # the body is not a format string: its text goes to the server as it is
+    conn.execute(head + sql.SQL(function.body) + sql.SQL("$body$"))
+    signature = sql.SQL("{}({})").format(
+        qualified, sql.SQL(", ").join(sql.SQL(kind) for _name, kind in function.parameters)
+    )
     conn.execute(
         sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(
-            signature, sql.Identifier(names["admission"])
+            signature, sql.Identifier(names[function.owner])
         )
     )
     conn.execute(sql.SQL("REVOKE ALL ON FUNCTION {} FROM PUBLIC").format(signature))
-    for kind in ("owner", "runtime"):
+    for kind in function.executors:
         conn.execute(
             sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
                 signature, sql.Identifier(names[kind])
             )
         )
-
-
-def _publication(row: Mapping) -> Publication:
-    workflows = row["workflows"]
-    return Publication(
-        publication_id=row["publication_id"],
-        package=row["package"],
-        publisher=row["publisher"],
-        generation=int(row["generation"]),
-        revision_digest=row["revision_digest"],
-        project=row["project"],
-        installation=row["installation"],
-        revision_id=row["revision_id"],
-        publication_digest=row["publication_digest"],
-        lock_digest=row["lock_digest"],
-        workflows=tuple(workflows.split(",")) if workflows else (),
-        status=row["status"],
-        head=bool(row["head"]),
-        published_at_ms=int(row["published_at_ms"]),
+    conn.execute(
+        sql.SQL("COMMENT ON FUNCTION {} IS {}").format(signature, sql.Literal(function.comment))
     )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -41,7 +41,10 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from domain.errors import SchemaError
+from domain.errors import LockTimeout, SchemaError
+from eventstore.api import Row
+from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, advisory_key
+from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
 from eventstore.validation import EncodedAppend, EncodedBatch, EncodedEvent
@@ -94,12 +97,15 @@ class PostgresTransaction(BaseTransaction):
 
     dialect = "postgresql"
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    ) -> None:
         super().__init__()
         self._conn = conn
         self._cursor = conn.cursor()
+        self._lock_timeout_ms = lock_timeout_ms
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
@@ -122,14 +128,14 @@ class PostgresTransaction(BaseTransaction):
             return cursor
         return cursor.execute(sql, params, prepare=prepare)
 
-    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(
             self._cursor,
             f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b)",
             (list(event_ids),),
         ).fetchall()
 
-    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
         return self._send(
             self._cursor,
             f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ANY(%b) "
@@ -143,6 +149,78 @@ class PostgresTransaction(BaseTransaction):
             "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)",
             (list(stream_ids),),
         ).fetchall()
+
+    # -- locks ---------------------------------------------------------------------------
+
+    def _lock(self, key: str) -> None:
+        self._waiting(f"SELECT pg_advisory_xact_lock({advisory_key('%s')})", (key,), repr(key))
+
+    def _try_lock(self, keys: list[str]) -> bool:
+        [(acquired,)] = self._send(
+            self._cursor,
+            f"SELECT bool_and(pg_try_advisory_xact_lock({advisory_key('k')})) "
+            "FROM unnest(%b::text[]) AS k",
+            (keys,),
+        ).fetchall()
+        return bool(acquired)
+
+    def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
+        select = "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)"
+        if wait:
+            # rows are locked in the ORDER BY's order: every waiting locker takes the
+            # same order, so two of them cannot deadlock on heads
+            rows = self._waiting(
+                select + " ORDER BY stream_id FOR UPDATE", (stream_ids,), "stream heads"
+            )
+        else:
+            cursor = self._send(self._cursor, select + " FOR UPDATE SKIP LOCKED", (stream_ids,))
+            rows = cursor.fetchall()
+        versions = dict.fromkeys(stream_ids, 0)
+        versions.update(rows)
+        if not wait and len(rows) < len(stream_ids):
+            # not returned: missing, or held by another transaction
+            unseen = [stream_id for stream_id in stream_ids if not versions[stream_id]]
+            if any(version for _stream, version in self._heads(unseen)):
+                return None
+        return versions
+
+    def _function_comment(self, signature: str) -> str | None:
+        rows = self._rows(
+            "SELECT coalesce(obj_description(p, 'pg_proc'), '') "
+            "FROM to_regprocedure(?) AS p WHERE p IS NOT NULL",
+            (signature,),
+        )
+        return rows[0][0] if rows else None
+
+    def _call(self, function: str, args: Sequence[Any]) -> Any:
+        marks = ", ".join(["%s"] * len(args))
+        rows = self._waiting(f"SELECT {function}({marks})", tuple(args), f"{function}()")
+        return rows[0][0]
+
+    def _waiting(self, sql: str, params: Sequence[Any], what: str) -> list[Row]:
+        """Run `sql`, whose lock waits are bounded by the lock timeout (one round trip
+        with the two SETs around it when pipelined)."""
+        conn = self._conn
+        bounded = f"SET LOCAL lock_timeout = {int(self._lock_timeout_ms)}"
+        try:
+            cursor = conn.cursor()
+            if _PIPELINE:
+                with conn.pipeline():
+                    conn.execute(bounded, prepare=False)
+                    cursor.execute(sql, params, prepare=False)
+                    conn.execute("SET LOCAL lock_timeout TO DEFAULT", prepare=False)
+            else:
+                conn.execute(bounded, prepare=False)
+                cursor.execute(sql, params, prepare=False)
+                conn.execute("SET LOCAL lock_timeout TO DEFAULT", prepare=False)
+            return cursor.fetchall()
+        except pg_errors.LockNotAvailable as exc:
+            raise LockTimeout(
+                f"{what}: not granted within {self._lock_timeout_ms} ms, another transaction "
+                "holds it; nothing was written — try again"
+            ) from exc
+
+    # -- append ----------------------------------------------------------------------------
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
         if len(batch.appends) > 1:
@@ -192,14 +270,17 @@ class PostgresStore(BaseStore):
     """The event store on one PostgreSQL database (schema chosen by the search_path)."""
 
     dialect = "postgresql"
+    single_writer = False
 
     def __init__(
         self,
         url: str,
         pool_max_size: int = DEFAULT_POOL_MAX_SIZE,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
     ) -> None:
         super().__init__(url)
+        self.lock_timeout_ms = lock_timeout_ms
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -224,7 +305,7 @@ class PostgresStore(BaseStore):
     def _begin(self) -> PostgresTransaction:
         conn = self._pool.getconn()
         try:
-            return PostgresTransaction(conn)
+            return PostgresTransaction(conn, self.lock_timeout_ms)
         except BaseException:
             self._pool.putconn(conn)
             raise
@@ -246,7 +327,7 @@ class PostgresStore(BaseStore):
     def _session(self) -> Iterator[PostgresTransaction]:
         with self._pool.connection() as conn:
             conn.autocommit = True  # a read is one statement: no BEGIN / COMMIT round trips
-            session = PostgresTransaction(conn)
+            session = PostgresTransaction(conn, self.lock_timeout_ms)
             try:
                 yield session
             finally:
@@ -255,7 +336,7 @@ class PostgresStore(BaseStore):
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
         tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
-        # A role without CREATE on the schema (the runtime role of eventstore.pg_roles)
+        # A role without CREATE on the schema (the runtime role of actors.roles)
         # may open a migrated store: CREATE TABLE IF NOT EXISTS would still be refused.
         exists = tx.query(
             "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
@@ -274,8 +355,70 @@ class PostgresStore(BaseStore):
                 f"existing schema ({exc})"
             ) from exc
 
+    def _replay_session(self) -> PostgresReplaySession:
+        return PostgresReplaySession(self.url, self.lock_timeout_ms)
+
     def _close(self) -> None:
         self._pool.close()
+
+
+class PostgresReplaySession(BaseReplaySession):
+    """A replay session on a connection of its own (outside the pool); the copies live
+    in its `pg_temp` schema and are filled by COPY."""
+
+    temp_schema = "pg_temp"
+    null_safe_equal = "IS NOT DISTINCT FROM"
+
+    def __init__(self, url: str, lock_timeout_ms: int) -> None:
+        self._conn = psycopg.connect(url, autocommit=False)
+        try:
+            self.tx = PostgresTransaction(self._conn, lock_timeout_ms)
+            self.live_schema = self.tx.query("SELECT current_schema()")[0][0]
+            self._conn.commit()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def columns(self, table: str) -> list[str]:
+        rows = self.tx.query(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+            (self.live_schema, table),
+        )
+        return [row[0] for row in rows]
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+        sql = f"COPY {self.copy(table)} ({', '.join(columns)}) FROM STDIN"
+        with self._conn.cursor() as cursor, cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    @contextmanager
+    def _transaction(self, first: str | None, commit: bool) -> Iterator[None]:
+        try:
+            if first is not None:
+                self.tx.execute(first)
+            yield
+        except BaseException:
+            self._conn.rollback()
+            raise
+        if commit:
+            self._conn.commit()
+        else:
+            self._conn.rollback()
+
+    def reading(self) -> AbstractContextManager[None]:
+        return self._transaction(None, commit=True)
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        # every append holds this row lock from its position allocation to COMMIT
+        return self._transaction("SELECT last FROM qlflow_position FOR UPDATE", commit=True)
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        return self._transaction("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", commit=False)
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 def _describe(url: str) -> str:

@@ -1,4 +1,4 @@
-"""SQLite adapter: one connection per store, WAL, durable commits (SPEC §8).
+"""SQLite adapter: one connection per store, WAL, durable commits.
 
 The connection runs with `isolation_level=None` and every write transaction opens
 with an explicit `BEGIN IMMEDIATE`: the write lock is taken before the first read, so
@@ -21,20 +21,23 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from eventstore.api import Row, StoreUsageError
+from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
 from eventstore.validation import EncodedEvent
 
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+REPLAY_LOCK_TIMEOUT_S = 30.0  # how long a replay's swap waits for the write lock
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 CHECKPOINT_EVERY = 32  # committed transactions between checkpoints (~1,000 WAL pages)
 _ID_CHUNK = 500  # ids per IN (...) list, well under SQLite's variable limit
 
 
-def _stream_and_version(row: tuple) -> tuple[str, int]:
+def _stream_and_version(row: Row) -> tuple[str, int]:
     return row[2], row[3]
 
 
@@ -47,7 +50,7 @@ class SqliteTransaction(BaseTransaction):
         super().__init__()
         self._conn = conn
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._conn.execute(sql, params).fetchall()
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> sqlite3.Cursor:
@@ -57,10 +60,10 @@ class SqliteTransaction(BaseTransaction):
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
         self._conn.executemany(sql, seq_of_params)
 
-    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id", event_ids)
 
-    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
         # the (stream_id, stream_version) index gives this order without a sort
         rows = self._rows_in(f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id", stream_ids)
         rows.sort(key=_stream_and_version)
@@ -80,8 +83,29 @@ class SqliteTransaction(BaseTransaction):
         )
         return list(positions) if cursor.rowcount == len(events) else None
 
-    def _rows_in(self, select: str, values: Sequence[str]) -> list[tuple]:
-        rows: list[tuple] = []
+    # Every write transaction began with BEGIN IMMEDIATE and holds the database's one
+    # write lock until it ends: no other writer can run, so named locks and head locks
+    # are held already, and nothing here ever waits.
+
+    def _lock(self, key: str) -> None:
+        return None
+
+    def _try_lock(self, keys: list[str]) -> bool:
+        return True
+
+    def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
+        versions = dict.fromkeys(stream_ids, 0)
+        versions.update(self._heads(stream_ids))
+        return versions
+
+    def _function_comment(self, signature: str) -> str | None:
+        return None  # SQLite has no server-side functions
+
+    def _call(self, function: str, args: Sequence[Any]) -> Any:
+        raise StoreUsageError(f"SQLite has no server-side functions: cannot call {function}()")
+
+    def _rows_in(self, select: str, values: Sequence[str]) -> list[Row]:
+        rows: list[Row] = []
         for start in range(0, len(values), _ID_CHUNK):
             chunk = values[start : start + _ID_CHUNK]
             marks = ", ".join("?" * len(chunk))
@@ -93,6 +117,7 @@ class SqliteStore(BaseStore):
     """The event store on one SQLite database file."""
 
     dialect = "sqlite"
+    single_writer = True
 
     def __init__(
         self,
@@ -177,6 +202,65 @@ class SqliteStore(BaseStore):
             "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
 
+    def _replay_session(self) -> SqliteReplaySession:
+        return SqliteReplaySession(self.path, self.synchronous)
+
     def _close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+class SqliteReplaySession(BaseReplaySession):
+    """A replay session on a second connection to the database file; the copies live
+    in its memory-backed temp schema."""
+
+    live_schema = "main"
+    temp_schema = "temp"
+    null_safe_equal = "IS"
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=REPLAY_LOCK_TIMEOUT_S
+        )
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self._conn.execute("PRAGMA temp_store=MEMORY")
+        self._conn.execute("PRAGMA temp.cache_size=-262144")  # 256 MiB for the copies
+        self.tx = SqliteTransaction(self._conn)
+
+    def columns(self, table: str) -> list[str]:
+        rows = self._conn.execute(f'PRAGMA main.table_info("{table}")').fetchall()
+        return [row[1] for row in rows]
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+        self._conn.executemany(
+            f"INSERT INTO {self.copy(table)} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})",
+            rows,
+        )
+
+    @contextmanager
+    def _transaction(self, begin: str, commit: bool) -> Iterator[None]:
+        self._conn.execute(begin)
+        try:
+            yield
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT" if commit else "ROLLBACK")
+
+    def reading(self) -> AbstractContextManager[None]:
+        return self._transaction("BEGIN", commit=True)
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        return self._transaction("BEGIN IMMEDIATE", commit=True)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        with self._transaction("BEGIN", commit=False):
+            # a deferred transaction's snapshot starts at its first read
+            self._conn.execute("SELECT COUNT(*) FROM main.events WHERE 0").fetchall()
+            yield
+
+    def close(self) -> None:
+        self._conn.close()

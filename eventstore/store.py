@@ -11,8 +11,9 @@ from typing import Any, ClassVar
 
 from domain.errors import InvalidInput
 from domain.records import Record, StreamAppend
-from eventstore.api import MigrationStep, StoreUsageError
+from eventstore.api import MigrationStep, Row, StoreUsageError
 from eventstore.migrations import EVENTSTORE_COMPONENT, EVENTSTORE_STEPS, apply_steps
+from eventstore.replay import BaseReplaySession
 from eventstore.transaction import BaseTransaction
 from eventstore.validation import encode_appends
 
@@ -20,7 +21,8 @@ from eventstore.validation import encode_appends
 class BaseStore(ABC):
     """An append-only event store (see eventstore.api.EventStore)."""
 
-    dialect: ClassVar[str]
+    dialect: ClassVar[str]  # which database: known inside eventstore only
+    single_writer: ClassVar[bool]  # one writer at a time (see EventStore.single_writer)
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -46,6 +48,10 @@ class BaseStore(ABC):
         """Create schema_versions if missing and serialise concurrent migrations."""
 
     @abstractmethod
+    def _replay_session(self) -> BaseReplaySession:
+        """Open a replay session on a private connection."""
+
+    @abstractmethod
     def _close(self) -> None:
         """Release connections."""
 
@@ -69,7 +75,7 @@ class BaseStore(ABC):
             if tx.failure is not None:
                 self._finish(tx, commit=False)
                 raise StoreUsageError(
-                    "transaction rolled back: an append in it failed "
+                    "transaction rolled back: an append, lock or call in it failed "
                     f"({type(tx.failure).__name__}: {tx.failure}); nothing was written"
                 ) from tx.failure
             self._finish(tx, commit=True)
@@ -99,6 +105,17 @@ class BaseStore(ABC):
         each statement sees the latest committed state (use stream versions to check
         that what was read still holds when writing)."""
         return self._reading()
+
+    @contextmanager
+    def replay_session(self) -> Iterator[BaseReplaySession]:
+        """A private connection for rebuilding read models beside the live ones (see
+        eventstore.replay); closed, with every copy it made, on exit."""
+        self._check_usable("store.replay_session()")
+        session = self._replay_session()
+        try:
+            yield session
+        finally:
+            session.close()
 
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
         """Committed events with global_position > after_position, in position order."""
@@ -133,7 +150,7 @@ class BaseStore(ABC):
         with self._reading() as session:
             return session.head_position()
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one read-only query (`?` placeholders) outside a transaction."""
         with self._reading() as session:
             return session.query(sql, params)

@@ -1,6 +1,6 @@
 """The append flow and reads both adapters share; each adapter supplies a few SQL hooks.
 
-The outcome of an append is decided in this order (SPEC §2): every event id already
+The outcome of an append is decided in this order: every event id already
 stored with identical content at the same place is an exact replay (return the
 original Records, write nothing); some ids stored is an `IdempotencyConflict`;
 otherwise a stream not at its expected version is a `VersionConflict`; otherwise the
@@ -24,13 +24,14 @@ Plain SQL (`execute`, `executemany`, `query`) uses `?` placeholders on both dial
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
 from domain.records import Record, StreamAppend
-from eventstore.api import StoreUsageError
+from eventstore.api import Row, StoreUsageError
 from eventstore.validation import (
     EncodedAppend,
     EncodedBatch,
@@ -41,6 +42,7 @@ from eventstore.validation import (
     replay_or_conflict,
 )
 
+_FUNCTION_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 EVENT_COLUMNS = "global_position, event_id, stream_id, stream_version, type, data, metadata"
 
 
@@ -56,6 +58,11 @@ class Refused(NamedTuple):
     heads_moved: bool
 
 
+def _check_key(key: object) -> None:
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("key", "text", f"a lock is named by a non-empty string, got {key!r}")
+
+
 class BaseTransaction(ABC):
     """One open transaction (or read session) on one connection."""
 
@@ -68,7 +75,7 @@ class BaseTransaction(ABC):
     # -- hooks each adapter implements -------------------------------------------------
 
     @abstractmethod
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one query written with `?` placeholders and return all rows."""
 
     @abstractmethod
@@ -81,11 +88,11 @@ class BaseTransaction(ABC):
         """Run one statement written with `?` placeholders once per parameter tuple."""
 
     @abstractmethod
-    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         """Stored rows (EVENT_COLUMNS) of those of `event_ids` that exist."""
 
     @abstractmethod
-    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[tuple]:
+    def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
         """Stored rows (EVENT_COLUMNS) of the named streams, by stream id then version."""
 
     @abstractmethod
@@ -97,10 +104,30 @@ class BaseTransaction(ABC):
         """Insert `events` in order and return the global position given to each — or
         None, having inserted only some, if an event id already exists."""
 
+    @abstractmethod
+    def _lock(self, key: str) -> None:
+        """Wait (bounded) for the lock named `key`, held until the transaction ends."""
+
+    @abstractmethod
+    def _try_lock(self, keys: list[str]) -> bool:
+        """Take the locks named by the sorted, non-empty `keys` without waiting."""
+
+    @abstractmethod
+    def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
+        """Row-lock the heads of the sorted, non-empty `stream_ids` (see lock_heads)."""
+
+    @abstractmethod
+    def _function_comment(self, signature: str) -> str | None:
+        """See function_comment."""
+
+    @abstractmethod
+    def _call(self, function: str, args: Sequence[Any]) -> Any:
+        """See call (the name is checked already)."""
+
     # -- the contract ------------------------------------------------------------------
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
-        """Append atomically with per-stream version CAS, or exactly replay (SPEC §2)."""
+        """Append atomically with per-stream version CAS, or exactly replay."""
         self._check_usable()
         return self.append_encoded(encode_appends(appends))
 
@@ -121,7 +148,7 @@ class BaseTransaction(ABC):
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
         """CAS every stream in id order, then insert: the positions, or what stopped it."""
-        appends = batch.appends
+        appends: Sequence[EncodedAppend] = batch.appends
         if len(appends) > 1:
             appends = sorted(appends, key=_stream_id_of)
         for moved, append in enumerate(appends):
@@ -161,7 +188,7 @@ class BaseTransaction(ABC):
                 (append.new_version, append.stream_id, append.expected_version),
                 prepared=True,
             )
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)
 
     def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
         """Events of one stream with stream_version > after_version, in order."""
@@ -225,7 +252,8 @@ class BaseTransaction(ABC):
     def head_position(self) -> int:
         """The highest committed (or, in this transaction, written) global position; 0 if none."""
         self._check_usable()
-        return self._rows("SELECT COALESCE(MAX(global_position), 0) FROM events")[0][0]
+        position: int = self._rows("SELECT COALESCE(MAX(global_position), 0) FROM events")[0][0]
+        return position
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (`?` placeholders); returns a cursor."""
@@ -237,10 +265,69 @@ class BaseTransaction(ABC):
         self._check_usable()
         self._run_many(sql, seq_of_params)
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one query (`?` placeholders) and return all rows."""
         self._check_usable()
         return self._rows(sql, params)
+
+    # -- locks (see eventstore.api) ------------------------------------------------------
+
+    def lock(self, key: str) -> None:
+        """Hold the lock named `key` until the transaction ends; wait for it at most the
+        store's lock timeout, then LockTimeout (and the transaction can only roll back)."""
+        self._check_usable()
+        _check_key(key)
+        try:
+            self._lock(key)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def try_lock(self, keys: Sequence[str]) -> bool:
+        """Take every lock named in `keys` without waiting; False if one is held
+        elsewhere (locks already taken stay held until the transaction ends)."""
+        self._check_usable()
+        if isinstance(keys, str):
+            raise InvalidInput("keys", "sequence", "try_lock takes a sequence of lock names")
+        for key in keys:
+            _check_key(key)
+        return self._try_lock(sorted(set(keys))) if keys else True
+
+    def lock_heads(self, stream_ids: Sequence[str], *, wait: bool) -> dict[str, int] | None:
+        """Row-lock the named stream heads in stream id order and return their versions
+        (0 for a stream that does not exist); with wait=False None when one is held by
+        another transaction, with wait=True a bounded wait (LockTimeout)."""
+        self._check_usable()
+        if isinstance(stream_ids, str):
+            raise InvalidInput("stream_ids", "sequence", "lock_heads takes a sequence of ids")
+        if not stream_ids:
+            return {}
+        try:
+            heads = self._lock_heads(sorted(set(stream_ids)), wait)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        return None if heads is None else {stream_id: heads[stream_id] for stream_id in stream_ids}
+
+    def function_comment(self, signature: str) -> str | None:
+        """The comment of the server-side function `signature` ("" if it has none), or
+        None when the database has no such function (SQLite has none at all)."""
+        self._check_usable()
+        return self._function_comment(signature)
+
+    def call(self, function: str, args: Sequence[Any] = ()) -> Any:
+        """Call the server-side function `function` with `args` and return its value.
+        Lock waits inside it are bounded like `lock` (LockTimeout)."""
+        self._check_usable()
+        if not isinstance(function, str) or not _FUNCTION_NAME.fullmatch(function):
+            raise InvalidInput(
+                "function", "identifier", f"a function name is a-z 0-9 _, got {function!r}"
+            )
+        try:
+            return self._call(function, args)
+        except BaseException as exc:
+            self.failure = exc
+            raise
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -251,6 +338,6 @@ class BaseTransaction(ABC):
             )
         if self.failure is not None:
             raise StoreUsageError(
-                f"this transaction can only roll back: an append in it failed "
+                f"this transaction can only roll back: an append, lock or call in it failed "
                 f"({type(self.failure).__name__}: {self.failure})"
             ) from self.failure

@@ -10,6 +10,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from domain.errors import InvalidInput
 
+SQLITE = "sqlite"  # the embedded store: one database file
+POSTGRESQL = "postgresql"  # the server store: many replicas on one database
 SQLITE_URL_OPTIONS = ("synchronous", "busy_timeout_ms")
 
 
@@ -17,13 +19,14 @@ SQLITE_URL_OPTIONS = ("synchronous", "busy_timeout_ms")
 class StoreUrl:
     """A parsed store URL."""
 
-    dialect: str  # "sqlite" | "postgresql"
+    kind: str  # SQLITE | POSTGRESQL
     target: str  # SQLite: file path; PostgreSQL: the conninfo URL
     options: dict[str, str] = field(default_factory=dict)
 
 
-def parse_store_url(url: str) -> StoreUrl:
-    """Split a store URL into dialect, target and URL-borne options (InvalidInput if bad)."""
+def store_kind(url: str) -> str:
+    """Which store a URL names, by its scheme: SQLITE or POSTGRESQL (InvalidInput for
+    anything else). Only the scheme is read; `parse_store_url` checks the rest."""
     if not isinstance(url, str) or "://" not in url:
         raise InvalidInput(
             "url",
@@ -32,13 +35,26 @@ def parse_store_url(url: str) -> StoreUrl:
         )
     scheme = url.split("://", 1)[0].lower()
     if scheme in ("postgresql", "postgres"):
-        return StoreUrl("postgresql", url)
+        return POSTGRESQL
     if scheme != "sqlite":
         raise InvalidInput(
             "url",
             "scheme",
             f"unknown store URL scheme {scheme!r}: use sqlite:///path.db or postgresql://...",
         )
+    return SQLITE
+
+
+def database_file(url: str) -> str | None:
+    """The database file a URL names (SQLite), or None for a database server."""
+    parsed = parse_store_url(url)
+    return parsed.target if parsed.kind == SQLITE else None
+
+
+def parse_store_url(url: str) -> StoreUrl:
+    """Split a store URL into kind, target and URL-borne options (InvalidInput if bad)."""
+    if store_kind(url) == POSTGRESQL:
+        return StoreUrl(POSTGRESQL, url)
     parts = urlsplit(url)
     if parts.netloc:
         raise InvalidInput(
@@ -67,7 +83,7 @@ def parse_store_url(url: str) -> StoreUrl:
             "option",
             f"unknown SQLite URL option(s) {unknown}; known: {list(SQLITE_URL_OPTIONS)}",
         )
-    return StoreUrl("sqlite", path, options)
+    return StoreUrl(SQLITE, path, options)
 
 
 def with_search_path(url: str, schema: str) -> str:

@@ -4,15 +4,30 @@ Folded from the `publication-`, `publisher-` and `admission-` streams (see
 docs/EVENTS.md), in the append's transaction. The head of an installation is its
 newest generation, whatever its status: a withdrawn or quarantined head blocks
 starts until a new generation is published; starts never fall back to an older
-generation. The readers at the bottom take a store or an open transaction.
+generation. The readers take a store or an open transaction.
+
+Where least-privilege roles are set up (`actors.roles`), the runtime may not read
+these tables: admission asks the SECURITY DEFINER function of
+`projections.admission_source` instead, which answers from the same tables, parses
+rows with `publication_from_row` and takes the same publisher lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from domain.records import Record
-from domain.values import ACTIVE, QUARANTINED, WITHDRAWN, Publication
+from domain.values import ACTIVE, QUARANTINED, REVOKED, WITHDRAWN, Publication
+from eventstore.api import Reads, Transaction
+from eventstore.grants import (
+    ADMISSION,
+    AUDIT,
+    MOVE,
+    PUBLISHER,
+    READ,
+    RUNTIME,
+)
 
 COMPONENT = "projections.publications"
 STREAM_PREFIXES = ("publication-", "publisher-", "admission-")
@@ -23,7 +38,7 @@ PUBLICATION_QUARANTINED = "publication.quarantined"
 PUBLISHER_REVOKED = "publisher.revoked"
 PUBLISHER_REINSTATED = "publisher.reinstated"
 RECEIPT = "admission.receipt"
-REVOKED = "revoked"
+PUBLISHER_LOCK_PREFIX = "qlflow-publisher:"
 
 MIGRATIONS = [
     {
@@ -81,14 +96,25 @@ TABLES = {
     "publishers": ("publisher",),
     "admission_receipts": ("receipt_stream",),
 }
+GRANTS = {
+    "publications": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
+    "publishers": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
+    "admission_receipts": {RUNTIME: ("SELECT", "INSERT"), AUDIT: READ},
+}
 
-_PUBLICATION_COLUMNS = (
+PUBLICATION_COLUMNS = (
     "publication_id, package, publisher, generation, revision_digest, project, installation, "
     "revision_id, publication_digest, lock_digest, workflows, status, head, published_at_ms"
 )
 
 
-def apply(tx, records: Sequence[Record]) -> None:
+def publisher_lock(publisher: str) -> str:
+    """The name of the lock that serializes admission against a change of what
+    `publisher` may start (revocation, publishing, withdrawal, quarantine)."""
+    return PUBLISHER_LOCK_PREFIX + publisher
+
+
+def apply(tx: Transaction, records: Sequence[Record]) -> None:
     """Fold freshly appended publication, publisher and receipt records."""
     for record in records:
         kind = record.type
@@ -112,7 +138,9 @@ class Replay:
     """`apply` for a rebuild: receipts (one per Run, and nothing else reads their table)
     go in by one bulk `insert` per batch; every other record through `apply`."""
 
-    def __init__(self, tx, insert) -> None:
+    def __init__(
+        self, tx: Transaction, insert: Callable[[str, Sequence[str], list[tuple]], None]
+    ) -> None:
         self._tx = tx
         self._insert = insert
 
@@ -131,10 +159,10 @@ def _receipt_values(record: Record) -> tuple:
     return (record.stream_id, *(data[column] for column in _RECEIPT_COLUMNS[1:]))
 
 
-def _published(tx, record: Record) -> None:
+def _published(tx: Transaction, record: Record) -> None:
     ref = record.data["publication"]
     tx.execute(
-        f"""INSERT INTO publications ({_PUBLICATION_COLUMNS})
+        f"""INSERT INTO publications ({PUBLICATION_COLUMNS})
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)""",
         (
             ref["publication_id"],
@@ -165,7 +193,7 @@ def _published(tx, record: Record) -> None:
     )
 
 
-def _flagged(tx, record: Record) -> None:
+def _flagged(tx: Transaction, record: Record) -> None:
     column = "withdrawn" if record.type == PUBLICATION_WITHDRAWN else "quarantined"
     publication_id = record.data["publication_id"]
     tx.execute(
@@ -180,7 +208,7 @@ def _flagged(tx, record: Record) -> None:
     )
 
 
-def _publisher(tx, record: Record) -> None:
+def _publisher(tx: Transaction, record: Record) -> None:
     status = REVOKED if record.type == PUBLISHER_REVOKED else ACTIVE
     publisher = record.data["publisher"]
     params = (status, record.data["at_ms"], record.data.get("reason"), publisher)
@@ -196,7 +224,7 @@ def _publisher(tx, record: Record) -> None:
         )
 
 
-def _receipt(tx, record: Record) -> None:
+def _receipt(tx: Transaction, record: Record) -> None:
     tx.execute(
         f"INSERT INTO admission_receipts ({', '.join(_RECEIPT_COLUMNS)}) "
         f"VALUES ({', '.join('?' * len(_RECEIPT_COLUMNS))})",
@@ -207,70 +235,72 @@ def _receipt(tx, record: Record) -> None:
 # --- readers ----------------------------------------------------------------------------
 
 
-def publication(reader, publication_id: str) -> Publication | None:
+def publication(reader: Reads, publication_id: str) -> Publication | None:
     """The publication `publication_id`, or None."""
     rows = reader.query(
-        f"SELECT {_PUBLICATION_COLUMNS} FROM publications WHERE publication_id = ?",
+        f"SELECT {PUBLICATION_COLUMNS} FROM publications WHERE publication_id = ?",
         (publication_id,),
     )
-    return _publication(rows[0]) if rows else None
+    return publication_from_row(rows[0]) if rows else None
 
 
-def installation_head(reader, project: str, installation: str) -> Publication | None:
+def installation_head(reader: Reads, project: str, installation: str) -> Publication | None:
     """The head (newest generation) of one installation, or None."""
     rows = reader.query(
-        f"""SELECT {_PUBLICATION_COLUMNS} FROM publications
+        f"""SELECT {PUBLICATION_COLUMNS} FROM publications
             WHERE project = ? AND installation = ? AND head = 1""",
         (project, installation),
     )
-    return _publication(rows[0]) if rows else None
+    return publication_from_row(rows[0]) if rows else None
 
 
-def heads_named(reader, name: str) -> list[Publication]:
+def heads_named(reader: Reads, name: str) -> list[Publication]:
     """Heads whose installation is `name`; if there are none, heads of package `name`.
     Sorted by project and installation."""
     for column in ("installation", "package"):
         rows = reader.query(
-            f"""SELECT {_PUBLICATION_COLUMNS} FROM publications
+            f"""SELECT {PUBLICATION_COLUMNS} FROM publications
                 WHERE {column} = ? AND head = 1 ORDER BY project, installation""",
             (name,),
         )
         if rows:
-            return [_publication(row) for row in rows]
+            return [publication_from_row(row) for row in rows]
     return []
 
 
-def publications(reader, package: str | None = None) -> list[Publication]:
+def publications(reader: Reads, package: str | None = None) -> list[Publication]:
     """Every publication (of one package name, if given), oldest generation first."""
     where, params = ("WHERE package = ?", (package,)) if package is not None else ("", ())
     rows = reader.query(
-        f"""SELECT {_PUBLICATION_COLUMNS} FROM publications {where}
+        f"""SELECT {PUBLICATION_COLUMNS} FROM publications {where}
             ORDER BY project, installation, generation""",
         params,
     )
-    return [_publication(row) for row in rows]
+    return [publication_from_row(row) for row in rows]
 
 
-def publisher_status(reader, publisher: str) -> str | None:
+def publisher_status(reader: Reads, publisher: str) -> str | None:
     """ "active" or "revoked" for a publisher with a trust event; None for one without."""
     rows = reader.query("SELECT status FROM publishers WHERE publisher = ?", (publisher,))
     return rows[0][0] if rows else None
 
 
-def publisher_known(reader, publisher: str) -> bool:
+def publisher_known(reader: Reads, publisher: str) -> bool:
     """Whether `publisher` ever published or had a trust event."""
     if publisher_status(reader, publisher) is not None:
         return True
     return bool(reader.query("SELECT 1 FROM publications WHERE publisher = ?", (publisher,)))
 
 
-def receipt_stream_of_run(reader, run_id: str) -> str | None:
+def receipt_stream_of_run(reader: Reads, run_id: str) -> str | None:
     """The receipt stream of the admission that created `run_id`, or None."""
     rows = reader.query("SELECT receipt_stream FROM admission_receipts WHERE run_id = ?", (run_id,))
     return rows[0][0] if rows else None
 
 
-def _publication(row: tuple) -> Publication:
+def publication_from_row(row: Sequence[Any]) -> Publication:
+    """A Publication from a publications row (columns in PUBLICATION_COLUMNS order):
+    the one parser of that row."""
     (
         publication_id,
         package,

@@ -5,6 +5,8 @@ Each projection module defines:
 - `COMPONENT`: its schema component name (see `EventStore.migrate`);
 - `MIGRATIONS`: its schema steps, each `{dialect: sql or [sql, ...]}`;
 - `TABLES`: `{table: (key column, ...)}` — what `rebuild` recreates and `verify` compares;
+- `GRANTS`: `{table: {role kind: privileges}}` for every table it creates — what each
+  least-privilege role may do with it (`eventstore.grants`; applied by `actors.roles`);
 - `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
 - `apply(tx, records)`: update its tables for records just appended, in the
   append's transaction. It must be deterministic and depend only on the records
@@ -23,6 +25,7 @@ from types import ModuleType
 
 from domain.records import Record
 from eventstore import faults
+from eventstore.grants import ServerFunction
 from eventstore.validation import encode_appends
 
 
@@ -31,6 +34,14 @@ def modules() -> tuple[ModuleType, ...]:
     from projections import publications, runs
 
     return (publications, runs)
+
+
+def functions() -> tuple[ServerFunction, ...]:
+    """The server-side functions the projection layer needs installed where
+    least-privilege roles are set up (see `actors.roles`)."""
+    from projections import admission_source
+
+    return admission_source.FUNCTIONS
 
 
 def migrate_all(store) -> None:

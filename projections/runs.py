@@ -1,5 +1,5 @@
 """Read models of Runs, StepRuns and Attempts (with their current lease), and the
-candidate flags the cycle pages over (SPEC §9).
+candidate flags the cycle pages over (docs/DESIGN.md "Read models").
 
 Everything here is a deterministic function of the `run-`, `steps-` and `lease-`
 records, so a replay of the log rebuilds identical rows. The candidate flags are
@@ -30,6 +30,7 @@ import orjson
 
 from domain.errors import CorruptionError
 from domain.records import Record
+from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.runs"
 STREAM_PREFIXES = ("run-", "steps-", "lease-")
@@ -127,6 +128,7 @@ TABLES = {
     "step_runs": ("run_id", "step_key"),
     "attempts": ("attempt_id",),
 }
+GRANTS = {table: {RUNTIME: MOVE, AUDIT: READ} for table in TABLES}
 
 Row = dict[str, Any]
 # a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>

@@ -240,14 +240,14 @@ def _package_folder(path: Path) -> Path:
 
 def _default_log_dir(url: str) -> Path:
     """Logs live next to an SQLite database; for PostgreSQL, in the working directory."""
-    from eventstore.url import parse_store_url
+    from eventstore.url import database_file
 
     try:
-        parsed = parse_store_url(url)
+        path = database_file(url)
     except QlflowError:
         return Path.cwd() / LOG_DIR_NAME
-    if parsed.dialect == "sqlite":
-        return Path(parsed.target).resolve().parent / LOG_DIR_NAME
+    if path is not None:
+        return Path(path).resolve().parent / LOG_DIR_NAME
     return Path.cwd() / LOG_DIR_NAME
 
 
@@ -1093,21 +1093,20 @@ def pg_roles_command(
     json_out: JsonOption = False,
 ) -> None:
     """Create or repair least-privilege PostgreSQL roles (--db connects as a superuser)."""
-    import psycopg
-
+    import eventstore
     import qlflow
-    from eventstore import pg_roles
+    from actors import roles
 
     url = _settings(ctx).url
     if not url.startswith(("postgresql://", "postgres://")):
         raise CliError("pg-roles needs a PostgreSQL --db URL that connects as a superuser")
     try:
-        urls = pg_roles.setup_roles(
+        urls = roles.setup_roles(
             url, schema, prefix, migrate=lambda owner_url: qlflow.open(owner_url).close()
         )
     except QlflowError as error:
         raise CliError(str(error)) from None
-    except psycopg.Error as error:
+    except eventstore.driver_errors() as error:
         raise CliError(f"--db {redact(url)}: {str(error).strip().splitlines()[0]}") from None
     by_kind = {
         "owner": urls.owner,

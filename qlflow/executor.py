@@ -26,7 +26,6 @@ import ctypes
 import logging
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import eventstore
 from domain.errors import FenceError, NotFound, QlflowError
 from domain.plan import task_ref
 from domain.revision import revision_from_json
@@ -524,15 +524,8 @@ _DIE_WITH_PARENT = _parent_death_signal()
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
-    """Errors worth another try: a busy or unreachable database. PostgreSQL's are
-    included only once a PostgreSQL store has loaded its driver."""
-    errors: list[type[BaseException]] = [sqlite3.OperationalError]
-    if "psycopg" in sys.modules:
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        errors += [psycopg.OperationalError, PoolTimeout]
-    return tuple(errors)
+    """Errors worth another try: a busy or unreachable database (the store says which)."""
+    return eventstore.transient_errors()
 
 
 def _wall_ms() -> int:

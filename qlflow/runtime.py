@@ -25,19 +25,20 @@ Lease = workers.Lease
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """Page sizes of a deployment profile (SPEC §13)."""
+    """Page sizes of a deployment profile, and the store kind it runs on."""
 
     name: str
-    dialect: str
+    store: str  # eventstore.SQLITE | eventstore.POSTGRESQL
     page_size: int
     pages_per_phase: int
 
 
 PROFILES = {
-    "edge": Profile("edge", "sqlite", 8, 1),
-    "standalone": Profile("standalone", "sqlite", 32, 4),
-    "cluster": Profile("cluster", "postgresql", 32, 4),
+    "edge": Profile("edge", eventstore.SQLITE, 8, 1),
+    "standalone": Profile("standalone", eventstore.SQLITE, 32, 4),
+    "cluster": Profile("cluster", eventstore.POSTGRESQL, 32, 4),
 }
+DEFAULT_PROFILE = {eventstore.SQLITE: "standalone", eventstore.POSTGRESQL: "cluster"}
 
 OUTCOMES = ("succeeded", "failed")
 RUN_STATUSES = frozenset({"running", "succeeded", "failed", "cancelled", "timed_out"})
@@ -106,9 +107,9 @@ def _positive(field: str, value: Any, low: int = 1, high: int = MAX_MS) -> int:
 
 
 def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Profile:
-    dialect = "postgresql" if url.startswith(("postgresql://", "postgres://")) else "sqlite"
+    kind = eventstore.store_kind(url)
     if profile is None:
-        profile = "cluster" if dialect == "postgresql" else "standalone"
+        profile = DEFAULT_PROFILE[kind]
     if profile not in PROFILES:
         raise InvalidInput(
             "profile",
@@ -116,16 +117,16 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
             f"unknown profile {profile!r}; use edge, standalone or cluster",
         )
     chosen = PROFILES[profile]
-    if chosen.dialect != dialect:
+    if chosen.store != kind:
         raise InvalidInput(
             "profile",
             "matches the store",
-            f"profile {profile!r} runs on {chosen.dialect}, but the url is {dialect}",
+            f"profile {profile!r} runs on {chosen.store}, but the url is {kind}",
         )
     if page_size is not None:
         limit = 128 if profile == "cluster" else chosen.page_size
         _positive("page_size", page_size, 1, limit)
-        chosen = Profile(chosen.name, chosen.dialect, page_size, chosen.pages_per_phase)
+        chosen = Profile(chosen.name, chosen.store, page_size, chosen.pages_per_phase)
     return chosen
 
 

@@ -1,5 +1,5 @@
 """Fixtures of the least-privilege role tests: a fresh schema with its roles set up
-(`eventstore.pg_roles`), dropped with its roles afterwards, and runtimes opened as
+(`actors.roles`), dropped with its roles afterwards, and runtimes opened as
 those roles."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 import qlflow
-from eventstore import faults, pg_roles
+from actors import roles as pg_roles
+from eventstore import faults
 
 
 def migrate_as_owner(owner_url: str) -> None:

@@ -1,4 +1,4 @@
-"""Least-privilege roles (eventstore.pg_roles): each role is refused what it must
+"""Least-privilege roles (actors.roles): each role is refused what it must
 not do, the event log is append-only for everyone but the owner, and admission
 reaches the publication tables only through the SECURITY DEFINER function."""
 
@@ -13,8 +13,8 @@ from psycopg import errors as pg_errors
 
 import qlflow
 from actors import publishing
+from actors import roles as pg_roles
 from domain.errors import InvalidInput, SchemaError
-from eventstore import pg_roles
 from qlflow.errors import AdmissionCollision, NotFound, StartGuardError
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 from tests.pg.conftest import migrate_as_owner
@@ -346,3 +346,19 @@ def test_setup_sets_passwords_and_puts_them_in_the_urls(roles, pg_server_url):
         ([roles.roles["runtime"], roles.roles["audit"]],),
     )
     assert stored == [(roles.roles["runtime"],)]
+
+
+def test_an_admission_source_from_an_older_setup_is_refused_until_set_up_again(
+    rt, roles, pg_server_url
+):
+    """Its lock might not exclude revocation any more: admission fails closed."""
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    admin = pg_roles.role_url(pg_server_url, "postgres", roles.schema)
+    sql_as(admin, "COMMENT ON FUNCTION qlflow_admission_source(text) IS NULL")
+    position = rt.store.head_position()
+    with pytest.raises(SchemaError, match="pg-roles"):
+        rt.start("demo", "flow", admission_key="k", now_ms=T0)
+    assert rt.store.head_position() == position
+    prefix = roles.roles["owner"].removesuffix("_owner")
+    pg_roles.setup_roles(pg_server_url, roles.schema, prefix)
+    assert rt.start("demo", "flow", admission_key="k", now_ms=T0).status == "created"

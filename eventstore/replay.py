@@ -1,0 +1,183 @@
+"""Replay sessions: a private connection on which read models are rebuilt beside the
+live ones (the adapters subclass `BaseReplaySession`).
+
+The copies are TEMP tables of the same names. Temporary tables belong to the one
+connection that made them and shadow the live tables there: on both SQLite and
+PostgreSQL an unqualified table name is looked up in the temp schema first. So a
+projection's own fold, run through the session's `tx`, writes the copy, while every
+other connection (the runtime's, other replicas') still sees only the live tables.
+No SQL is rewritten except `CREATE TABLE` -> `CREATE TEMP TABLE`. A failure or a kill
+before `swap_in` leaves the live tables untouched: the copies vanish with the
+connection.
+
+`exclusive()` is one transaction that no append can run beside (SQLite: the write
+lock; PostgreSQL: the position counter's row lock, which every append takes and holds
+until COMMIT). `swap_in` makes a live table equal its copy inside it: `DELETE` of the
+live rows the copy does not hold exactly, then `INSERT ... SELECT` of the copy's rows
+the live table lacks, so a rebuild of correct read models writes nothing. Readers see
+the old rows or the new rows, never a mix (SQLite WAL snapshots, PostgreSQL MVCC).
+`DELETE` rather than `TRUNCATE` or a rename keeps PostgreSQL readers with older
+snapshots correct and needs no exclusive table lock.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+import orjson
+
+from domain.errors import SchemaError
+from eventstore.api import MigrationStep, Row
+from eventstore.migrations import statements_for
+from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
+
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+", re.IGNORECASE)
+# Statements that would create objects outside the connection-private temp schema.
+_UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|TRIGGER|MATERIALIZED)\b", re.IGNORECASE)
+
+
+class LazyRecord:
+    """A Record as a replay reads it: `data` and `metadata` are decoded on first use,
+    as folds leave many unread (a steps record's fold reads only its version)."""
+
+    __slots__ = (
+        "_data",
+        "_metadata",
+        "event_id",
+        "global_position",
+        "stream_id",
+        "stream_version",
+        "type",
+    )
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        (
+            self.global_position,
+            self.event_id,
+            self.stream_id,
+            self.stream_version,
+            self.type,
+            self._data,
+            self._metadata,
+        ) = row
+
+    @property
+    def data(self) -> Any:
+        """The event's data, decoded on first use."""
+        if isinstance(self._data, str):
+            self._data = orjson.loads(self._data)
+        return self._data
+
+    @property
+    def metadata(self) -> Any:
+        """The event's metadata, decoded on first use."""
+        if isinstance(self._metadata, str):
+            self._metadata = orjson.loads(self._metadata)
+        return self._metadata
+
+
+class BaseReplaySession(ABC):
+    """A private connection wrapped in the adapter's Transaction class (see the module
+    docstring); implements `eventstore.api.ReplaySession`."""
+
+    live_schema: str
+    temp_schema: str
+    null_safe_equal: ClassVar[str]  # the operator that compares rows with NULLs as equal
+    tx: BaseTransaction
+
+    # -- what each adapter implements ----------------------------------------------------
+
+    @abstractmethod
+    def columns(self, table: str) -> list[str]:
+        """Column names of the live `table`, in table order."""
+
+    @abstractmethod
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+        """Add `rows` (values of `columns`) to the copy of `table`, in bulk."""
+
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[None]:
+        """A short transaction that reads the log and writes only the copies."""
+
+    @abstractmethod
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A transaction no append can run beside; commits on normal exit."""
+
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[None]:
+        """A transaction with one consistent view of log and live tables; rolls back."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection (the copies go with it)."""
+
+    # -- shared --------------------------------------------------------------------------
+
+    def live(self, table: str) -> str:
+        """The qualified name of the live `table`."""
+        return f'"{self.live_schema}"."{table}"'
+
+    def copy(self, table: str) -> str:
+        """The qualified name of the copy of `table`."""
+        return f'"{self.temp_schema}"."{table}"'
+
+    def copy_tables(self, component: str, steps: Sequence[MigrationStep]) -> None:
+        """Create an empty copy of every table (and its indexes) the schema steps of
+        `component` create, in a short transaction of its own."""
+        with self.reading():
+            for number, step in enumerate(steps, start=1):
+                for statement in statements_for(step, self.tx.dialect, component, number):
+                    self.tx.execute(_temporary(statement, component, number))
+
+    def read_log(self, after_position: int, limit: int | None = None) -> list[LazyRecord]:
+        """The events after `after_position`, in position order, decoded lazily."""
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
+        sql += " ORDER BY global_position"
+        if limit is None:
+            rows = self.tx.query(sql, (after_position,))
+        else:
+            rows = self.tx.query(sql + " LIMIT ?", (after_position, limit))
+        return [LazyRecord(row) for row in rows]
+
+    def head_position(self) -> int:
+        """The highest committed position, read in a short transaction of its own."""
+        with self.reading():
+            return self.tx.head_position()
+
+    def swap_in(self, table: str, key: Sequence[str]) -> int:
+        """Make the live `table`'s rows equal its copy's, writing only the difference
+        (see the module docstring); returns the rows it then has."""
+        columns = self.columns(table)
+        live, copy = self.live(table), self.copy(table)
+        same_key = " AND ".join(f'c."{k}" = l."{k}"' for k in key)
+        same_row = f"({_listed('c', columns)}) {self.null_safe_equal} ({_listed('l', columns)})"
+        self.tx.execute(
+            f"DELETE FROM {live} AS l WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {copy} AS c WHERE {same_key} AND {same_row})"
+        )
+        self.tx.execute(
+            f"INSERT INTO {live} ({_listed('', columns)}) "
+            f"SELECT {_listed('c', columns)} FROM {copy} AS c "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {live} AS l WHERE {same_key})"
+        )
+        count: int = self.tx.query(f"SELECT COUNT(*) FROM {live}")[0][0]
+        return count
+
+
+def _listed(alias: str, columns: Sequence[str]) -> str:
+    """`a."x", a."y"` (no alias: `"x", "y"`)."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f'{prefix}"{column}"' for column in columns)
+
+
+def _temporary(statement: str, component: str, number: int) -> str:
+    if _UNSAFE_DDL.match(statement):
+        raise SchemaError(
+            f"schema step {component} v{number} creates a view or trigger; rebuild can only "
+            "copy tables and indexes into its private namespace"
+        )
+    return _CREATE_TABLE.sub("CREATE TEMP TABLE ", statement, count=1)

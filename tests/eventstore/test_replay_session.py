@@ -1,0 +1,73 @@
+"""store.replay_session(): private copies that shadow live tables, bulk inserts, the
+log in position order, and a swap that writes only the difference (both stores)."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventstore import StoreUsageError
+from tests.eventstore.builders import event, stream
+
+NOTES = {
+    "sqlite": "CREATE TABLE notes (note_id TEXT PRIMARY KEY, body TEXT, n INTEGER)",
+    "postgresql": "CREATE TABLE notes (note_id TEXT PRIMARY KEY, body TEXT, n BIGINT)",
+}
+
+
+@pytest.fixture
+def notes_store(store):
+    store.migrate("test-notes", [NOTES])
+    with store.transaction() as tx:
+        tx.executemany(
+            "INSERT INTO notes (note_id, body, n) VALUES (?, ?, ?)",
+            [("a", "same", 1), ("b", "stale", 2), ("gone", None, 3)],
+        )
+    store.append([stream("run-a", 0, event("e1", x=1), event("e2", x=2))])
+    store.append([stream("run-b", 0, event("e3", x=3))])
+    return store
+
+
+def test_copies_shadow_the_live_tables_until_the_swap(notes_store):
+    other = notes_store.query("SELECT note_id FROM notes ORDER BY note_id")
+    with notes_store.replay_session() as session:
+        session.copy_tables("test-notes", [NOTES])
+        with session.reading():
+            assert session.tx.query("SELECT COUNT(*) FROM notes") == [(0,)]  # the copy
+            session.insert("notes", ("note_id", "body", "n"), [("a", "same", 1), ("b", "new", 2)])
+            session.tx.execute(
+                "INSERT INTO notes (note_id, body, n) VALUES (?, ?, ?)", ("c", None, 4)
+            )
+        assert notes_store.query("SELECT note_id FROM notes ORDER BY note_id") == other
+        assert session.columns("notes") == ["note_id", "body", "n"]
+        with session.exclusive():
+            assert session.swap_in("notes", ("note_id",)) == 3
+    assert notes_store.query("SELECT note_id, body, n FROM notes ORDER BY note_id") == [
+        ("a", "same", 1),
+        ("b", "new", 2),
+        ("c", None, 4),
+    ]
+
+
+def test_the_log_is_read_in_position_order_and_decoded_lazily(notes_store):
+    with notes_store.replay_session() as session:
+        assert session.head_position() == notes_store.head_position()
+        with session.reading():
+            records = session.read_log(0)
+            assert [r.event_id for r in records] == ["e1", "e2", "e3"]
+            assert [r.data["x"] for r in records] == [1, 2, 3]
+            after = session.read_log(records[0].global_position, limit=1)
+            assert [r.event_id for r in after] == ["e2"]
+
+
+def test_a_snapshot_rolls_back_what_it_did_to_the_copy(notes_store):
+    with notes_store.replay_session() as session:
+        session.copy_tables("test-notes", [NOTES])
+        with session.snapshot():
+            session.insert("notes", ("note_id", "body", "n"), [("z", "x", 9)])
+        with session.reading():
+            assert session.tx.query(f"SELECT COUNT(*) FROM {session.copy('notes')}") == [(0,)]
+
+
+def test_a_replay_session_is_refused_inside_a_transaction(notes_store):
+    with notes_store.transaction(), pytest.raises(StoreUsageError):
+        notes_store.replay_session().__enter__()
