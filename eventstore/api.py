@@ -39,7 +39,9 @@ class StoreUsageError(QlflowError, RuntimeError):
 class Transaction(Protocol):
     """One open store transaction. Reads see the transaction's own writes."""
 
-    dialect: str  # "sqlite" | "postgresql"
+    @property
+    def dialect(self) -> str:
+        """ "sqlite" | "postgresql"."""
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
         """Append atomically with per-stream version CAS, or exactly replay."""
@@ -75,7 +77,9 @@ class Transaction(Protocol):
 class EventStore(Protocol):
     """An append-only event store with per-stream version CAS."""
 
-    dialect: str
+    @property
+    def dialect(self) -> str: ...
+
     url: str
 
     def transaction(self) -> AbstractContextManager[Transaction]: ...

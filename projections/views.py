@@ -4,7 +4,7 @@ some version), and event queries over the log."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import orjson
@@ -86,6 +86,8 @@ _RUN_COLUMNS = (
     "result_code, error_code, terminal_at_ms"
 )
 
+_ATTEMPT_COLUMNS = tuple(f.name for f in fields(AttemptView))  # the attempts table's names
+
 
 def get_run(store: EventStore, run_id: str) -> RunView:
     """The Run as the read models hold it, with its steps and their Attempts."""
@@ -93,15 +95,15 @@ def get_run(store: EventStore, run_id: str) -> RunView:
     if not rows:
         raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
     attempts: dict[str, list[AttemptView]] = {}
-    for row in store.query(
-        """SELECT step_key, attempt_id, status, attempt_number, lease_id, lease_version,
-                  lease_status, worker_id, expires_at_ms, started_at_ms, ended_at_ms,
-                  result_code, output
-           FROM attempts WHERE run_id = ? ORDER BY claimed_position""",
+    for step_key, *values in store.query(
+        f"""SELECT step_key, {", ".join(_ATTEMPT_COLUMNS)}
+            FROM attempts WHERE run_id = ? ORDER BY claimed_position""",
         (run_id,),
     ):
-        output = orjson.loads(row[12]) if row[12] is not None else None
-        attempts.setdefault(row[0], []).append(AttemptView(*row[1:12], output))
+        columns = dict(zip(_ATTEMPT_COLUMNS, values, strict=True))
+        if columns["output"] is not None:
+            columns["output"] = orjson.loads(columns["output"])
+        attempts.setdefault(step_key, []).append(AttemptView(**columns))
     steps = {}
     for key, step_run_id, task_ref, needs, status, result_code, epoch in store.query(
         """SELECT step_key, step_run_id, task_ref, needs, status, result_code, epoch
@@ -118,7 +120,7 @@ def get_run(store: EventStore, run_id: str) -> RunView:
             epoch,
             attempts.get(key, []),
         )
-    return RunView(*rows[0], steps=steps)
+    return replace(RunView(*rows[0]), steps=steps)
 
 
 def list_runs(store: EventStore, *, status: str | None = None, limit: int = 100) -> list[RunView]:

@@ -8,6 +8,7 @@
 
 `Runtime` holds the whole API (`AsyncRuntime` the same as coroutines); every value
 it returns is importable from here, and `qlflow.errors` holds the typed errors.
+docs/DESIGN.md ("Layers") says what lies beneath.
 """
 
 from __future__ import annotations

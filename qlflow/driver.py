@@ -1,11 +1,11 @@
 """The host loop behind `qlflow run`, `qlflow worker` and `qlflow serve`.
 
-qlflow itself never runs anything between calls (the host drives it): this
-module is one host. Each tick it calls `rt.cycle()` (unless it is a plain worker), leases
-claimed Attempts for the local executor up to its free slots, and runs each on
-its own thread. Between ticks it waits on an event for `interval_ms`, woken early
-when an Attempt finishes (so the next step starts at once) or when the caller
-signals (cancel, stop, abort).
+qlflow itself never runs anything between calls (the host drives it; docs/DESIGN.md,
+"The cycle"): this module is one host. Each tick it calls `rt.cycle()` (unless it
+is a plain worker), leases claimed Attempts for the local executor up to its free
+slots, and runs each on its own thread. Between ticks it waits on an event for
+`interval_ms`, woken early when an Attempt finishes (so the next step starts at
+once) or when the caller signals (cancel, stop, abort).
 
 Three ways out, each an event the caller sets (from a signal handler, say):
 - `cancel`: record the Run's cancel intent (reason user) and keep converging
@@ -115,10 +115,6 @@ class Driver:
             on_finish=lambda _report: self._wake.set(),
         )
         self._relayed: set[str] = set()
-
-    def wake(self) -> None:
-        """Make the loop look again now (after setting cancel, stop or abort)."""
-        self._wake.set()
 
     def request_cancel(self) -> None:
         """Record the Run's cancel intent at the next tick and keep converging."""

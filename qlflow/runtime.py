@@ -35,7 +35,8 @@ __all__ = ["CycleResult", "Lease", "PageResult", "Profile", "Runtime", "default_
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """Page sizes of a deployment profile: candidates per page, pages per phase per cycle."""
+    """Page sizes of a deployment profile: candidates per page, pages per phase per cycle
+    (docs/DESIGN.md, "Profiles")."""
 
     name: str
     dialect: str

@@ -1,5 +1,6 @@
 """Reading one Run's streams from the log: its run and steps streams and the lease
-stream of each of its Attempts, all cut at one head position."""
+stream of each of its Attempts, all cut at one head position (what each stream
+holds: docs/DESIGN.md, "Streams")."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import Any, cast
 
 import typer
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_INTERRUPTED
     except typer.TyperException as error:  # usage errors: typer's own click exceptions
         if type(error).__name__ == "NoArgsIsHelpError":
-            error.show()
+            cast(Any, error).show()  # the vendored click's exception prints the help
         else:
             message = error.format_message() if hasattr(error, "format_message") else str(error)
             error_line(f"{message} (see --help)")

@@ -16,6 +16,7 @@ Per Attempt, in this order:
 A command that cannot be found or started completes `failed` with result code
 `start_failed` and the error in the output. No process outlives its Attempt: the
 group is killed after the leader exits, on loss of the lease, and on `close()`.
+Why a lease fences every write: docs/DESIGN.md, "Leases and fencing".
 """
 
 from qlflow.executor.local import (

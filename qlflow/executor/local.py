@@ -193,6 +193,7 @@ class LocalProcessExecutor:
         except QlflowError as error:
             log.warning("attempt %s: mark_running failed: %s", lease.attempt_id, error)
         interval_s = self.ttl_ms / 3000
+        retryable: tuple[type[BaseException], ...] = (QlflowError, *transient_errors())
         next_renew = time.monotonic() + _renew_after(lease, interval_s)
         while not item.exited.is_set():
             now = time.monotonic()
@@ -213,7 +214,7 @@ class LocalProcessExecutor:
                         item.stop_reason = "stop_requested"
                 except FenceError as error:
                     return self._abandon(item, f"lease lost while running: {error}")
-                except (QlflowError, *transient_errors()) as error:
+                except retryable as error:
                     if wall_clock_ms() >= lease.expires_at_ms:
                         return self._abandon(item, f"lease expired, renewal failing: {error}")
                     log.warning("attempt %s: renewal failed: %s", lease.attempt_id, error)
