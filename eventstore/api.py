@@ -41,7 +41,7 @@ class Transaction(Protocol):
 
     @property
     def dialect(self) -> str:
-        """ "sqlite" | "postgresql"."""
+        """Which database: "sqlite" or "postgresql"."""
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
         """Append atomically with per-stream version CAS, or exactly replay."""

@@ -24,8 +24,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from domain.aggregate import effective_intent
 from domain.errors import QlflowError, VersionConflict
+from domain.intent import cancel_intent
 from domain.phases import PHASES
 from projections.views import RunView
 from qlflow.clock import wall_clock_ms
@@ -200,8 +200,8 @@ class Driver:
         Whether it has intent (recorded, or a passed deadline) the domain decides."""
         now_ms = wall_clock_ms()
         for run_id in {p.run_id for p in self.executor.running()} - self._relayed:
-            aggregate = self._rt.aggregate_at(run_id)
-            if aggregate.run.is_terminal or effective_intent(aggregate, now_ms) is not None:
+            view = self._rt.get_run(run_id)
+            if view.terminal or cancel_intent(view, now_ms) is not None:
                 self._relayed.add(run_id)
                 self.executor.renew_now(run_id)
 
