@@ -136,7 +136,10 @@ class ReplaySession(Protocol):
     ones on this connection only, so folds run through `tx` write the copies while
     every other connection still sees the live tables. See `eventstore.replay`."""
 
-    tx: Transaction
+    @property
+    def tx(self) -> Transaction:
+        """The transaction folds write the copied tables through."""
+        ...
 
     def copy_tables(self, component: str, steps: Sequence[MigrationStep]) -> None:
         """Create the copy of every table that the schema steps create."""
@@ -189,9 +192,12 @@ class EventStore(Reads, Protocol):
     """An append-only event store with per-stream version CAS."""
 
     url: str
-    single_writer: bool
-    """True when the database admits one writer at a time (SQLite): the runtime then
-    runs every unit of work on one thread instead of queueing for the write lock."""
+
+    @property
+    def single_writer(self) -> bool:
+        """True when the database admits one writer at a time (SQLite): the runtime then
+        runs every unit of work on one thread instead of queueing for the write lock."""
+        ...
 
     def transaction(self) -> AbstractContextManager[Transaction]: ...
 

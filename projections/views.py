@@ -1,18 +1,27 @@
-"""Query side: Run views from the read models, and event queries over the log."""
+"""Query side: Run views from the read models (or from a Run aggregate: the state at
+some version), and event queries over the log."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import orjson
 
+from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput, NotFound
 from domain.records import Record
+from domain.streams import lease_stream, run_stream, steps_stream
+from domain.transitions import RUN_RUNNING
+from eventstore.api import EventStore
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptView:
+    """One Task Attempt of a step: its status, its latest lease (id, version, status,
+    holder, expiry), when it started and ended, and what the worker reported."""
+
     attempt_id: str
     status: str
     attempt_number: int
@@ -24,11 +33,14 @@ class AttemptView:
     started_at_ms: int | None
     ended_at_ms: int | None
     result_code: str | None
-    output: dict | None
+    output: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
 class StepView:
+    """One step of a Run: its StepRun's status, result code and epoch (bumped by every
+    change), what it needs, and its Attempts in claim order."""
+
     step_key: str
     step_run_id: str
     task_ref: str
@@ -41,6 +53,10 @@ class StepView:
 
 @dataclass(frozen=True, slots=True)
 class RunView:
+    """A Run: what was admitted (package, workflow, publication, plan digest, admission
+    key), its status and version, deadline, cancel intent, outcome codes, and its
+    steps by step key (empty in `runs()` listings)."""
+
     run_id: str
     package: str
     workflow_key: str
@@ -60,7 +76,8 @@ class RunView:
 
     @property
     def terminal(self) -> bool:
-        return self.status != "running"
+        """Whether the Run has ended (succeeded, failed, cancelled or timed out)."""
+        return self.status != RUN_RUNNING
 
 
 _RUN_COLUMNS = (
@@ -69,22 +86,24 @@ _RUN_COLUMNS = (
     "result_code, error_code, terminal_at_ms"
 )
 
+_ATTEMPT_COLUMNS = tuple(f.name for f in fields(AttemptView))  # the attempts table's names
 
-def get_run(store, run_id: str) -> RunView:
+
+def get_run(store: EventStore, run_id: str) -> RunView:
     """The Run as the read models hold it, with its steps and their Attempts."""
     rows = store.query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
     if not rows:
         raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
     attempts: dict[str, list[AttemptView]] = {}
-    for row in store.query(
-        """SELECT step_key, attempt_id, status, attempt_number, lease_id, lease_version,
-                  lease_status, worker_id, expires_at_ms, started_at_ms, ended_at_ms,
-                  result_code, output
-           FROM attempts WHERE run_id = ? ORDER BY claimed_position""",
+    for step_key, *values in store.query(
+        f"""SELECT step_key, {", ".join(_ATTEMPT_COLUMNS)}
+            FROM attempts WHERE run_id = ? ORDER BY claimed_position""",
         (run_id,),
     ):
-        output = orjson.loads(row[12]) if row[12] is not None else None
-        attempts.setdefault(row[0], []).append(AttemptView(*row[1:12], output))
+        columns = dict(zip(_ATTEMPT_COLUMNS, values, strict=True))
+        if columns["output"] is not None:
+            columns["output"] = orjson.loads(columns["output"])
+        attempts.setdefault(step_key, []).append(AttemptView(**columns))
     steps = {}
     for key, step_run_id, task_ref, needs, status, result_code, epoch in store.query(
         """SELECT step_key, step_run_id, task_ref, needs, status, result_code, epoch
@@ -101,10 +120,10 @@ def get_run(store, run_id: str) -> RunView:
             epoch,
             attempts.get(key, []),
         )
-    return RunView(*rows[0], steps=steps)
+    return replace(RunView(*rows[0]), steps=steps)
 
 
-def list_runs(store, *, status: str | None = None, limit: int = 100) -> list[RunView]:
+def list_runs(store: EventStore, *, status: str | None = None, limit: int = 100) -> list[RunView]:
     """The most recently admitted Runs (without steps), newest first."""
     where, params = ("WHERE status = ?", [status]) if status else ("", [])
     rows = store.query(
@@ -115,7 +134,7 @@ def list_runs(store, *, status: str | None = None, limit: int = 100) -> list[Run
 
 
 def events(
-    store,
+    store: EventStore,
     run_id: str | None = None,
     *,
     types: Iterable[str] | None = None,
@@ -131,9 +150,9 @@ def events(
         raise InvalidInput("limit", "positive", "limit must be a positive integer")
     wanted_types = frozenset(types) if types is not None else None
     if run_id is not None:
-        streams = [f"run-{run_id}", f"steps-{run_id}"]
+        streams = [run_stream(run_id), steps_stream(run_id)]
         streams += [
-            f"lease-{a}"
+            lease_stream(a)
             for (a,) in store.query("SELECT attempt_id FROM attempts WHERE run_id = ?", (run_id,))
         ]
         source: Iterable[Record] = sorted(
@@ -160,3 +179,61 @@ def events(
         if limit is not None and len(found) >= limit:
             break
     return found
+
+
+def view_of_aggregate(aggregate: RunAggregate) -> RunView:
+    """A Run aggregate (the state at some version) in the shape of the read models'
+    RunView, with what only the read models know (times of attempts, end of the
+    Run) left empty."""
+    run = aggregate.run
+    plan = run.plan
+    steps = {}
+    for key, step in aggregate.steps.items():
+        attempts = []
+        for attempt_id in step.attempt_ids:
+            attempt = aggregate.attempts[attempt_id]
+            lease = attempt.lease
+            attempts.append(
+                AttemptView(
+                    attempt_id=attempt.attempt_id,
+                    status=attempt.status,
+                    attempt_number=attempt.attempt_number,
+                    lease_id=lease.lease_id if lease else None,
+                    lease_version=lease.version if lease else None,
+                    lease_status=lease.status if lease else None,
+                    worker_id=attempt.worker_id or (lease.worker_id if lease else None),
+                    expires_at_ms=lease.expires_at_ms if lease else None,
+                    started_at_ms=None,
+                    ended_at_ms=None,
+                    result_code=attempt.result_code,
+                    output=dict(attempt.output) if attempt.output is not None else None,
+                )
+            )
+        steps[key] = StepView(
+            step_key=key,
+            step_run_id=step.step_run_id,
+            task_ref=step.task_ref,
+            needs=tuple(step.needs),
+            status=step.status,
+            result_code=step.result_code,
+            epoch=step.epoch,
+            attempts=attempts,
+        )
+    return RunView(
+        run_id=run.run_id,
+        package=plan.package,
+        workflow_key=plan.workflow_key,
+        publication_id=plan.publication_id,
+        plan_digest=plan.plan_digest,
+        admission_key=run.admission_key,
+        status=run.status,
+        version=run.version,
+        admitted_at_ms=run.admitted_at_ms,
+        deadline_ms=run.deadline_ms,
+        cancel_requested_at_ms=run.cancel_requested_at_ms,
+        cancel_reason=run.cancel_reason,
+        result_code=run.result_code,
+        error_code=run.error_code,
+        terminal_at_ms=None,
+        steps=steps,
+    )

@@ -6,18 +6,65 @@
     receipt = rt.start("backup", "nightly")
     rt.cycle()                              # the host calls this on its own cadence
 
-See SPEC §10 for the whole API; `qlflow.errors` holds the typed errors.
+`Runtime` holds the whole API (`AsyncRuntime` the same as coroutines); every value
+it returns is importable from here, and `qlflow.errors` holds the typed errors.
+docs/DESIGN.md ("Layers") says what lies beneath.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from actors.supervisor import CycleResult, PageResult
+from domain.aggregate import AttemptState, LeaseState, RunAggregate, RunState, StepRunState
+from domain.records import Record
+from domain.values import AdmissionReceipt, Publication
+from projections.audit import (
+    AttemptBlock,
+    Intent,
+    RootCause,
+    StepWait,
+    TimelineEntry,
+    WhyReport,
+)
+from projections.rebuild import RebuildSummary
+from projections.verify import Difference, VerifyReport
+from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
 from qlflow.async_runtime import AsyncRuntime
-from qlflow.runtime import Lease, Runtime
+from qlflow.runtime import Lease, Profile, Runtime
 
-__all__ = ["AsyncRuntime", "Lease", "Runtime", "errors", "open", "open_async"]
+__all__ = [
+    "AdmissionReceipt",
+    "AsyncRuntime",
+    "AttemptBlock",
+    "AttemptState",
+    "AttemptView",
+    "CycleResult",
+    "Difference",
+    "Intent",
+    "Lease",
+    "LeaseState",
+    "PageResult",
+    "Profile",
+    "Publication",
+    "RebuildSummary",
+    "Record",
+    "RootCause",
+    "RunAggregate",
+    "RunState",
+    "RunView",
+    "Runtime",
+    "StepRunState",
+    "StepView",
+    "StepWait",
+    "TimelineEntry",
+    "VerifyReport",
+    "WhyReport",
+    "errors",
+    "open",
+    "open_async",
+]
 
 
 def open(url: str | None = None, profile: str | None = None, **options: Any) -> Runtime:

@@ -1,11 +1,11 @@
 """The host loop behind `qlflow run`, `qlflow worker` and `qlflow serve`.
 
-qlflow itself never runs anything between calls (SPEC §1): this module is one
-host. Each tick it calls `rt.cycle()` (unless it is a plain worker), leases
-claimed Attempts for the local executor up to its free slots, and runs each on
-its own thread. Between ticks it waits on an event for `interval_ms`, woken early
-when an Attempt finishes (so the next step starts at once) or when the caller
-signals (cancel, stop, abort).
+qlflow itself never runs anything between calls (the host drives it; docs/DESIGN.md,
+"The cycle"): this module is one host. Each tick it calls `rt.cycle()` (unless it
+is a plain worker), leases claimed Attempts for the local executor up to its free
+slots, and runs each on its own thread. Between ticks it waits on an event for
+`interval_ms`, woken early when an Attempt finishes (so the next step starts at
+once) or when the caller signals (cancel, stop, abort).
 
 Three ways out, each an event the caller sets (from a signal handler, say):
 - `cancel`: record the Run's cancel intent (reason user) and keep converging
@@ -21,18 +21,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from domain.errors import QlflowError, VersionConflict
-from qlflow.executor import (
-    AttemptReport,
-    LocalProcessExecutor,
-    RunningProcess,
-    transient_errors,
-)
+from domain.intent import cancel_intent
+from domain.phases import PHASES
+from projections.views import RunView
+from qlflow.clock import wall_clock_ms
+from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
+from qlflow.runtime import CycleResult, Runtime
+from qlflow.transient import transient_errors
+from qlflow.worker_pool import WorkerPool
 
 log = logging.getLogger("qlflow.driver")
 
@@ -49,9 +49,6 @@ ABORT_RECORD_S = 1.0
 MAX_CONSECUTIVE_FAILURES = 30
 
 
-PHASES = ("recovery", "cancellation", "frontier", "admission")
-
-
 class CycleFailing(QlflowError):
     """The cycle keeps failing on the Run being driven: it cannot converge."""
 
@@ -61,104 +58,11 @@ class DriveResult:
     """How a drive ended: the Run (when driving one), whether it was aborted, the
     Attempts this host ran, and what was still unfinished on an abort."""
 
-    run: Any = None
+    run: RunView | None = None
     aborted: bool = False
     stopped: bool = False
     reports: list[AttemptReport] = field(default_factory=list)
     left_running: list[RunningProcess] = field(default_factory=list)
-
-
-class WorkerPool:
-    """Leases Attempts for one local executor and runs each on its own thread, at
-    most `slots` at once."""
-
-    def __init__(
-        self,
-        rt,
-        executor: LocalProcessExecutor,
-        *,
-        worker_id: str,
-        slots: int,
-        ttl_ms: int,
-        run_id: str | None = None,
-        tasks: Iterable[str] | None = None,
-        servable: Callable[[], frozenset[str]] | None = None,
-        on_finish: Callable[[AttemptReport], None] | None = None,
-    ) -> None:
-        self._rt = rt
-        self._servable = servable
-        self.executor = executor
-        self.worker_id = worker_id
-        self.slots = slots
-        self.ttl_ms = ttl_ms
-        self.run_id = run_id
-        self.tasks = list(tasks) if tasks is not None else None
-        self._on_finish = on_finish
-        self._threads: dict[str, threading.Thread] = {}
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self.reports: list[AttemptReport] = []
-
-    @property
-    def busy(self) -> int:
-        with self._lock:
-            return len(self._threads)
-
-    def fill(self) -> int:
-        """Lease up to the free slots and start each Attempt; returns how many."""
-        free = self.slots - self.busy
-        if free <= 0:
-            return 0
-        tasks = self.tasks
-        if self._servable is not None:
-            servable = self._servable()
-            tasks = sorted(servable if tasks is None else servable.intersection(tasks))
-            if not tasks:
-                return 0
-        leases = self._rt.lease_attempts(
-            self.worker_id, limit=free, ttl_ms=self.ttl_ms, run_id=self.run_id, tasks=tasks
-        )
-        for lease in leases:
-            thread = threading.Thread(
-                target=self._execute, args=(lease,), name=f"attempt-{lease.step_key}", daemon=True
-            )
-            with self._lock:
-                self._threads[lease.attempt_id] = thread
-            thread.start()
-        return len(leases)
-
-    def join(self, timeout_s: float | None = None) -> bool:
-        """Wait until no Attempt is running (at most `timeout_s`); True if idle."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._idle:
-            while self._threads:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-        return True
-
-    def _execute(self, lease) -> None:
-        report = None
-        try:
-            report = self.executor.execute(lease)
-        except Exception as error:
-            # The lease expires and recovery records the loss; this host goes on.
-            log.error(
-                "attempt %s: the executor failed: %s: %s",
-                lease.attempt_id,
-                type(error).__name__,
-                error,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-            )
-        finally:
-            with self._idle:
-                self._threads.pop(lease.attempt_id, None)
-                if report is not None:
-                    self.reports.append(report)
-                self._idle.notify_all()
-            if report is not None and self._on_finish is not None:
-                self._on_finish(report)
 
 
 class Driver:
@@ -172,7 +76,7 @@ class Driver:
 
     def __init__(
         self,
-        rt,
+        rt: Runtime,
         executor: LocalProcessExecutor,
         *,
         worker_id: str,
@@ -185,7 +89,7 @@ class Driver:
         servable: Callable[[], frozenset[str]] | None = None,
         once: bool = False,
         drain_s: float = 10.0,
-        on_progress: Callable[[Any], None] | None = None,
+        on_progress: Callable[[RunView], None] | None = None,
     ) -> None:
         self._rt = rt
         self.executor = executor
@@ -212,19 +116,18 @@ class Driver:
         )
         self._relayed: set[str] = set()
 
-    def wake(self) -> None:
-        """Make the loop look again now (after setting cancel, stop or abort)."""
-        self._wake.set()
-
     def request_cancel(self) -> None:
+        """Record the Run's cancel intent at the next tick and keep converging."""
         self.cancel.set()
         self._wake.set()
 
     def request_stop(self) -> None:
+        """Stop leasing, drain the running Attempts, and return."""
         self.stop.set()
         self._wake.set()
 
     def request_abort(self) -> None:
+        """Kill every process now and return what is left unfinished."""
         self.abort.set()
         self._wake.set()
 
@@ -270,7 +173,7 @@ class Driver:
             self._wake.wait(self.interval_s)
             self._wake.clear()
 
-    def _check_cycle(self, cycle_result, failures: int) -> int:
+    def _check_cycle(self, cycle_result: CycleResult, failures: int) -> int:
         """Count consecutive cycles that failed on the driven Run; a Run the cycle
         cannot converge would otherwise be waited on forever."""
         if not self.until_run:
@@ -293,12 +196,12 @@ class Driver:
 
     def _relay_cancel_intent(self) -> None:
         """A Run with cancel intent asks its workers to stop at their next renewal;
-        renew this host's Attempts of such a Run now instead of up to ttl/3 later."""
-        now_ms = time.time_ns() // 1_000_000
+        renew this host's Attempts of such a Run now instead of up to ttl/3 later.
+        Whether it has intent (recorded, or a passed deadline) the domain decides."""
+        now_ms = wall_clock_ms()
         for run_id in {p.run_id for p in self.executor.running()} - self._relayed:
             view = self._rt.get_run(run_id)
-            past_deadline = view.deadline_ms is not None and now_ms >= view.deadline_ms
-            if view.cancel_requested_at_ms is not None or past_deadline or view.terminal:
+            if view.terminal or cancel_intent(view, now_ms) is not None:
                 self._relayed.add(run_id)
                 self.executor.renew_now(run_id)
 
@@ -325,38 +228,3 @@ class Driver:
             with contextlib.suppress(QlflowError):
                 result.run = self._rt.get_run(self.until_run)
         return result
-
-
-def drive(
-    rt,
-    until_run: str | None = None,
-    *,
-    executor: LocalProcessExecutor,
-    worker_id: str,
-    workers: int = 1,
-    interval_ms: int = DEFAULT_SERVE_INTERVAL_MS,
-    ttl_ms: int = 30_000,
-    stop_event: threading.Event | None = None,
-    cycles: bool = True,
-    on_progress: Callable[[Any], None] | None = None,
-) -> DriveResult:
-    """Drive cycles and local workers until `until_run` is terminal (or, without a
-    Run, until `stop_event` is set)."""
-    driver = Driver(
-        rt,
-        executor,
-        worker_id=worker_id,
-        workers=workers,
-        interval_ms=interval_ms,
-        ttl_ms=ttl_ms,
-        cycles=cycles,
-        until_run=until_run,
-        on_progress=on_progress,
-    )
-    if stop_event is not None:
-        threading.Thread(
-            target=lambda: (stop_event.wait(), driver.request_stop()),
-            name="drive-stop",
-            daemon=True,
-        ).start()
-    return driver.run()

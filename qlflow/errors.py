@@ -1,4 +1,4 @@
-"""Typed errors of the public API (SPEC §10). Every one says what was wrong and
+"""Typed errors of the public API. Every one says what was wrong and
 what to do; catch `QlflowError` for all of them."""
 
 from domain.errors import (

@@ -1,4 +1,4 @@
-"""Reading packages (SPEC §11): a folder with `qlflow.toml`, or a manifest dict.
+"""Reading packages: a folder with `qlflow.toml`, or a manifest dict.
 
 This is the I/O half of packaging: read the manifest, hash the files each Task
 names, and hand both to the pure core (`domain.manifest`, `domain.revision`),

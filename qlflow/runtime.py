@@ -1,31 +1,42 @@
-"""The embedding API (SPEC §10): `qlflow.open(...)` returns a `Runtime`."""
+"""The embedding API: `qlflow.open(...)` returns a `Runtime`."""
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import eventstore
-from actors import workers
+from actors import admission, publishing, workers
 from actors.authority import OperationAuthority
-from actors.supervisor import Cycle, CycleResult
+from actors.supervisor import Cycle, CycleResult, PageResult
+from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
-from domain.text import is_storable_text
-from projections import registry, views
+from domain.lease_terms import check_lease_ttl
+from domain.records import Record
+from domain.transitions import RUN_RUNNING, RUN_TERMINAL
+from domain.values import AdmissionReceipt, Publication
+from projections import audit, rebuild, registry, verify, views
+from projections.audit import TimelineEntry, WhyReport
+from projections.rebuild import Progress, RebuildSummary
+from projections.verify import VerifyReport
+from qlflow import packages
+from qlflow.arguments import instant, lease_of, optional_text, positive, text, texts
+from qlflow.clock import wall_clock_ms
 
 log = logging.getLogger("qlflow")
 
 Lease = workers.Lease
+__all__ = ["CycleResult", "Lease", "PageResult", "Profile", "Runtime", "default_url"]
 
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """Page sizes of a deployment profile, and the store kind it runs on."""
+    """Page sizes of a deployment profile: candidates per page, pages per phase per cycle,
+    and the store kind it runs on (docs/DESIGN.md, "Profiles")."""
 
     name: str
     store: str  # eventstore.SQLITE | eventstore.POSTGRESQL
@@ -40,10 +51,7 @@ PROFILES = {
 }
 DEFAULT_PROFILE = {eventstore.SQLITE: "standalone", eventstore.POSTGRESQL: "cluster"}
 
-OUTCOMES = ("succeeded", "failed")
-RUN_STATUSES = frozenset({"running", "succeeded", "failed", "cancelled", "timed_out"})
-MAX_MS = 2**53 - 1  # every instant and duration fits a JSON number exactly
-CANCEL_REASONS = ("user", "policy", "shutdown", "reconcile", "timeout")
+RUN_STATUSES = frozenset({RUN_RUNNING, *RUN_TERMINAL})  # what `runs(status=...)` filters on
 
 
 def default_url() -> str:
@@ -51,59 +59,11 @@ def default_url() -> str:
     return os.environ.get("QLFLOW_DB") or f"sqlite:///{Path('qlflow.db').resolve()}"
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _now(now_ms: int | None) -> int:
+    """`now_ms` as given (checked), or the wall clock."""
     if now_ms is None:
         return wall_clock_ms()
-    return _instant("now_ms", now_ms)
-
-
-def _instant(field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MS:
-        raise InvalidInput(
-            field,
-            "non-negative integer",
-            f"{field} must be an int from 0 to {MAX_MS} (milliseconds), got {value!r}",
-        )
-    return value
-
-
-def _text(field: str, value: Any) -> str:
-    """A non-empty string of UTF-8 text without NUL (both stores can hold it)."""
-    if not is_storable_text(value):
-        raise InvalidInput(
-            field,
-            "non-empty string",
-            f"{field} must be a non-empty string of UTF-8 text without NUL, got {value!r}",
-        )
-    return value
-
-
-def _optional_text(field: str, value: Any) -> str | None:
-    return None if value is None else _text(field, value)
-
-
-def _texts(field: str, values: Any) -> frozenset[str]:
-    """An iterable of texts (not one string) as a set."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise InvalidInput(
-            field,
-            "iterable of strings",
-            f"{field} must be a list of strings, got {type(values).__name__}",
-        )
-    return frozenset(_text(f"{field}[]", value) for value in values)
-
-
-def _positive(field: str, value: Any, low: int = 1, high: int = MAX_MS) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        bound = f"between {low} and {high}"
-        raise InvalidInput(
-            field, "integer range", f"{field} must be an integer {bound}, got {value!r}"
-        )
-    return value
+    return instant("now_ms", now_ms)
 
 
 def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Profile:
@@ -125,7 +85,7 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
         )
     if page_size is not None:
         limit = 128 if profile == "cluster" else chosen.page_size
-        _positive("page_size", page_size, 1, limit)
+        positive("page_size", page_size, 1, limit)
         chosen = Profile(chosen.name, chosen.store, page_size, chosen.pages_per_phase)
     return chosen
 
@@ -156,12 +116,11 @@ class Runtime:
 
     # -- packages and admission -------------------------------------------
     def publish(
-        self, path_or_manifest: str | os.PathLike | Mapping[str, Any], now_ms: int | None = None
-    ):
+        self,
+        path_or_manifest: str | os.PathLike[str] | Mapping[str, Any],
+        now_ms: int | None = None,
+    ) -> Publication:
         """Publish a package folder (or a manifest dict); unchanged content is a no-op."""
-        from actors import publishing
-        from qlflow import packages
-
         revision_input = packages.load(path_or_manifest)
         now = _now(now_ms)
         return self._authority.execute(
@@ -170,27 +129,21 @@ class Runtime:
 
     def withdraw(self, publication_id: str, now_ms: int | None = None) -> None:
         """Stop new starts from this publication (admitted Runs finish)."""
-        from actors import publishing
-
-        publication_id, now = _text("publication_id", publication_id), _now(now_ms)
+        publication_id, now = text("publication_id", publication_id), _now(now_ms)
         self._authority.execute(
             lambda tx: publishing.withdraw_in_tx(tx, publication_id, now), name="withdraw"
         )
 
     def quarantine(self, publication_id: str, now_ms: int | None = None) -> None:
         """Quarantine a publication: no new starts."""
-        from actors import publishing
-
-        publication_id, now = _text("publication_id", publication_id), _now(now_ms)
+        publication_id, now = text("publication_id", publication_id), _now(now_ms)
         self._authority.execute(
             lambda tx: publishing.quarantine_in_tx(tx, publication_id, now), name="quarantine"
         )
 
     def revoke_publisher(self, publisher: str, now_ms: int | None = None) -> None:
         """Revoke a publisher's trust: none of its publications may start Workflows."""
-        from actors import publishing
-
-        publisher, now = _text("publisher", publisher), _now(now_ms)
+        publisher, now = text("publisher", publisher), _now(now_ms)
         self._authority.execute(
             lambda tx: publishing.revoke_publisher_in_tx(tx, publisher, now), name="revoke"
         )
@@ -204,13 +157,11 @@ class Runtime:
         run_id: str | None = None,
         timeout_ms: int | None = None,
         now_ms: int | None = None,
-    ):
-        """Admit a Workflow Run (SPEC §4); an exact replay returns status "existing"."""
-        from actors import admission
-
-        package, workflow = _text("package", package), _text("workflow", workflow)
+    ) -> AdmissionReceipt:
+        """Admit a Workflow Run durably; an exact replay returns status "existing"."""
+        package, workflow = text("package", package), text("workflow", workflow)
         if timeout_ms is not None:
-            _positive("timeout_ms", timeout_ms)
+            positive("timeout_ms", timeout_ms)
         return admission.start(
             self._authority,
             package,
@@ -221,24 +172,20 @@ class Runtime:
             now_ms=_now(now_ms),
         )
 
-    def inspect_admission(self, run_id: str | None = None, admission_key: str | None = None):
+    def inspect_admission(
+        self, run_id: str | None = None, admission_key: str | None = None
+    ) -> AdmissionReceipt | None:
         """The durable admission receipt by run id or admission key, or None."""
-        from actors import admission
-
-        run_id = _optional_text("run_id", run_id)
-        admission_key = _optional_text("admission_key", admission_key)
+        run_id = optional_text("run_id", run_id)
+        admission_key = optional_text("admission_key", admission_key)
         return admission.inspect_admission(self.store, run_id=run_id, admission_key=admission_key)
 
     # -- the cycle -----------------------------------------------------------
     def cancel(self, run_id: str, reason: str = "user", now_ms: int | None = None) -> bool:
-        """Record cancel intent (idempotent); the cycle converges the Run."""
-        run_id = _text("run_id", run_id)
-        if reason not in CANCEL_REASONS:
-            raise InvalidInput(
-                "reason",
-                "cancel reason",
-                f"reason must be one of {', '.join(CANCEL_REASONS)}, got {reason!r}",
-            )
+        """Record cancel intent (idempotent); the cycle converges the Run. `reason` is
+        one of `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
+        timeout). True if this call recorded it."""
+        run_id = text("run_id", run_id)
         return workers.cancel(self._authority, run_id, reason, _now(now_ms))
 
     def cycle(self, now_ms: int | None = None) -> CycleResult:
@@ -256,13 +203,13 @@ class Runtime:
         step_key: str | None = None,
         tasks: Iterable[str] | None = None,
     ) -> list[Lease]:
-        """Lease claimed Attempts for a worker, oldest first."""
-        worker_id = _text("worker_id", worker_id)
-        _positive("limit", limit, 1, 1024)
-        _positive("ttl_ms", ttl_ms, 5_000, 600_000)
-        task_set = None if tasks is None else _texts("tasks", tasks)
-        run_id = _optional_text("run_id", run_id)
-        step_key = _optional_text("step_key", step_key)
+        """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min)."""
+        worker_id = text("worker_id", worker_id)
+        positive("limit", limit, 1, 1024)
+        check_lease_ttl(ttl_ms)  # refused even when there is nothing to lease
+        task_set = None if tasks is None else texts("tasks", tasks)
+        run_id = optional_text("run_id", run_id)
+        step_key = optional_text("step_key", step_key)
         return workers.lease_attempts(
             self._authority,
             worker_id,
@@ -276,16 +223,15 @@ class Runtime:
 
     def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """The start barrier: claimed+leased -> starting, before anything is spawned."""
-        return workers.mark_starting(self._authority, _lease(lease), _now(now_ms))
+        return workers.mark_starting(self._authority, lease_of(lease), _now(now_ms))
 
     def mark_running(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """starting -> running (passes through starting from claimed)."""
-        return workers.mark_running(self._authority, _lease(lease), _now(now_ms))
+        return workers.mark_running(self._authority, lease_of(lease), _now(now_ms))
 
     def renew(self, lease: Lease, ttl_ms: int = 30_000, now_ms: int | None = None) -> Lease:
         """Extend the lease: a new version; `.stop_requested` when the Run has cancel intent."""
-        _positive("ttl_ms", ttl_ms, 5_000, 600_000)
-        return workers.renew(self._authority, _lease(lease), ttl_ms, _now(now_ms))
+        return workers.renew(self._authority, lease_of(lease), ttl_ms, _now(now_ms))
 
     def complete(
         self,
@@ -296,30 +242,24 @@ class Runtime:
         output: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> str:
-        """Record the Attempt's outcome under its lease; returns the recorded status."""
-        if outcome not in OUTCOMES:
-            raise InvalidInput(
-                "outcome",
-                "succeeded or failed",
-                f"outcome must be 'succeeded' or 'failed', got {outcome!r}",
-            )
-        if output is not None and not isinstance(output, Mapping):
-            raise InvalidInput("output", "JSON object", "output must be a mapping (a JSON object)")
+        """Record the Attempt's outcome (succeeded | failed) under its lease; returns the
+        recorded status (cancelled or timed_out when the Run has cancel intent)."""
         if result_code is not None:
-            _text("result_code", result_code)
+            text("result_code", result_code)
         return workers.complete(
             self._authority,
-            _lease(lease),
+            lease_of(lease),
             outcome,
             result_code=result_code,
-            output=dict(output) if output is not None else None,
+            # a copy the caller cannot change; anything else the domain refuses
+            output=dict(output) if isinstance(output, Mapping) else output,
             now_ms=_now(now_ms),
         )
 
     # -- reading -----------------------------------------------------------
     def get_run(self, run_id: str) -> views.RunView:
         """The Run with its steps and Attempts, from the read models."""
-        return views.get_run(self.store, _text("run_id", run_id))
+        return views.get_run(self.store, text("run_id", run_id))
 
     def runs(self, status: str | None = None, limit: int = 100) -> list[views.RunView]:
         """Recent Runs, newest first."""
@@ -329,7 +269,7 @@ class Runtime:
                 "run status",
                 f"status must be one of {', '.join(sorted(RUN_STATUSES))}, got {status!r}",
             )
-        return views.list_runs(self.store, status=status, limit=_positive("limit", limit))
+        return views.list_runs(self.store, status=status, limit=positive("limit", limit))
 
     def events(
         self,
@@ -340,57 +280,46 @@ class Runtime:
         until_ms: int | None = None,
         after_position: int = 0,
         limit: int | None = None,
-    ):
+    ) -> list[Record]:
         """Events of the log by Run, type, time and position."""
         return views.events(
             self.store,
-            _optional_text("run_id", run_id),
-            types=None if types is None else _texts("types", types),
-            since_ms=None if since_ms is None else _instant("since_ms", since_ms),
-            until_ms=None if until_ms is None else _instant("until_ms", until_ms),
-            after_position=_positive("after_position", after_position, 0),
-            limit=None if limit is None else _positive("limit", limit),
+            optional_text("run_id", run_id),
+            types=None if types is None else texts("types", types),
+            since_ms=None if since_ms is None else instant("since_ms", since_ms),
+            until_ms=None if until_ms is None else instant("until_ms", until_ms),
+            after_position=positive("after_position", after_position, 0),
+            limit=None if limit is None else positive("limit", limit),
         )
 
-    def why(self, run_id: str, now_ms: int | None = None):
+    def why(self, run_id: str, now_ms: int | None = None) -> WhyReport:
         """Why the Run is not terminal (blocked Attempts, leases, holders, expiry), or
         for a terminal Run its root cause."""
-        from projections import audit
+        return audit.why(self.store, text("run_id", run_id), _now(now_ms))
 
-        return audit.why(self.store, _text("run_id", run_id), _now(now_ms))
-
-    def timeline(self, run_id: str):
+    def timeline(self, run_id: str) -> list[TimelineEntry]:
         """The Run's events (run, steps and lease streams) in commit order, summarized."""
-        from projections import audit
+        return audit.timeline(self.store, text("run_id", run_id))
 
-        return audit.timeline(self.store, _text("run_id", run_id))
-
-    def step_history(self, run_id: str, step_key: str):
+    def step_history(self, run_id: str, step_key: str) -> list[TimelineEntry]:
         """Every event about one Step of a Run."""
-        from projections import audit
+        return audit.step_history(self.store, text("run_id", run_id), text("step_key", step_key))
 
-        return audit.step_history(self.store, _text("run_id", run_id), _text("step_key", step_key))
-
-    def aggregate_at(self, run_id: str, version: int | None = None):
+    def aggregate_at(self, run_id: str, version: int | None = None) -> RunAggregate:
         """The Run's aggregate as it was at run-stream `version` (None: now)."""
-        from projections import audit
-
         if version is not None:
-            _positive("version", version)
-        return audit.aggregate_at(self.store, _text("run_id", run_id), version)
+            positive("version", version)
+        return audit.aggregate_at(self.store, text("run_id", run_id), version)
 
-    def rebuild_projections(self, progress=None):
-        """Replay the whole log into fresh read models and swap them in atomically."""
-        from projections import rebuild
-
+    def rebuild_projections(self, progress: Progress | None = None) -> RebuildSummary:
+        """Replay the whole log into fresh read models and swap them in atomically.
+        `progress(done, total)` is called as the replay goes."""
         summary = rebuild.rebuild(self.store, progress)
         log.info("rebuilt read models from %d events", summary.events)
         return summary
 
-    def verify_projections(self, progress=None):
-        """Prove the live read models equal a replay of the log (report.ok)."""
-        from projections import verify
-
+    def verify_projections(self, progress: Progress | None = None) -> VerifyReport:
+        """Prove the live read models equal a replay of the log (`report.ok`)."""
         return verify.verify(self.store, progress)
 
     def close(self) -> None:
@@ -406,17 +335,3 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _lease(lease: Any) -> Lease:
-    if not isinstance(lease, Lease):
-        raise InvalidInput(
-            "lease", "Lease", f"expected a Lease from lease_attempts, got {type(lease).__name__}"
-        )
-    for name in ("lease_id", "attempt_id", "run_id", "step_key", "task_ref", "worker_id"):
-        _text(f"lease.{name}", getattr(lease, name))
-    _positive("lease.version", lease.version)
-    _instant("lease.expires_at_ms", lease.expires_at_ms)
-    if not isinstance(lease.stop_requested, bool):
-        raise InvalidInput("lease.stop_requested", "bool", "lease.stop_requested must be a bool")
-    return lease

@@ -1,19 +1,24 @@
-"""Output of the command line: rich tables for people, orjson documents for machines."""
+"""What the command line shows people: rich tables of publications, receipts, Runs,
+steps, events, cycles and rebuilds."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import sys
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import orjson
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from actors.supervisor import CycleResult
+from domain.phases import PHASES
+from domain.records import Record
+from domain.values import AdmissionReceipt, Publication
+from projections.rebuild import RebuildSummary
+from projections.views import AttemptView, RunView, StepView
+from qlflow.cli.output import jsonable
+from qlflow.clock import wall_clock_ms
 
 STATUS_STYLES = {
     "succeeded": "green",
@@ -30,50 +35,6 @@ STATUS_STYLES = {
     "waiting_approval": "blue",
 }
 
-PHASES = ("recovery", "cancellation", "frontier", "admission")
-
-
-def stdout_console() -> Console:
-    """The console for results (markup off, as for stderr). Piped output is not cut
-    at 80 columns: a log path or an id stays whole on one line (COLUMNS wins if set)."""
-    console = Console(highlight=False, markup=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, markup=False, width=200)
-    return console
-
-
-def stderr_console() -> Console:
-    # markup off: ids, paths and messages print as they are, brackets included
-    return Console(stderr=True, highlight=False, markup=False)
-
-
-# -- JSON -------------------------------------------------------------------------
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (tuple, set, frozenset)):
-        return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def jsonable(value: Any) -> Any:
-    """`value` as plain JSON types (dataclasses, mappings and tuples converted)."""
-    return orjson.loads(orjson.dumps(value, default=_default))
-
-
-def write_json(value: Any, *, pretty: bool = True) -> None:
-    """One JSON document on stdout (`pretty=False`: one line, for JSON lines)."""
-    option = orjson.OPT_INDENT_2 if pretty else 0
-    sys.stdout.buffer.write(orjson.dumps(value, default=_default, option=option) + b"\n")
-    sys.stdout.buffer.flush()
-
-
 # -- small formatters --------------------------------------------------------------
 
 
@@ -86,6 +47,7 @@ def at(ms: int | None) -> str:
 
 
 def duration(ms: int | None) -> str:
+    """A duration in ms as people read it: 830ms, 4.2s, 3m05s, 1h02m."""
     if ms is None or ms < 0:
         return "-"
     if ms < 1000:
@@ -101,6 +63,7 @@ def duration(ms: int | None) -> str:
 
 
 def status_text(status: str | None) -> Text:
+    """A status, coloured by what it means."""
     if status is None:
         return Text("-", style="dim")
     return Text(status, style=STATUS_STYLES.get(status, ""))
@@ -114,6 +77,7 @@ def _cell(value: Any) -> str:
 
 
 def key_values(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:
+    """A two-column table of labelled facts."""
     table = Table(title=title, show_header=False, box=None, pad_edge=False, title_justify="left")
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
@@ -122,7 +86,8 @@ def key_values(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:
     return table
 
 
-def publication_table(publication) -> Table:
+def publication_table(publication: Publication) -> Table:
+    """What `publish` did: the publication, or that nothing changed."""
     created = getattr(publication, "created", None)
     return key_values(
         "published" if created else "unchanged (already the head)",
@@ -138,7 +103,8 @@ def publication_table(publication) -> Table:
     )
 
 
-def receipt_table(receipt) -> Table:
+def receipt_table(receipt: AdmissionReceipt) -> Table:
+    """An admission receipt."""
     return key_values(
         f"admission {receipt.status}",
         [
@@ -150,7 +116,8 @@ def receipt_table(receipt) -> Table:
     )
 
 
-def runs_table(runs) -> Table:
+def runs_table(runs: Sequence[RunView]) -> Table:
+    """One row per Run."""
     table = Table(title=f"{len(runs)} run(s)", title_justify="left")
     for column in ("run", "package", "workflow", "status", "admitted", "ended", "cancel", "code"):
         table.add_column(column)
@@ -168,7 +135,8 @@ def runs_table(runs) -> Table:
     return table
 
 
-def run_header(run) -> Table:
+def run_header(run: RunView) -> Table:
+    """The facts of one Run above its steps."""
     rows: list[tuple[str, Any]] = [
         ("run", run.run_id),
         ("workflow", f"{run.package} / {run.workflow_key}"),
@@ -187,9 +155,9 @@ def run_header(run) -> Table:
     return key_values(None, rows)
 
 
-def steps_table(run, now_ms: int | None = None, *, detail: bool = True) -> Table:
+def steps_table(run: RunView, now_ms: int | None = None, *, detail: bool = True) -> Table:
     """The Run's steps: status, current Attempt, duration, result (and log path)."""
-    now_ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    now_ms = now_ms if now_ms is not None else wall_clock_ms()
     table = Table(title="steps", title_justify="left")
     table.add_column("step")
     if detail:
@@ -202,7 +170,7 @@ def steps_table(run, now_ms: int | None = None, *, detail: bool = True) -> Table
         table.add_column("worker")
     for step in _in_plan_order(run.steps):
         attempt = step.attempts[-1] if step.attempts else None
-        row = [step.step_key]
+        row: list[str | Text] = [step.step_key]
         if detail:
             row.append(", ".join(step.needs) or "-")
         row.append(status_text(step.status))
@@ -215,7 +183,7 @@ def steps_table(run, now_ms: int | None = None, *, detail: bool = True) -> Table
     return table
 
 
-def log_paths(run) -> Table | None:
+def log_paths(run: RunView) -> Table | None:
     """Where each step's latest Attempt wrote its output (the paths are long, so
     they go under the table, one a line)."""
     rows = []
@@ -226,17 +194,18 @@ def log_paths(run) -> Table | None:
     return key_values("logs", rows) if rows else None
 
 
-def run_document(run, now_ms: int | None = None) -> Group:
-    parts = [run_header(run), Text(""), steps_table(run, now_ms)]
+def run_document(run: RunView, now_ms: int | None = None) -> Group:
+    """A Run as `show` prints it: header, steps, and where the logs are."""
+    parts: list[Table | Text] = [run_header(run), Text(""), steps_table(run, now_ms)]
     logs = log_paths(run)
     if logs is not None:
         parts += [Text(""), logs]
     return Group(*parts)
 
 
-def _in_plan_order(steps: Mapping[str, Any]) -> list:
+def _in_plan_order(steps: Mapping[str, StepView]) -> list[StepView]:
     """Steps in dependency order (a step after everything it needs), then by key."""
-    placed: list = []
+    placed: list[StepView] = []
     seen: set[str] = set()
     remaining = dict(sorted(steps.items()))
     while remaining:
@@ -249,14 +218,14 @@ def _in_plan_order(steps: Mapping[str, Any]) -> list:
     return placed
 
 
-def _attempt_duration(attempt, now_ms: int) -> int | None:
+def _attempt_duration(attempt: AttemptView | None, now_ms: int) -> int | None:
     if attempt is None or attempt.started_at_ms is None:
         return None
     end = attempt.ended_at_ms if attempt.ended_at_ms is not None else now_ms
     return end - attempt.started_at_ms
 
 
-def _result(step, attempt) -> str:
+def _result(step: StepView, attempt: AttemptView | None) -> str:
     parts = []
     if step.result_code:
         parts.append(step.result_code)
@@ -268,7 +237,8 @@ def _result(step, attempt) -> str:
     return ", ".join(parts) or "-"
 
 
-def events_table(records) -> Table:
+def events_table(records: Sequence[Record]) -> Table:
+    """One row per event."""
     table = Table(title=f"{len(records)} event(s)", title_justify="left")
     for column in ("pos", "at", "stream", "ver", "type", "data"):
         table.add_column(column, overflow="fold")
@@ -277,7 +247,8 @@ def events_table(records) -> Table:
     return table
 
 
-def event_row(record) -> tuple[str, ...]:
+def event_row(record: Record) -> tuple[str, ...]:
+    """The cells of one event: position, time, stream, version, type, summary."""
     return (
         str(record.global_position),
         at(record.metadata.get("at_ms")),
@@ -291,7 +262,7 @@ def event_row(record) -> tuple[str, ...]:
 _SUMMARY_SKIP = {"plan", "revision", "publication", "admission", "output"}
 
 
-def event_summary(record) -> str:
+def event_summary(record: Record) -> str:
     """A one-line summary of an event's data (big documents left out)."""
     parts = []
     for key, value in record.data.items():
@@ -306,7 +277,8 @@ def event_summary(record) -> str:
     return " ".join(parts)
 
 
-def cycle_table(result) -> Table | Group:
+def cycle_table(result: CycleResult) -> Table | Group:
+    """The counters of each phase of a cycle, and its errors."""
     table = Table(title="cycle", title_justify="left")
     table.add_column("phase")
     columns = ("scanned", "changed", "settled_runs", "settled_attempts", "blocked", "conflicts")
@@ -322,71 +294,12 @@ def cycle_table(result) -> Table | Group:
     return table
 
 
-def cycle_document(result) -> dict[str, Any]:
+def cycle_document(result: CycleResult) -> dict[str, Any]:
+    """The cycle as JSON: a document of counters per phase."""
     return {phase: jsonable(getattr(result, phase)) for phase in PHASES}
 
 
-def view_of_aggregate(aggregate):
-    """A Run aggregate (the state at some version) in the shape `show` prints:
-    the read models' RunView, with what only the read models know (times of
-    attempts, end of the Run) left empty."""
-    from projections.views import AttemptView, RunView, StepView
-
-    run = aggregate.run
-    plan = run.plan
-    steps = {}
-    for key, step in aggregate.steps.items():
-        attempts = []
-        for attempt_id in step.attempt_ids:
-            attempt = aggregate.attempts[attempt_id]
-            lease = attempt.lease
-            attempts.append(
-                AttemptView(
-                    attempt_id=attempt.attempt_id,
-                    status=attempt.status,
-                    attempt_number=attempt.attempt_number,
-                    lease_id=lease.lease_id if lease else None,
-                    lease_version=lease.version if lease else None,
-                    lease_status=lease.status if lease else None,
-                    worker_id=attempt.worker_id or (lease.worker_id if lease else None),
-                    expires_at_ms=lease.expires_at_ms if lease else None,
-                    started_at_ms=None,
-                    ended_at_ms=None,
-                    result_code=attempt.result_code,
-                    output=dict(attempt.output) if attempt.output is not None else None,
-                )
-            )
-        steps[key] = StepView(
-            step_key=key,
-            step_run_id=step.step_run_id,
-            task_ref=step.task_ref,
-            needs=tuple(step.needs),
-            status=step.status,
-            result_code=step.result_code,
-            epoch=step.epoch,
-            attempts=attempts,
-        )
-    return RunView(
-        run_id=run.run_id,
-        package=plan.package,
-        workflow_key=plan.workflow_key,
-        publication_id=plan.publication_id,
-        plan_digest=plan.plan_digest,
-        admission_key=run.admission_key,
-        status=run.status,
-        version=run.version,
-        admitted_at_ms=run.admitted_at_ms,
-        deadline_ms=run.deadline_ms,
-        cancel_requested_at_ms=run.cancel_requested_at_ms,
-        cancel_reason=run.cancel_reason,
-        result_code=run.result_code,
-        error_code=run.error_code,
-        terminal_at_ms=None,
-        steps=steps,
-    )
-
-
-def rebuild_table(summary) -> Group:
+def rebuild_table(summary: RebuildSummary) -> Group:
     """What a rebuild did: events replayed, log position, and rows per table."""
     facts = key_values(
         None,

@@ -1,0 +1,80 @@
+"""Checks of the facade's own arguments, made before anything is read or written:
+values the domain never sees (instants the facade fills in, filters and limits of
+reads, a Lease handed back by a caller), and the storable-text rule for names and
+ids. Everything the domain decides it checks itself; its InvalidInput passes
+through the facade unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from actors.workers import Lease
+from domain.canonical import MAX_SAFE_INTEGER
+from domain.errors import InvalidInput
+from domain.text import is_storable_text
+
+MAX_MS = MAX_SAFE_INTEGER  # every instant and duration fits a JSON number exactly
+
+
+def instant(field: str, value: Any) -> int:
+    """An epoch-ms instant: an int from 0 to MAX_MS (a bool is not an int)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MS:
+        raise InvalidInput(
+            field,
+            "non-negative integer",
+            f"{field} must be an int from 0 to {MAX_MS} (milliseconds), got {value!r}",
+        )
+    return value
+
+
+def text(field: str, value: Any) -> str:
+    """A non-empty string of UTF-8 text without NUL (both stores can hold it)."""
+    if not isinstance(value, str) or not is_storable_text(value):
+        raise InvalidInput(
+            field,
+            "non-empty string",
+            f"{field} must be a non-empty string of UTF-8 text without NUL, got {value!r}",
+        )
+    return value
+
+
+def optional_text(field: str, value: Any) -> str | None:
+    """None, or a text (see `text`)."""
+    return None if value is None else text(field, value)
+
+
+def texts(field: str, values: Any) -> frozenset[str]:
+    """An iterable of texts (not one string) as a set."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidInput(
+            field,
+            "iterable of strings",
+            f"{field} must be a list of strings, got {type(values).__name__}",
+        )
+    return frozenset(text(f"{field}[]", value) for value in values)
+
+
+def positive(field: str, value: Any, low: int = 1, high: int = MAX_MS) -> int:
+    """An int from `low` to `high` (a bool is not an int)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        bound = f"between {low} and {high}"
+        raise InvalidInput(
+            field, "integer range", f"{field} must be an integer {bound}, got {value!r}"
+        )
+    return value
+
+
+def lease_of(lease: Any) -> Lease:
+    """A Lease as `lease_attempts` handed it out: every field of its type."""
+    if not isinstance(lease, Lease):
+        raise InvalidInput(
+            "lease", "Lease", f"expected a Lease from lease_attempts, got {type(lease).__name__}"
+        )
+    for name in ("lease_id", "attempt_id", "run_id", "step_key", "task_ref", "worker_id"):
+        text(f"lease.{name}", getattr(lease, name))
+    positive("lease.version", lease.version)
+    instant("lease.expires_at_ms", lease.expires_at_ms)
+    if not isinstance(lease.stop_requested, bool):
+        raise InvalidInput("lease.stop_requested", "bool", "lease.stop_requested must be a bool")
+    return lease

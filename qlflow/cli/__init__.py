@@ -1,0 +1,34 @@
+"""The `qlflow` command line: typer commands over `qlflow.open(...)`.
+
+Every command opens the runtime on `--db` (default `$QLFLOW_DB`, else
+`./qlflow.db`), does its work and closes it. Human output is rich tables;
+`--json` writes one JSON document (JSON lines for `events --follow`).
+
+The commands, by what a person does with them (and so in `--help`):
+- run and host (`running`, `hosting`): start, run, cancel, cycle, worker, serve;
+- inspect (`inspecting`): runs, show, events, why;
+- administer (`administering`): publish, rebuild, verify, pg-roles.
+
+Exit status (`exits`): 0 ok (for `run`: the Run succeeded); 1 the Run failed (or
+`verify` found differences); 2 bad input (any qlflow error, a missing path, a bad
+`--db`); 3 the Run was cancelled; 4 it timed out; 130 interrupted without
+waiting. An error is one line on stderr, `qlflow: error: ...`, never a traceback.
+"""
+
+# Importing a command module registers its commands; --help lists them in this order.
+from qlflow.cli import running
+
+# isort: split
+from qlflow.cli import hosting
+
+# isort: split
+from qlflow.cli import inspecting
+
+# isort: split
+from qlflow.cli import administering
+
+# isort: split
+from qlflow.cli.app import app
+from qlflow.cli.entry import main
+
+__all__ = ["administering", "app", "hosting", "inspecting", "main", "running"]

@@ -1,0 +1,207 @@
+"""Hosting commands: `worker` (runs leased Attempts; another process cycles) and
+`serve` (cycles plus local workers)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qlflow.cli.app import RUN_AND_HOST, app
+from qlflow.cli.executors import default_worker_id, local_executor
+from qlflow.cli.exits import EXIT_INTERRUPTED, CliError
+from qlflow.cli.opening import opened
+from qlflow.cli.options import (
+    DrainOption,
+    KillAfterOption,
+    LogDirOption,
+    PackageDirOption,
+    TtlOption,
+    at_least,
+    check_ttl,
+    package_folder,
+    split_list,
+)
+from qlflow.cli.output import stderr_console, stdout_console
+from qlflow.cli.signals import SignalRelay
+from qlflow.driver import DEFAULT_SERVE_INTERVAL_MS, Driver
+from qlflow.executor import DEFAULT_KILL_AFTER_S, PublishedTasks
+
+log = logging.getLogger("qlflow.cli")
+
+
+def _host(
+    ctx: typer.Context,
+    *,
+    cycles: bool,
+    worker_id: str | None,
+    slots: int,
+    interval_ms: int,
+    ttl_ms: int,
+    kill_after_ms: int,
+    drain_ms: int,
+    package_dirs: list[Path] | None,
+    tasks: list[str] | None,
+    once: bool,
+    log_dir: Path | None,
+) -> None:
+    at_least("--interval-ms", interval_ms)
+    at_least("--kill-after-ms", kill_after_ms, 0)
+    at_least("--drain-ms", drain_ms, 0)
+    check_ttl(ttl_ms)
+    folders = [package_folder(p) for p in package_dirs or []]
+    err = stderr_console()
+    if not folders:
+        if not cycles:
+            raise CliError(
+                "a worker needs --package-dir: the folder of each package whose Tasks it runs"
+            )
+        err.print("qlflow: serve without --package-dir only cycles; workers run nothing here")
+    with opened(ctx) as rt:
+        published = PublishedTasks(rt)
+        for folder in folders:
+            published.add_folder(folder)
+        executor = local_executor(
+            ctx, rt, published, log_dir=log_dir, ttl_ms=ttl_ms, kill_after_ms=kill_after_ms
+        )
+        driver = Driver(
+            rt,
+            executor,
+            worker_id=worker_id or default_worker_id(),
+            workers=slots,
+            interval_ms=interval_ms,
+            ttl_ms=ttl_ms,
+            cycles=cycles,
+            tasks=split_list(tasks),
+            servable=published.task_refs,
+            once=once,
+            drain_s=drain_ms / 1000,
+        )
+
+        def on_signal(signum: int) -> None:
+            if not driver.stop.is_set():
+                err.print(
+                    f"qlflow: {signal.Signals(signum).name}: stopping; running steps get "
+                    f"{drain_ms} ms to finish. Signal again to exit at once."
+                )
+                driver.request_stop()
+            else:
+                driver.request_abort()
+
+        try:
+            with SignalRelay(on_signal):
+                result = driver.run()
+        finally:
+            executor.close()
+    for report in result.reports:
+        log.info(
+            "attempt %s (%s/%s): %s, exit %s",
+            report.attempt_id,
+            report.run_id,
+            report.step_key,
+            report.recorded_status,
+            report.exit_code,
+        )
+    if result.aborted:
+        for process in result.left_running:
+            err.print(
+                f"qlflow: killed step {process.step_key} of run {process.run_id} "
+                f"(pid {process.pid}); a later cycle records it lost"
+            )
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if once:
+        stdout_console().print(f"{len(result.reports)} attempt(s) run")
+
+
+@app.command(
+    rich_help_panel=RUN_AND_HOST,
+    epilog=(
+        "Example: [bold]qlflow worker --package-dir examples/nightly --limit 4[/bold]\n\n"
+        "Leases claimed Attempts (another process runs the cycles: [bold]qlflow serve"
+        "[/bold] or [bold]qlflow cycle[/bold]), runs each in its package folder, renews "
+        "its lease every TTL/3 and records the outcome. SIGTERM or Ctrl-C stops leasing; "
+        "running steps get --drain-ms to finish, then SIGTERM and SIGKILL."
+    ),
+)
+def worker(
+    ctx: typer.Context,
+    worker_id: Annotated[
+        str | None, typer.Option("--id", help="Worker id (default host-pid).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Attempts run at once.")] = 1,
+    ttl_ms: TtlOption = 30_000,
+    once: Annotated[
+        bool, typer.Option("--once", help="One lease pass: run what it got, then exit.")
+    ] = False,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Option(help="Only these task refs (package@generation#task, comma separated)."),
+    ] = None,
+    package_dir: PackageDirOption = None,
+    interval_ms: Annotated[
+        int, typer.Option(help="Lease poll interval.")
+    ] = DEFAULT_SERVE_INTERVAL_MS,
+    drain_ms: DrainOption = 10_000,
+    kill_after_ms: KillAfterOption = int(DEFAULT_KILL_AFTER_S * 1000),
+    log_dir: LogDirOption = None,
+) -> None:
+    """Run leased Attempts as local processes (no cycles: a separate worker)."""
+    at_least("--limit", limit)
+    _host(
+        ctx,
+        cycles=False,
+        worker_id=worker_id,
+        slots=limit,
+        interval_ms=interval_ms,
+        ttl_ms=ttl_ms,
+        kill_after_ms=kill_after_ms,
+        drain_ms=drain_ms,
+        package_dirs=package_dir,
+        tasks=tasks,
+        once=once,
+        log_dir=log_dir,
+    )
+
+
+@app.command(
+    rich_help_panel=RUN_AND_HOST,
+    epilog=(
+        "Example: [bold]qlflow serve --package-dir examples/nightly --interval-ms 500 "
+        "--workers 4[/bold]\n\n"
+        "A host-less deployment: every interval one cycle, then local workers lease and "
+        "run what it admitted. SIGTERM (or Ctrl-C) stops leasing, gives running steps "
+        "--drain-ms to finish, then SIGTERM and SIGKILL after --kill-after-ms, and exits 0."
+    ),
+)
+def serve(
+    ctx: typer.Context,
+    interval_ms: Annotated[
+        int, typer.Option(help="Cycle interval (a finished step wakes it early).")
+    ] = DEFAULT_SERVE_INTERVAL_MS,
+    workers: Annotated[int, typer.Option(help="Attempts run at once.")] = 4,
+    worker_id: Annotated[str | None, typer.Option("--id", help="Worker id.")] = None,
+    ttl_ms: TtlOption = 30_000,
+    package_dir: PackageDirOption = None,
+    drain_ms: DrainOption = 10_000,
+    kill_after_ms: KillAfterOption = int(DEFAULT_KILL_AFTER_S * 1000),
+    log_dir: LogDirOption = None,
+) -> None:
+    """Cycles plus local workers in a loop, until SIGTERM."""
+    at_least("--workers", workers)
+    _host(
+        ctx,
+        cycles=True,
+        worker_id=worker_id,
+        slots=workers,
+        interval_ms=interval_ms,
+        ttl_ms=ttl_ms,
+        kill_after_ms=kill_after_ms,
+        drain_ms=drain_ms,
+        package_dirs=package_dir,
+        tasks=None,
+        once=False,
+        log_dir=log_dir,
+    )

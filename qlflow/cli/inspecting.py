@@ -1,0 +1,186 @@
+"""Inspecting commands: `runs`, `show` (now or at any version), `events` (filtered,
+or followed as they commit) and `why` (what keeps a Run from ending, or how it ended)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from domain.records import Record
+from projections.views import RunView, view_of_aggregate
+from qlflow.cli.app import INSPECT, JsonOption, app, wants_json
+from qlflow.cli.opening import opened
+from qlflow.cli.options import at_least, split_list
+from qlflow.cli.output import jsonable, stdout_console, write_json
+from qlflow.cli.signals import SignalRelay
+from qlflow.cli.tables import event_row, events_table, run_document, runs_table
+
+Fetch = Callable[[int, int | None], list[Record]]
+
+
+@app.command(
+    rich_help_panel=INSPECT, epilog="Example: [bold]qlflow runs --status running --json[/bold]"
+)
+def runs(
+    ctx: typer.Context,
+    status: Annotated[
+        str | None,
+        typer.Option(help="Only Runs with this status (running, succeeded, failed, ...)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    json_out: JsonOption = False,
+) -> None:
+    """List Runs, newest first."""
+    at_least("--limit", limit)
+    with opened(ctx) as rt:
+        found = rt.runs(status=status, limit=limit)
+    if wants_json(ctx, json_out):
+        write_json([_without_steps(r) for r in found])
+    else:
+        stdout_console().print(runs_table(found))
+
+
+def _without_steps(run: RunView) -> dict[str, Any]:
+    document: dict[str, Any] = jsonable(run)
+    document.pop("steps", None)
+    return document
+
+
+@app.command(
+    rich_help_panel=INSPECT,
+    epilog="Example: [bold]qlflow show run:0b1c...[/bold], or [bold]qlflow show run:0b1c... "
+    "--at 3[/bold] for the state right after the Run's event at version 3",
+)
+def show(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    at_version: Annotated[
+        int | None,
+        typer.Option("--at", metavar="VERSION", help="The state at this Run version."),
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Show a Run with its steps as a table (now, or at any version)."""
+    at_least("--at", at_version)
+    as_json = wants_json(ctx, json_out)
+    with opened(ctx) as rt:
+        if at_version is None:
+            view = rt.get_run(run_id)
+            if as_json:
+                write_json(view)
+            else:
+                stdout_console().print(run_document(view))
+            return
+        state = view_of_aggregate(rt.aggregate_at(run_id, at_version))
+    if as_json:
+        write_json(state)
+    else:
+        console = stdout_console()
+        console.print(Text(f"run {run_id} as of version {at_version}", style="bold"))
+        console.print(run_document(state))
+
+
+@app.command(
+    rich_help_panel=INSPECT,
+    epilog=(
+        "Examples: [bold]qlflow events --run run:0b1c...[/bold]; "
+        "[bold]qlflow events --type attempt.failed --type attempt.lost --since-ms "
+        "1714550000000[/bold]; [bold]qlflow events --follow --json[/bold] (JSON lines until "
+        "Ctrl-C)"
+    ),
+)
+def events(
+    ctx: typer.Context,
+    run_id: Annotated[str | None, typer.Option("--run", metavar="RUN", help="One Run.")] = None,
+    types: Annotated[
+        list[str] | None,
+        typer.Option("--type", help="Event type (repeatable or comma separated)."),
+    ] = None,
+    since_ms: Annotated[int | None, typer.Option(help="At or after this time (epoch ms).")] = None,
+    until_ms: Annotated[int | None, typer.Option(help="Before this time (epoch ms).")] = None,
+    after: Annotated[int, typer.Option(metavar="POSITION", help="After this global position.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="At most this many.")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")
+    ] = False,
+    interval_ms: Annotated[int, typer.Option(help="Poll interval of --follow.")] = 500,
+    json_out: JsonOption = False,
+) -> None:
+    """Events of the log, filtered by Run, type, time and position."""
+    at_least("--limit", limit)
+    at_least("--after", after, 0)
+    at_least("--interval-ms", interval_ms)
+    as_json = wants_json(ctx, json_out)
+    wanted = split_list(types)
+    with opened(ctx) as rt:
+
+        def fetch(position: int, how_many: int | None) -> list[Record]:
+            return rt.events(
+                run_id,
+                types=wanted,
+                since_ms=since_ms,
+                until_ms=until_ms,
+                after_position=position,
+                limit=how_many,
+            )
+
+        if run_id is not None:
+            rt.get_run(run_id)  # NotFound says so, instead of an empty list
+        found = fetch(after, limit)
+        if not follow:
+            if as_json:
+                write_json(found)
+            else:
+                stdout_console().print(events_table(found))
+            return
+        _follow(fetch, found, after, as_json, interval_ms / 1000)
+
+
+def _follow(
+    fetch: Fetch, first: Sequence[Record], after: int, as_json: bool, interval_s: float
+) -> None:
+    """Print `first`, then every new event each `interval_s`, until SIGINT / SIGTERM."""
+    console = stdout_console()
+    stop = threading.Event()
+
+    def emit(records: Sequence[Record]) -> int:
+        position = after
+        for record in records:
+            if as_json:
+                write_json(record, pretty=False)
+            else:
+                console.print("  ".join(event_row(record)), soft_wrap=True)
+            position = record.global_position
+        return position
+
+    with SignalRelay(lambda _signum: stop.set()):
+        position = max(after, emit(first))
+        while not stop.wait(interval_s):
+            records = fetch(position, 1000)
+            if records:
+                position = max(position, emit(records))
+
+
+@app.command(
+    rich_help_panel=INSPECT,
+    epilog="Example: [bold]qlflow why run:0b1c...[/bold]  (which Attempt blocks it, which "
+    "lease, held by whom, until when)",
+)
+def why(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    json_out: JsonOption = False,
+) -> None:
+    """Say why a Run is not terminal (or how it ended)."""
+    with opened(ctx) as rt:
+        report = rt.why(run_id)
+    if wants_json(ctx, json_out):
+        write_json(report.to_dict())
+    else:
+        console = stdout_console()
+        for line in report.lines():
+            console.print(line, soft_wrap=True)

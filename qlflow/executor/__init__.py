@@ -1,0 +1,41 @@
+"""The `local_process` executor: one subprocess per leased Attempt.
+
+Per Attempt, in this order:
+1. find the Task's command in the Run's published revision and the package folder
+   it runs in (`PublishedTasks`, in `tasks`), and check the folder still holds the
+   files the Task's source digest covers;
+2. `mark_starting` — the start barrier, durable before anything is spawned;
+3. spawn the command in the package folder, in its own process group, with
+   `QLFLOW_RUN_ID`, `QLFLOW_STEP_KEY`, `QLFLOW_ATTEMPT_ID` and the Task's env set,
+   stdout and stderr going to one log file per Attempt (`processes`);
+4. `mark_running`, then renew the lease every ttl/3 while the process runs; when a
+   renewal answers `stop_requested` (or the host stops the worker) the group gets
+   SIGTERM, and SIGKILL once `kill_after_s` has passed (`local`);
+5. `complete` with exit code 0 -> `succeeded`, anything else -> `failed`, and
+   `output = {"log_path", "exit_code", "pid", ...}`.
+A command that cannot be found or started completes `failed` with result code
+`start_failed` and the error in the output. No process outlives its Attempt: the
+group is killed after the leader exits, on loss of the lease, and on `close()`.
+Why a lease fences every write: docs/DESIGN.md, "Leases and fencing".
+"""
+
+from qlflow.executor.local import (
+    DEFAULT_KILL_AFTER_S,
+    DEFAULT_TTL_MS,
+    START_FAILED,
+    LocalProcessExecutor,
+)
+from qlflow.executor.reports import AttemptReport, RunningProcess
+from qlflow.executor.tasks import PublishedTasks, TaskCommand, TaskUnavailable
+
+__all__ = [
+    "DEFAULT_KILL_AFTER_S",
+    "DEFAULT_TTL_MS",
+    "START_FAILED",
+    "AttemptReport",
+    "LocalProcessExecutor",
+    "PublishedTasks",
+    "RunningProcess",
+    "TaskCommand",
+    "TaskUnavailable",
+]

@@ -1,0 +1,156 @@
+"""Finding what to run for a leased Attempt: its Task's command in the Run's
+published revision, and the package folder on this host that holds its files."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from domain import event_types
+from domain.errors import NotFound, QlflowError
+from domain.plan import task_ref
+from domain.revision import MaterializedRevision, revision_from_json
+from domain.streams import publication_stream
+from domain.tasks import TaskDefinition, task_source_digest
+from projections import publications
+from qlflow.packages import file_digest, load_package
+from qlflow.runtime import Lease, Runtime
+
+
+class TaskUnavailable(QlflowError):
+    """The local executor cannot run an Attempt's Task here (no package folder known
+    for it, or the folder no longer holds the published files)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCommand:
+    """What to spawn for an Attempt: argv, the Task's own env, and the package folder."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+
+
+class PublishedTasks:
+    """Resolves a lease to the command of its Task, from the Run's publication.
+
+    The publication holds the revision (commands, env, file lists and source
+    digests) but not where the package lives on this host, so the folder comes from
+    `folders` (package name -> folder, as given to `run PATH`, `worker
+    --package-dir` or `serve --package-dir`), or from a `source_path` the
+    publication may record. Before a Task runs, the files it names are hashed again
+    and must give its published source digest: a folder that changed since
+    publication never runs under the old generation's name.
+    """
+
+    def __init__(
+        self, rt: Runtime, folders: Mapping[str, str | os.PathLike[str]] | None = None
+    ) -> None:
+        self._rt = rt
+        self._folders: dict[str, Path] = {}
+        self._revisions: dict[str, tuple[MaterializedRevision, Path | None]] = {}
+        self._publication_by_run: dict[str, str] = {}
+        self._lock = threading.Lock()
+        for package, folder in (folders or {}).items():
+            self.add_folder(folder, package)
+
+    def add_folder(self, folder: str | os.PathLike[str], package: str | None = None) -> str:
+        """Serve Tasks of the package in `folder` (its name read from its qlflow.toml
+        unless given). Returns the package name."""
+        path = Path(folder).resolve()
+        if package is None:
+            package = load_package(path).manifest.package.name
+        with self._lock:
+            self._folders[package] = path
+        return package
+
+    @property
+    def packages(self) -> list[str]:
+        """The packages this worker has a folder for."""
+        with self._lock:
+            return sorted(self._folders)
+
+    def task_refs(self) -> frozenset[str]:
+        """The task refs of every published generation of the packages this worker has
+        a folder for: lease only these, never a Task it could not start."""
+        refs: set[str] = set()
+        for package in self.packages:
+            for publication in publications.publications(self._rt.store, package):
+                revision, _ = self._revision(publication.publication_id)
+                refs.update(task_ref(package, revision.generation, t) for t in revision.tasks)
+        return frozenset(refs)
+
+    def resolve(self, lease: Lease) -> TaskCommand:
+        """The command for `lease`'s Task; TaskUnavailable if it cannot run here."""
+        publication_id = self._publication_of(lease.run_id)
+        revision, recorded_folder = self._revision(publication_id)
+        task = next(
+            (
+                task
+                for task_id, task in revision.tasks.items()
+                if task_ref(revision.package, revision.generation, task_id) == lease.task_ref
+            ),
+            None,
+        )
+        if task is None:
+            raise TaskUnavailable(
+                f"publication {publication_id} has no Task for task ref {lease.task_ref}"
+            )
+        with self._lock:
+            folder = self._folders.get(revision.package, recorded_folder)
+        if folder is None:
+            raise TaskUnavailable(
+                f"no package folder known for package {revision.package!r} on this worker; "
+                "give it with --package-dir"
+            )
+        _check_files(task, folder, revision)
+        return TaskCommand(argv=tuple(task.command), env=dict(task.env), cwd=folder)
+
+    def _publication_of(self, run_id: str) -> str:
+        with self._lock:
+            known = self._publication_by_run.get(run_id)
+        if known is None:
+            known = self._rt.get_run(run_id).publication_id
+            with self._lock:
+                self._publication_by_run[run_id] = known
+        return known
+
+    def _revision(self, publication_id: str) -> tuple[MaterializedRevision, Path | None]:
+        with self._lock:
+            cached = self._revisions.get(publication_id)
+        if cached is not None:
+            return cached
+        records = self._rt.store.read_stream(publication_stream(publication_id))
+        published = next((r for r in records if r.type == event_types.PUBLICATION_PUBLISHED), None)
+        if published is None:
+            raise NotFound(f"publication {publication_id!r} has no published revision")
+        revision = revision_from_json(published.data["revision"])
+        source = published.data.get("source_path")
+        entry = (revision, Path(source) if isinstance(source, str) and source else None)
+        with self._lock:
+            self._revisions[publication_id] = entry
+        return entry
+
+
+def _check_files(task: TaskDefinition, folder: Path, revision: MaterializedRevision) -> None:
+    """The files the Task names, hashed again, must give its published source digest."""
+    if not folder.is_dir():
+        raise TaskUnavailable(f"package folder {str(folder)!r} does not exist")
+    digests = {}
+    for relative in task.files:
+        try:
+            digests[relative] = file_digest(folder / relative)
+        except OSError as error:
+            raise TaskUnavailable(
+                f"Task {task.task_id!r}: cannot read {relative!r} in {str(folder)!r}: "
+                f"{error.strerror}"
+            ) from None
+    if task_source_digest(task.definition(), digests) != task.source_digest:
+        raise TaskUnavailable(
+            f"Task {task.task_id!r}: the files in {str(folder)!r} changed since "
+            f"{revision.package} generation {revision.generation} was published; "
+            "publish again and start a new Run"
+        )

@@ -1,0 +1,108 @@
+"""A host's local workers: lease Attempts up to the free slots and run each on its
+own thread through the local executor."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from qlflow.executor import AttemptReport, LocalProcessExecutor
+from qlflow.runtime import Lease, Runtime
+
+log = logging.getLogger("qlflow.driver")
+
+
+class WorkerPool:
+    """Leases Attempts for one local executor and runs each on its own thread, at
+    most `slots` at once."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        executor: LocalProcessExecutor,
+        *,
+        worker_id: str,
+        slots: int,
+        ttl_ms: int,
+        run_id: str | None = None,
+        tasks: Iterable[str] | None = None,
+        servable: Callable[[], frozenset[str]] | None = None,
+        on_finish: Callable[[AttemptReport], None] | None = None,
+    ) -> None:
+        self._rt = rt
+        self._servable = servable
+        self.executor = executor
+        self.worker_id = worker_id
+        self.slots = slots
+        self.ttl_ms = ttl_ms
+        self.run_id = run_id
+        self.tasks = list(tasks) if tasks is not None else None
+        self._on_finish = on_finish
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self.reports: list[AttemptReport] = []
+
+    @property
+    def busy(self) -> int:
+        """How many Attempts run right now."""
+        with self._lock:
+            return len(self._threads)
+
+    def fill(self) -> int:
+        """Lease up to the free slots and start each Attempt; returns how many."""
+        free = self.slots - self.busy
+        if free <= 0:
+            return 0
+        tasks = self.tasks
+        if self._servable is not None:
+            servable = self._servable()
+            tasks = sorted(servable if tasks is None else servable.intersection(tasks))
+            if not tasks:
+                return 0
+        leases = self._rt.lease_attempts(
+            self.worker_id, limit=free, ttl_ms=self.ttl_ms, run_id=self.run_id, tasks=tasks
+        )
+        for lease in leases:
+            thread = threading.Thread(
+                target=self._execute, args=(lease,), name=f"attempt-{lease.step_key}", daemon=True
+            )
+            with self._lock:
+                self._threads[lease.attempt_id] = thread
+            thread.start()
+        return len(leases)
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait until no Attempt is running (at most `timeout_s`); True if idle."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._idle:
+            while self._threads:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def _execute(self, lease: Lease) -> None:
+        report = None
+        try:
+            report = self.executor.execute(lease)
+        except Exception as error:
+            # The lease expires and recovery records the loss; this host goes on.
+            log.error(
+                "attempt %s: the executor failed: %s: %s",
+                lease.attempt_id,
+                type(error).__name__,
+                error,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+        finally:
+            with self._idle:
+                self._threads.pop(lease.attempt_id, None)
+                if report is not None:
+                    self.reports.append(report)
+                self._idle.notify_all()
+            if report is not None and self._on_finish is not None:
+                self._on_finish(report)
