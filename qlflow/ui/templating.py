@@ -18,7 +18,7 @@ STATIC = HERE / "static"
 
 
 def run_url(run_id: str) -> str:
-    return f"/runs/{quote(run_id, safe='')}"
+    return f"/runs/{quote(run_id, safe=':')}"
 
 
 def step_url(run_id: str, step_key: str) -> str:
