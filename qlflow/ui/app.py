@@ -91,7 +91,7 @@ class Pages:
 
     async def runs(self, request: Request) -> Response:
         params = request.query_params
-        query = _run_query(params)
+        query = run_query(params)
         page = await run_in_threadpool(self.dashboard.runs, query)
         packages, workflows = await run_in_threadpool(self.dashboard.names)
         form = {name: params.get(name, "") for name in ("package", "workflow", "status", "q")}
@@ -196,8 +196,19 @@ class Pages:
     async def refused(self, request: Request, exc: Exception) -> Response:
         return self.error(request, 409, "Refused", str(exc))
 
+    async def denied(self, request: Request, exc: Exception) -> Response:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return self.error(
+            request,
+            403,
+            "Not allowed for this database role",
+            f"The store refused: {first}. Reading pages needs a role that may read every "
+            "table (audit); actions need the runtime role.",
+        )
 
-def _run_query(params: Any) -> RunQuery:
+
+def run_query(params: Any) -> RunQuery:
+    """The runs page's query string as a RunQuery (InvalidInput names a bad value)."""
     offset = times.parse_offset(params.get("tz"))
     limit_text = params.get("limit", "")
     if limit_text and not limit_text.isdigit():
@@ -259,10 +270,13 @@ def build(
         ManifestError: pages.bad_input,
         StartGuardError: pages.refused,
         AdmissionCollision: pages.refused,
+        **dict.fromkeys(dashboard.denied, pages.denied),
     }
-    return Starlette(
+    app = Starlette(
         routes=routes,
         exception_handlers=handlers,
         middleware=[Middleware(security.AccessGate, token=token, allow_remote=allow_remote)],
         lifespan=lifespan,
     )
+    app.state.dashboard = dashboard
+    return app

@@ -187,6 +187,7 @@ class Dashboard:
     def __init__(self, runtime: Runtime, clock: Callable[[], int] | None = None) -> None:
         self.runtime = runtime
         self._clock = clock or wall_clock_ms
+        self.denied = denied_errors(runtime)
 
     def now_ms(self) -> int:
         return self._clock()
@@ -274,12 +275,16 @@ class Dashboard:
     def names(self) -> tuple[list[str], list[str]]:
         """Package and workflow names ever published, for the filter boxes' suggestions.
 
-        Workaround: no Runtime call lists publications; this reads their read model."""
+        Workaround: no Runtime call lists publications; this reads their read model.
+        A role that may not read it (PostgreSQL's runtime role) gets no suggestions."""
         packages: set[str] = set()
         workflows: set[str] = set()
-        for publication in publication_reads.publications(self.runtime.store):
-            packages.add(publication.package)
-            workflows.update(publication.workflows)
+        try:
+            for publication in publication_reads.publications(self.runtime.store):
+                packages.add(publication.package)
+                workflows.update(publication.workflows)
+        except self.denied:
+            return [], []
         return sorted(packages), sorted(workflows)
 
     # -- one Run --------------------------------------------------------------------------
@@ -367,6 +372,16 @@ class Dashboard:
         """Record a user cancel intent (idempotent); the cycle converges the Run."""
         self.runtime.get_run(run_id)  # an unknown id is a NotFound, not a silent no-op
         return self.runtime.cancel(run_id, "user", now_ms=self.now_ms())
+
+
+def denied_errors(runtime: Runtime) -> tuple[type[BaseException], ...]:
+    """The errors a store raises when the connected role lacks a privilege (PostgreSQL's
+    least-privilege roles); none on SQLite. psycopg is imported only for PostgreSQL."""
+    if runtime.store.dialect != "postgresql":
+        return ()
+    from psycopg import errors
+
+    return (errors.InsufficientPrivilege,)
 
 
 def stamp(run: RunView) -> str:

@@ -146,3 +146,14 @@ def _printed_token(text: str) -> str | None:
 def test_loopback_names():
     assert all(map(security.is_loopback, ["127.0.0.1", "127.9.9.9", "::1", "[::1]", "localhost"]))
     assert not any(map(security.is_loopback, ["0.0.0.0", "::", "10.0.0.1", "example.com", ""]))
+
+
+def test_an_app_made_from_a_url_owns_its_runtime(sqlite_url):
+    from eventstore.api import StoreUsageError
+
+    app = create_app(sqlite_url, token=None, allow_remote=False)
+    runtime = app.state.dashboard.runtime
+    with TestClient(app, base_url=LOOPBACK) as client:
+        assert client.get("/runs").status_code == 200
+    with pytest.raises(StoreUsageError):
+        runtime.runs()  # closed at shutdown
