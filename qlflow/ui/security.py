@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import ipaddress
+import re
 import secrets
 from collections.abc import Mapping
 from http.cookies import SimpleCookie
@@ -30,6 +31,7 @@ CSRF_COOKIE = "qlflow_csrf"
 CSRF_FIELD = "csrf"
 LOGIN_PATH = "/login"
 _TOKEN_BYTES = 24
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,128}")
 
 
 def new_token() -> str:
@@ -138,7 +140,7 @@ def csrf_token(request: Request) -> str:
     if existing is not None:
         return str(existing)
     token = request.cookies.get(CSRF_COOKIE, "")
-    if len(token) < 32 or not token.replace("-", "").replace("_", "").isalnum():
+    if not _TOKEN_SHAPE.fullmatch(token):
         token = new_token()
         request.state.csrf_new = True
     request.state.csrf = token

@@ -10,7 +10,7 @@ import jinja2
 from starlette.templating import Jinja2Templates
 
 from qlflow.ui import times
-from qlflow.ui.data import PAGE_SIZES, RUN_STATUSES, short_id
+from qlflow.ui.data import DEFAULT_PAGE_SIZE, PAGE_SIZES, RUN_STATUSES, short_id
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -63,6 +63,7 @@ def environment() -> jinja2.Environment:
         runs_url=runs_url,
         run_statuses=RUN_STATUSES,
         page_sizes=PAGE_SIZES,
+        default_page_size=str(DEFAULT_PAGE_SIZE),
     )
     return env
 
