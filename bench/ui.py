@@ -328,6 +328,8 @@ def render(results: dict, console: Console) -> None:
     worst = max(v["page_ms"] for store in stores for v in results["stores"][store].values())
     verdict = "meets" if worst < TARGET_MS else "misses"
     console.print(f"slowest page {worst:.1f} ms: {verdict} the {TARGET_MS:.0f} ms target")
+    load = results.get("load_average_before", (0.0,))[0]
+    console.print(f"load average when it started: {load:.1f} ({os.cpu_count()} cores)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -345,6 +347,7 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.cycle import PgSchemas, clone_sqlite
 
     results: dict = {"runs": args.runs, "rounds": args.rounds, "target_ms": TARGET_MS}
+    results["load_average_before"] = os.getloadavg()  # the machine may be shared
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(args.db).resolve() if args.db else Path(scratch) / "ui.db"
         results["seed"] = seed(f"sqlite:///{path}", args.runs, args.logged, console)
@@ -363,6 +366,7 @@ def main(argv: list[str] | None = None) -> dict:
                 stores["postgresql"] = time_store(schemas.clone(path, "ui"), args.rounds)
             finally:
                 schemas.close()
+    results["load_average_after"] = os.getloadavg()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     render(results, console)

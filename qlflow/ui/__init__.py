@@ -58,15 +58,19 @@ def create_app(
 
 
 def serve(
-    url: str | None = None,
+    url_or_runtime: str | Runtime | None = None,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     token: str | None = None,
     *,
     out: TextIO | None = None,
 ) -> None:
-    """Serve the dashboard until interrupted. Bound to anything but loopback, every
-    request needs an access token: `token`, or one generated and printed here."""
+    """Serve the dashboard until interrupted, on a store URL (default `$QLFLOW_DB`,
+    else ./qlflow.db; opened here and closed on exit) or an opened Runtime (left open:
+    a command line that opened it with its own options and errors passes it).
+
+    Bound to anything but loopback, every request needs an access token: `token`, or
+    one generated here and printed with the address."""
     import uvicorn
 
     import qlflow
@@ -76,7 +80,11 @@ def serve(
     generated = remote and token is None
     if generated:
         token = new_token()
-    runtime = qlflow.open(url)
+    owned = not isinstance(url_or_runtime, Runtime)
+    if isinstance(url_or_runtime, Runtime):
+        runtime = url_or_runtime
+    else:
+        runtime = qlflow.open(url_or_runtime)
     try:
         app = create_app(runtime, token=token, allow_remote=remote)
         shown = f"[{host}]" if ":" in host else host
@@ -87,4 +95,5 @@ def serve(
         out.flush()
         uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
     finally:
-        runtime.close()
+        if owned:
+            runtime.close()

@@ -157,3 +157,11 @@ def test_an_app_made_from_a_url_owns_its_runtime(sqlite_url):
         assert client.get("/runs").status_code == 200
     with pytest.raises(StoreUsageError):
         runtime.runs()  # closed at shutdown
+
+
+def test_serve_leaves_a_runtime_it_was_given_open(rt, monkeypatch):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: None)
+    qlflow.ui.serve(rt, host="127.0.0.1", port=8399, out=io.StringIO())
+    assert rt.runs() == []  # still open: the caller closes it
