@@ -273,15 +273,18 @@ def variants(rt) -> list[Variant]:
     ]
 
 
-def _median_ms(call: Callable[[], object], rounds: int) -> float:
+def _medians(call: Callable[[], object], rounds: int) -> tuple[float, float]:
+    """Median wall ms and median CPU ms of this process (every thread) per call: on
+    a shared machine the CPU figure is what the page itself costs."""
     for _ in range(2):
         call()
-    samples = []
+    wall, cpu = [], []
     for _ in range(rounds):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         call()
-        samples.append((time.perf_counter() - began) * 1000)
-    return statistics.median(samples)
+        wall.append((time.perf_counter() - began) * 1000)
+        cpu.append((time.process_time() - began_cpu) * 1000)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def time_store(url: str, rounds: int) -> dict:
@@ -300,11 +303,15 @@ def time_store(url: str, rounds: int) -> dict:
                 response = client.get("/runs", params=variant.params)
                 assert response.status_code == 200, (variant, response.text[:500])
                 query = run_query(variant.params)
+                page_ms, page_cpu_ms = _medians(
+                    lambda v=variant: client.get("/runs", params=v.params), rounds
+                )
+                query_ms, query_cpu_ms = _medians(lambda q=query: dashboard_runs(q), rounds)
                 results[variant.name] = {
-                    "page_ms": _median_ms(
-                        lambda v=variant: client.get("/runs", params=v.params), rounds
-                    ),
-                    "query_ms": _median_ms(lambda q=query: dashboard_runs(q), rounds),
+                    "page_ms": page_ms,
+                    "page_cpu_ms": page_cpu_ms,
+                    "query_ms": query_ms,
+                    "query_cpu_ms": query_cpu_ms,
                     "rows": response.text.count("<tr data-run="),
                 }
         return results
@@ -312,22 +319,31 @@ def time_store(url: str, rounds: int) -> dict:
 
 def render(results: dict, console: Console) -> None:
     stores = list(results["stores"])
-    table = Table(title=f"runs page, {results['runs']:,} Runs (median of {results['rounds']})")
+    table = Table(
+        title=f"runs page, {results['runs']:,} Runs: median ms of {results['rounds']} "
+        "(wall / CPU of this process)"
+    )
     table.add_column("variant")
     table.add_column("rows", justify="right")
     for store in stores:
-        table.add_column(f"{store} page ms", justify="right")
-        table.add_column("query ms", justify="right")
+        table.add_column(f"{store} page", justify="right")
+        table.add_column("its query", justify="right")
     for name in results["stores"][stores[0]]:
         row = [name, str(results["stores"][stores[0]][name]["rows"])]
         for store in stores:
-            figures = results["stores"][store][name]
-            row += [f"{figures['page_ms']:.1f}", f"{figures['query_ms']:.1f}"]
+            f = results["stores"][store][name]
+            row += [
+                f"{f['page_ms']:.0f} / {f['page_cpu_ms']:.0f}",
+                f"{f['query_ms']:.0f} / {f['query_cpu_ms']:.0f}",
+            ]
         table.add_row(*row)
     console.print(table)
-    worst = max(v["page_ms"] for store in stores for v in results["stores"][store].values())
-    verdict = "meets" if worst < TARGET_MS else "misses"
-    console.print(f"slowest page {worst:.1f} ms: {verdict} the {TARGET_MS:.0f} ms target")
+    for store in stores:
+        worst = max(v["page_ms"] for v in results["stores"][store].values())
+        verdict = "meets" if worst < TARGET_MS else "misses"
+        console.print(
+            f"{store}: slowest page {worst:.0f} ms, {verdict} the {TARGET_MS:.0f} ms target"
+        )
     load = results.get("load_average_before", (0.0,))[0]
     console.print(f"load average when it started: {load:.1f} ({os.cpu_count()} cores)")
 
