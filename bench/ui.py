@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.logged, args.rounds = 5_000, 1_000, 5
-    console = Console()
+    console = Console(width=150)
     from bench.cycle import PgSchemas, clone_sqlite
 
     results: dict = {"runs": args.runs, "rounds": args.rounds, "target_ms": TARGET_MS}

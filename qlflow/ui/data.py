@@ -256,14 +256,20 @@ class Dashboard:
             params.append(query.until_ms)
         if query.id_prefix:
             # a prefix typed without the run id's own prefix ("3f2a" for "run:3f2a…")
-            prefixes = {query.id_prefix, RUN_ID + query.id_prefix}
+            prefixes = sorted({query.id_prefix, RUN_ID + query.id_prefix})
             if query.id_prefix.startswith(RUN_ID):
-                prefixes = {query.id_prefix}
-            where.append(
-                "(" + " OR ".join("substr(run_id, 1, ?) = ?" for _ in sorted(prefixes)) + ")"
-            )
-            for prefix in sorted(prefixes):
-                params += [len(prefix), prefix]
+                prefixes = [query.id_prefix]
+            terms = []
+            for prefix in prefixes:
+                if self.runtime.store.dialect == "sqlite":
+                    # SQLite compares text bytewise: a key range on the primary key finds
+                    # the prefix's ids without a scan. (PostgreSQL's collation may not.)
+                    terms.append("(run_id >= ? AND run_id < ? AND substr(run_id, 1, ?) = ?)")
+                    params += [prefix, prefix + "\U0010ffff", len(prefix), prefix]
+                else:
+                    terms.append("substr(run_id, 1, ?) = ?")
+                    params += [len(prefix), prefix]
+            where.append("(" + " OR ".join(terms) + ")")
         return where, params
 
     def _count(self, query: RunQuery) -> int:
