@@ -13,6 +13,7 @@ from rich.text import Text
 from domain.records import Record
 from projections.views import RunView, view_of_aggregate
 from qlflow.cli.app import INSPECT, JsonOption, app, wants_json
+from qlflow.cli.exits import CliError
 from qlflow.cli.opening import opened
 from qlflow.cli.options import at_least, split_list
 from qlflow.cli.output import jsonable, stdout_console, write_json
@@ -184,3 +185,31 @@ def why(
         console = stdout_console()
         for line in report.lines():
             console.print(line, soft_wrap=True)
+
+
+@app.command(
+    rich_help_panel=INSPECT,
+    epilog="Example: [bold]qlflow ui[/bold], then open the address it prints; "
+    "[bold]qlflow ui --host 0.0.0.0 --token s3cret[/bold] to serve other machines",
+)
+def ui(
+    ctx: typer.Context,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; anything but loopback needs the token.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8321,
+    token: Annotated[
+        str | None,
+        typer.Option(help="Access token (generated and printed when bound off loopback)."),
+    ] = None,
+) -> None:
+    """Serve the web dashboard (runs, a Run's DAG, timeline, why; cancel and start)."""
+    at_least("--port", port)
+    try:
+        from qlflow import ui as dashboard
+    except ImportError as error:  # the ui extra is not installed
+        raise CliError(
+            f"the dashboard needs the ui extra: pip install 'qlflow[ui]' ({error})"
+        ) from None
+    with opened(ctx) as rt:
+        dashboard.serve(rt, host=host, port=port, token=token)

@@ -1,0 +1,282 @@
+"""Routes of the dashboard: server-rendered pages, two POST actions, and the small
+fragment endpoint a running Run's page polls.
+
+Handlers parse the request, ask `Dashboard` (in a worker thread: the runtime's calls
+block), and render a template; typed errors become an error page with their status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from domain.errors import (
+    AdmissionCollision,
+    InvalidInput,
+    ManifestError,
+    NotFound,
+    PlanError,
+    StartGuardError,
+)
+from qlflow.ui import security, times
+from qlflow.ui.data import DEFAULT_PAGE_SIZE, Cursor, Dashboard, RunQuery
+from qlflow.ui.templating import STATIC, run_url, store_label, templates
+
+# Fixed messages shown after an action (the query names one; nothing is echoed back).
+NOTICES = {
+    "cancel-requested": "Cancel requested: the next cycles converge the Run.",
+    "cancel-existing": "The Run already had a cancel intent.",
+    "started": "Run admitted: a cycle claims its first steps.",
+    "start-existing": "That admission already existed: this is its Run.",
+}
+
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+}
+
+
+class Pages:
+    """The route handlers over one Dashboard."""
+
+    def __init__(self, dashboard: Dashboard, *, token: str | None) -> None:
+        self.dashboard = dashboard
+        self.token = token
+        self.templates = templates()
+        self.store = store_label(dashboard.runtime.url)
+
+    def render(
+        self,
+        request: Request,
+        name: str,
+        context: dict[str, Any],
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        csrf = security.csrf_token(request)
+        notice = NOTICES.get(request.query_params.get("notice", ""))
+        response = self.templates.TemplateResponse(
+            request,
+            name,
+            {"csrf": csrf, "store": self.store, "notice": notice, "nav": "runs", **context},
+            status_code=status,
+            headers={**SECURITY_HEADERS, **(headers or {})},
+        )
+        security.remember_csrf(request, response)
+        return response
+
+    def error(self, request: Request, status: int, title: str, message: str) -> Response:
+        return self.render(
+            request, "error.html", {"status": status, "title": title, "message": message}, status
+        )
+
+    # -- pages ----------------------------------------------------------------------------
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse("/runs", status_code=303)
+
+    async def runs(self, request: Request) -> Response:
+        params = request.query_params
+        query = run_query(params)
+        page = await run_in_threadpool(self.dashboard.runs, query)
+        packages, workflows = await run_in_threadpool(self.dashboard.names)
+        form = {name: params.get(name, "") for name in ("package", "workflow", "status", "q")}
+        form.update(since=params.get("since", ""), until=params.get("until", ""))
+        form["tz"] = params.get("tz", "")
+        form["limit"] = str(query.limit)
+        return self.render(
+            request,
+            "runs.html",
+            {
+                "page": page,
+                "query": query,
+                "form": form,
+                "packages": packages,
+                "workflows": workflows,
+                "now_ms": self.dashboard.now_ms(),
+            },
+        )
+
+    async def run(self, request: Request) -> Response:
+        detail = await run_in_threadpool(self.dashboard.run, request.path_params["run_id"])
+        return self.render(request, "run.html", {"d": detail})
+
+    async def run_live(self, request: Request) -> Response:
+        """The run page's body if the Run changed since `stamp`, else 204."""
+        run_id = request.path_params["run_id"]
+        known = request.query_params.get("stamp", "")
+        if known and known == await run_in_threadpool(self.dashboard.stamp, run_id):
+            return Response(status_code=204, headers=SECURITY_HEADERS)
+        detail = await run_in_threadpool(self.dashboard.run, run_id)
+        return self.render(
+            request,
+            "_run_body.html",
+            {"d": detail},
+            headers={
+                "x-qlflow-stamp": detail.stamp,
+                "x-qlflow-live": "0" if detail.run.terminal else "1",
+                "cache-control": "no-store",
+            },
+        )
+
+    async def step(self, request: Request) -> Response:
+        detail = await run_in_threadpool(
+            self.dashboard.step, request.path_params["run_id"], request.path_params["step_key"]
+        )
+        return self.render(request, "step.html", {"d": detail})
+
+    async def packages(self, request: Request) -> Response:
+        installations = await run_in_threadpool(self.dashboard.packages)
+        return self.render(
+            request,
+            "packages.html",
+            {"installations": installations, "nav": "packages", "now_ms": self.dashboard.now_ms()},
+        )
+
+    async def login(self, request: Request) -> Response:
+        if self.token is None:
+            return RedirectResponse("/runs", status_code=303)
+        presented = request.query_params.get("token")
+        if not security.same_token(presented, self.token):
+            return self.error(request, 403, "Forbidden", "That access token is not this server's.")
+        response = RedirectResponse("/runs", status_code=303)
+        response.set_cookie(security.TOKEN_COOKIE, self.token, httponly=True, samesite="lax")
+        return response
+
+    # -- actions --------------------------------------------------------------------------
+    async def _checked_form(self, request: Request) -> dict[str, str]:
+        form = await request.form()
+        refusal = security.csrf_refusal(request, form.get(security.CSRF_FIELD))
+        if refusal is not None:
+            raise HTTPException(403, f"CSRF check failed: {refusal}")
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+
+    async def cancel(self, request: Request) -> Response:
+        await self._checked_form(request)
+        run_id = request.path_params["run_id"]
+        recorded = await run_in_threadpool(self.dashboard.cancel, run_id)
+        notice = "cancel-requested" if recorded else "cancel-existing"
+        return RedirectResponse(f"{run_url(run_id)}?notice={notice}", status_code=303)
+
+    async def start(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        package, workflow = form.get("package", ""), form.get("workflow", "")
+        receipt = await run_in_threadpool(self.dashboard.start, package, workflow)
+        notice = "started" if receipt.status == "created" else "start-existing"
+        return RedirectResponse(f"{run_url(receipt.run_id)}?notice={notice}", status_code=303)
+
+    # -- errors ---------------------------------------------------------------------------
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        message = str(exc) if isinstance(exc, NotFound) else "There is no page at this address."
+        return self.error(request, 404, "Not found", message)
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return await self.not_found(request, exc)
+        return self.error(request, exc.status_code, "Refused", str(exc.detail))
+
+    async def bad_input(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 400, "Bad request", str(exc))
+
+    async def refused(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 409, "Refused", str(exc))
+
+    async def denied(self, request: Request, exc: Exception) -> Response:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return self.error(
+            request,
+            403,
+            "Not allowed for this database role",
+            f"The store refused: {first}. Reading pages needs a role that may read every "
+            "table (audit); actions need the runtime role.",
+        )
+
+
+def run_query(params: Any) -> RunQuery:
+    """The runs page's query string as a RunQuery (InvalidInput names a bad value)."""
+    offset = times.parse_offset(params.get("tz"))
+    limit_text = params.get("limit", "")
+    if limit_text and not limit_text.isdigit():
+        raise InvalidInput("limit", "page size", f"limit must be a number, got {limit_text!r}")
+
+    def text(name: str) -> str | None:
+        value = params.get(name, "").strip()
+        return value or None
+
+    before, after = text("before"), text("after")
+    return RunQuery(
+        package=text("package"),
+        workflow=text("workflow"),
+        status=text("status"),
+        since_ms=times.parse_instant("since", params.get("since", ""), offset),
+        until_ms=times.parse_instant("until", params.get("until", ""), offset),
+        id_prefix=text("q"),
+        before=Cursor.parse("before", before) if before else None,
+        after=Cursor.parse("after", after) if after else None,
+        limit=int(limit_text) if limit_text else DEFAULT_PAGE_SIZE,
+    )
+
+
+def build(
+    dashboard: Dashboard,
+    *,
+    token: str | None,
+    allow_remote: bool,
+    on_shutdown: Callable[[], None] | None = None,
+) -> Starlette:
+    """The ASGI app: routes, static files, error pages, and the access gate."""
+    pages = Pages(dashboard, token=token)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if on_shutdown is not None:
+                await run_in_threadpool(on_shutdown)
+
+    routes = [
+        Route("/", pages.home),
+        Route("/runs", pages.runs),
+        Route("/runs/{run_id}", pages.run),
+        Route("/runs/{run_id}/live", pages.run_live),
+        Route("/runs/{run_id}/cancel", pages.cancel, methods=["POST"]),
+        Route("/runs/{run_id}/steps/{step_key:path}", pages.step),
+        Route("/packages", pages.packages),
+        Route("/start", pages.start, methods=["POST"]),
+        Route(security.LOGIN_PATH, pages.login),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    handlers: dict[Any, Any] = {
+        NotFound: pages.not_found,
+        HTTPException: pages.http_error,
+        InvalidInput: pages.bad_input,
+        PlanError: pages.bad_input,
+        ManifestError: pages.bad_input,
+        StartGuardError: pages.refused,
+        AdmissionCollision: pages.refused,
+        **dict.fromkeys(dashboard.denied, pages.denied),
+    }
+    app = Starlette(
+        routes=routes,
+        exception_handlers=handlers,
+        middleware=[Middleware(security.AccessGate, token=token, allow_remote=allow_remote)],
+        lifespan=lifespan,
+    )
+    app.state.dashboard = dashboard
+    return app

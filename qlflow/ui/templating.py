@@ -1,0 +1,72 @@
+"""The Jinja2 environment: autoescape on for every template, and the filters the
+pages use to show ids, times and links."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+import jinja2
+from starlette.templating import Jinja2Templates
+
+from qlflow.ui import times
+from qlflow.ui.data import DEFAULT_PAGE_SIZE, PAGE_SIZES, RUN_STATUSES, short_id
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+
+
+def run_url(run_id: str) -> str:
+    return f"/runs/{quote(run_id, safe=':')}"
+
+
+def step_url(run_id: str, step_key: str) -> str:
+    return f"{run_url(run_id)}/steps/{quote(step_key, safe='')}"
+
+
+def runs_url(**params: object) -> str:
+    """/runs with the given filters (empty values left out)."""
+    kept = {k: str(v) for k, v in params.items() if v not in (None, "")}
+    return "/runs" + (f"?{urlencode(kept)}" if kept else "")
+
+
+def store_label(url: str) -> str:
+    """The store's URL without credentials or query."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    if parts.username:
+        host = f"{parts.username}@{host}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,  # every value from the store is user data
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        local=times.local,
+        iso=times.iso,
+        duration=times.duration,
+        relative=times.relative,
+        short_id=short_id,
+        run_url=run_url,
+    )
+    env.globals.update(
+        step_url=step_url,
+        runs_url=runs_url,
+        run_statuses=RUN_STATUSES,
+        page_sizes=PAGE_SIZES,
+        default_page_size=str(DEFAULT_PAGE_SIZE),
+    )
+    return env
+
+
+def templates() -> Jinja2Templates:
+    return Jinja2Templates(env=environment())

@@ -1,0 +1,95 @@
+"""Instants for people: local times, durations, relative hints, and the time-range
+filter's input parsed back to epoch milliseconds."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta, timezone
+
+from domain.errors import InvalidInput
+
+_DIGITS = re.compile(r"[0-9]{1,16}")
+MAX_MS = 2**53 - 1
+
+
+def local(ms: int | None) -> str:
+    """`YYYY-MM-DD HH:MM:SS.mmm` in the server's local time ("-" for None)."""
+    if ms is None:
+        return "-"
+    seconds, millis = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{millis:03d}"
+
+
+def iso(ms: int | None) -> str:
+    """ISO 8601 in UTC, for `<time datetime=…>` (the browser shows it in its own zone)."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def duration(ms: int | None) -> str:
+    """A length of time, short: 850ms, 4.2s, 3m07s, 2h05m, 3d04h ("-" for None)."""
+    if ms is None or ms < 0:
+        return "-"
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def relative(ms: int | None, now_ms: int) -> str:
+    """How long ago (or from now) `ms` is: "3m07s ago", "in 12.0s", "just now"."""
+    if ms is None:
+        return ""
+    delta = now_ms - ms
+    if abs(delta) < 1000:
+        return "just now"
+    return f"{duration(delta)} ago" if delta > 0 else f"in {duration(-delta)}"
+
+
+def parse_instant(field: str, text: str, tz_offset_min: int | None = None) -> int | None:
+    """The epoch ms a filter box holds: empty -> None; digits -> epoch ms; an ISO date
+    or date-time (a browser's datetime-local value). A value without a zone is in the
+    browser's zone when the page told us its offset (minutes, as JavaScript's
+    getTimezoneOffset gives it), else in the server's."""
+    text = text.strip()
+    if not text:
+        return None
+    if _DIGITS.fullmatch(text):
+        value = int(text)
+    else:
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidInput(
+                field,
+                "instant",
+                f"{field} must be a date, a date and time (2024-05-01T22:00) or epoch "
+                f"milliseconds, got {text!r}",
+            ) from None
+        if parsed.tzinfo is None:
+            if tz_offset_min is not None:
+                parsed = parsed.replace(tzinfo=timezone(-timedelta(minutes=tz_offset_min)))
+            else:
+                parsed = parsed.astimezone()  # the server's local zone
+        value = int(parsed.timestamp() * 1000)
+    if not 0 <= value <= MAX_MS:
+        raise InvalidInput(field, "instant", f"{field} is out of range: {text!r}")
+    return value
+
+
+def parse_offset(text: str | None) -> int | None:
+    """The browser's timezone offset in minutes, or None if absent or malformed."""
+    if text is None or not re.fullmatch(r"-?[0-9]{1,4}", text.strip()):
+        return None
+    minutes = int(text)
+    return minutes if -1440 < minutes < 1440 else None

@@ -1,0 +1,105 @@
+"""Cancel and start: POSTs with a CSRF token; refused without one, writing nothing."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.ui.conftest import LOOPBACK, csrf_of
+from tests.ui.support import T0, manifest, scenario, work
+
+
+@pytest.fixture
+def ids(rt):
+    return scenario(rt)
+
+
+def test_cancel_records_intent_and_the_run_converges(rt, client, clock, ids):
+    run_id = ids["running"]
+    token = csrf_of(client.get(f"/runs/{run_id}").text)
+    clock.now_ms = T0 + 10_000
+    response = client.post(f"/runs/{run_id}/cancel", data={"csrf": token})
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/runs/{run_id}?notice=cancel-requested"
+    run = rt.get_run(run_id)
+    assert (run.cancel_reason, run.cancel_requested_at_ms) == ("user", T0 + 10_000)
+    page = client.get(response.headers["location"]).text
+    assert "Cancel requested" in page and "disabled" in page  # the button is spent
+    again = client.post(f"/runs/{run_id}/cancel", data={"csrf": token})
+    assert again.headers["location"].endswith("notice=cancel-existing")
+    # the worker holding step a finishes; the cycle ends the Run as cancelled
+    rt.cycle(now_ms=T0 + 10_001)
+    (held,) = [a for s in rt.get_run(run_id).steps.values() for a in s.attempts]
+    assert held.status == "running"
+    lease = rt.renew(ids["lease"], ttl_ms=600_000, now_ms=T0 + 10_002)
+    assert lease.stop_requested
+    rt.complete(lease, "succeeded", now_ms=T0 + 10_003)
+    rt.cycle(now_ms=T0 + 10_004)
+    html = client.get(f"/runs/{run_id}").text
+    assert rt.get_run(run_id).status == "cancelled"
+    assert 'data-live="0"' in html and "Root cause" in html
+
+
+@pytest.mark.parametrize("case", ["no field", "wrong field", "no cookie", "other origin"])
+def test_cancel_without_a_matching_csrf_token_is_refused(rt, client, ids, case):
+    run_id = ids["running"]
+    token = csrf_of(client.get(f"/runs/{run_id}").text)
+    data, headers, sender = {"csrf": token}, {}, client
+    if case == "no field":
+        data = {}
+    elif case == "wrong field":
+        data = {"csrf": token[::-1]}
+    elif case == "other origin":
+        headers = {"origin": "http://evil.example"}
+    else:  # a page elsewhere posts the right-looking field without this browser's cookie
+        sender = TestClient(client.app, base_url=LOOPBACK, follow_redirects=False)
+    response = sender.post(f"/runs/{run_id}/cancel", data=data, headers=headers)
+    assert response.status_code == 403
+    assert "CSRF" in response.text
+    assert rt.get_run(run_id).cancel_requested_at_ms is None
+
+
+def test_cancel_of_an_unknown_run_is_a_404(rt, client, ids):
+    token = csrf_of(client.get(f"/runs/{ids['running']}").text)
+    response = client.post("/runs/run:missing/cancel", data={"csrf": token})
+    assert response.status_code == 404
+
+
+def test_an_action_route_takes_post_only(client, ids):
+    assert client.get(f"/runs/{ids['running']}/cancel").status_code == 405
+
+
+def test_start_admits_a_run_at_the_clock(rt, client, clock, ids):
+    token = csrf_of(client.get("/packages").text)
+    clock.now_ms = T0 + 20_000
+    response = client.post("/start", data={"csrf": token, "package": "demo", "workflow": "flow"})
+    assert response.status_code == 303
+    location = response.headers["location"]
+    assert location.endswith("?notice=started")
+    run_id = location.removeprefix("/runs/").split("?")[0]
+    run = rt.get_run(run_id)
+    assert (run.status, run.admitted_at_ms, run.workflow_key) == ("running", T0 + 20_000, "flow")
+    assert run_id in client.get("/runs").text
+    rt.cycle(now_ms=T0 + 20_001)
+    assert work(rt, T0 + 20_001) == 1  # step a was claimed and ran
+
+
+def test_start_refused_by_the_start_guard_writes_nothing(rt, client, ids):
+    head = rt.publish(manifest([("a", [])]), now_ms=T0 + 5000)
+    rt.withdraw(head.publication_id, now_ms=T0 + 5001)
+    before = len(rt.runs())
+    token = csrf_of(client.get("/packages").text)
+    response = client.post("/start", data={"csrf": token, "package": "demo", "workflow": "flow"})
+    assert response.status_code == 409
+    assert "withdrawn" in response.text
+    unknown = client.post("/start", data={"csrf": token, "package": "nope", "workflow": "x"})
+    assert unknown.status_code == 404
+    assert len(rt.runs()) == before
+
+
+def test_start_without_csrf_is_refused(rt, client, ids):
+    client.get("/packages")
+    before = len(rt.runs())
+    response = client.post("/start", data={"package": "demo", "workflow": "flow"})
+    assert response.status_code == 403
+    assert len(rt.runs()) == before
