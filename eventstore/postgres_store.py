@@ -41,7 +41,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from domain.errors import LockTimeout, SchemaError
+from domain.errors import LockTimeout, NotFound, SchemaError, StoreUnavailable
 from eventstore.api import Row
 from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, advisory_key
 from eventstore.replay import BaseReplaySession
@@ -278,14 +278,19 @@ class PostgresStore(BaseStore):
         pool_max_size: int = DEFAULT_POOL_MAX_SIZE,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(url)
+        super().__init__(url, read_only)
         self.lock_timeout_ms = lock_timeout_ms
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
             max_size=pool_max_size,
             kwargs={"autocommit": False},
+            # a pooled connection the server closed (restart, idle_session_timeout,
+            # pg_terminate_backend) is replaced when taken, not handed out dead
+            check=psycopg_pool.ConnectionPool.check_connection,
+            configure=_read_only_session if read_only else None,
             open=False,
             name="qlflow-eventstore",
         )
@@ -293,10 +298,13 @@ class PostgresStore(BaseStore):
             try:
                 self._pool.open(wait=True, timeout=connect_timeout_s)
             except psycopg_pool.PoolTimeout as exc:
-                raise psycopg.OperationalError(
+                raise StoreUnavailable(
+                    "unreachable",
                     f"cannot connect to PostgreSQL ({_describe(url)}) within "
-                    f"{connect_timeout_s:g}s: is it running, and is the URL right?"
+                    f"{connect_timeout_s:g}s: is it running, and is the URL right?",
                 ) from exc
+            if read_only:
+                self._refuse_missing()
             self._migrate_own_schema()
         except BaseException:
             self._pool.close()
@@ -317,7 +325,7 @@ class PostgresStore(BaseStore):
         try:
             if commit:
                 conn.commit()
-            else:
+            elif not conn.broken:  # a lost connection has nothing left to roll back
                 conn.rollback()
         finally:
             # the pool rolls back or discards a connection left in a transaction
@@ -354,6 +362,29 @@ class PostgresStore(BaseStore):
                 "no schema to create tables in: the search_path of the URL names no "
                 f"existing schema ({exc})"
             ) from exc
+
+    def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
+        if session.query("SELECT to_regclass('schema_versions')")[0][0] is None:
+            return None
+        rows = session.query(
+            "SELECT version FROM schema_versions WHERE component = ?", (component,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def _refuse_missing(self) -> None:
+        """A read-only open finds a qlflow store or says where it looked."""
+        with self._reading() as session:
+            [(schema, database)] = session.query("SELECT current_schema(), current_database()")
+            found = self._recorded_version(session, "eventstore")
+        if not found:
+            where = f"schema {schema}" if schema else "the search_path (no existing schema)"
+            raise NotFound(
+                f"no qlflow store in {where} of database {database} ({_describe(self.url)}); "
+                "a read command never creates one — check --db"
+            )
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable | None:
+        return unavailable(error, self.url)
 
     def _replay_session(self) -> PostgresReplaySession:
         return PostgresReplaySession(self.url, self.lock_timeout_ms)
@@ -419,6 +450,56 @@ class PostgresReplaySession(BaseReplaySession):
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _read_only_session(conn: psycopg.Connection) -> None:
+    """Every transaction of a read-only store's connections is READ ONLY."""
+    conn.execute("SET default_transaction_read_only = on")
+    conn.commit()
+
+
+def unavailable(error: BaseException, url: str) -> StoreUnavailable | None:
+    """StoreUnavailable for a PostgreSQL error that means "not now" (a lost or refused
+    connection, a server shutting down, no disk space, a standby, a serialization
+    failure or deadlock), else None. A refused login or a missing database is not
+    "not now": those stay the driver's errors."""
+    if isinstance(error, psycopg_pool.PoolTimeout):
+        reason = "unreachable"
+    elif isinstance(error, psycopg.Error) and (
+        error.sqlstate in _UNAVAILABLE
+        or (error.sqlstate is None and isinstance(error, psycopg.OperationalError))
+        or (error.sqlstate or "")[:2] == "08"
+    ):
+        reason = _UNAVAILABLE.get(error.sqlstate or "", "unreachable")
+    else:
+        return None
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return StoreUnavailable(
+        reason, f"PostgreSQL ({_describe(url)}): {first} — {_WHAT_TO_DO[reason]}"
+    )
+
+
+_UNAVAILABLE = {
+    "53100": "disk_full",  # disk_full
+    "53200": "busy",  # out_of_memory
+    "53300": "busy",  # too_many_connections
+    "57P01": "unreachable",  # admin_shutdown (pg_terminate_backend, a restart)
+    "57P02": "unreachable",  # crash_shutdown
+    "57P03": "unreachable",  # cannot_connect_now
+    "57P05": "unreachable",  # idle_session_timeout
+    "57014": "busy",  # query_canceled (statement_timeout)
+    "55P03": "busy",  # lock_not_available
+    "40001": "busy",  # serialization_failure
+    "40P01": "busy",  # deadlock_detected
+    "25006": "read_only",  # read_only_sql_transaction (a standby after a failover)
+}
+_WHAT_TO_DO = {
+    "unreachable": "the connection was lost or refused; try again",
+    "busy": "the server is busy; try again",
+    "disk_full": "the server is out of disk space; free some and try again",
+    "read_only": "the server takes no writes (a standby?); try again",
+}
 
 
 def _describe(url: str) -> str:
