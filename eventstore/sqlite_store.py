@@ -331,8 +331,10 @@ def connect(path: str, read_only: bool, timeout_s: float) -> sqlite3.Connection:
     try:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError as error:
+    except sqlite3.DatabaseError as error:
         conn.close()
+        if _primary(error) == _NOT_A_DATABASE:
+            raise _not_a_database(path) from None
         if _primary(error) not in (8, 14):  # READONLY (the folder), CANTOPEN
             raise
         wal = f"{path}-wal"
@@ -367,7 +369,7 @@ def refuse_foreign(conn: sqlite3.Connection, path: str, read_only: bool) -> None
     except sqlite3.DatabaseError as error:
         if _primary(error) != _NOT_A_DATABASE:
             raise
-        raise SchemaError(f"{path} is not a SQLite database; qlflow leaves it unchanged") from None
+        raise _not_a_database(path) from None
     if not tables:
         if read_only:
             raise SchemaError(f"{path} is not a qlflow store: the database is empty")
@@ -384,6 +386,10 @@ def refuse_foreign(conn: sqlite3.Connection, path: str, read_only: bool) -> None
             f"{path} is not a qlflow store: it holds another application's tables "
             f"({shown}); qlflow leaves it unchanged — choose another --db file"
         )
+
+
+def _not_a_database(path: str) -> SchemaError:
+    return SchemaError(f"{path} is not a SQLite database; qlflow leaves it unchanged")
 
 
 def unavailable(error: BaseException, path: str, busy_timeout_ms: int) -> StoreUnavailable | None:
