@@ -282,6 +282,7 @@ class PostgresStore(BaseStore):
     ) -> None:
         super().__init__(url, read_only)
         self.lock_timeout_ms = lock_timeout_ms
+        self.connect_timeout_s = connect_timeout_s  # also how long a call waits for a connection
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -311,7 +312,7 @@ class PostgresStore(BaseStore):
             raise
 
     def _begin(self) -> PostgresTransaction:
-        conn = self._pool.getconn()
+        conn = self._pool.getconn(timeout=self.connect_timeout_s)
         try:
             return PostgresTransaction(conn, self.lock_timeout_ms)
         except BaseException:
@@ -333,7 +334,7 @@ class PostgresStore(BaseStore):
 
     @contextmanager
     def _session(self) -> Iterator[PostgresTransaction]:
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=self.connect_timeout_s) as conn:
             conn.autocommit = True  # a read is one statement: no BEGIN / COMMIT round trips
             session = PostgresTransaction(conn, self.lock_timeout_ms)
             try:

@@ -44,21 +44,31 @@ from qlflow.worker_pool import WorkerPool
 log = logging.getLogger("qlflow.driver")
 
 
-def _store_failing(backoff: Backoff, error: BaseException) -> float:
+def _store_failing(backoff: Backoff, why: str) -> float:
     """Log a tick the store could not serve (the first, then every so often) and
     return the pause before the next."""
     pause = backoff.failed()
     if backoff.should_log():
         log.warning(
-            "host loop: the store is unavailable (%s: %s); %d failed tick(s) in %.1f s, "
-            "trying again in %.1f s",
-            type(error).__name__,
-            error,
+            "host loop: the store is unavailable (%s); %d failed tick(s) in %.1f s, "
+            "next try in %.1f s",
+            why,
             backoff.failures,
             backoff.failing_for_s,
             pause,
         )
     return pause
+
+
+def _store_trouble(cycle_result: CycleResult) -> str | None:
+    """The first Workflow turn of a cycle that failed because the store could not
+    serve it (a turn's error is "<run id>: <error type>: <message>"), or None."""
+    kinds = tuple(f": {kind.__name__}: " for kind in host_errors())
+    for phase in PHASES:
+        for error in getattr(getattr(cycle_result, phase, None), "errors", ()):
+            if any(kind in error for kind in kinds):
+                return f"cycle {phase}: {error}"
+    return None
 
 
 def _store_back(backoff: Backoff) -> None:
@@ -193,37 +203,45 @@ class Driver:
                 return self._shutdown(result, backoff)
             pause = self.interval_s
             try:
-                cycle_failures = self._tick(result, cycle_failures)
+                cycle_failures, trouble = self._tick(result, cycle_failures)
                 if result.run is not None and result.run.terminal and self.pool.busy == 0:
                     result.reports = list(self.pool.reports)
                     return result
                 if not (self.once and leased_once) and not self.stop.is_set():
                     self.pool.fill()
                     leased_once = True
-                _store_back(backoff)
+                if trouble is None:
+                    _store_back(backoff)
+                else:
+                    pause = _store_failing(backoff, trouble)
             except host_errors() as error:
-                pause = _store_failing(backoff, error)
+                pause = _store_failing(backoff, f"{type(error).__name__}: {error}")
             if self.once and leased_once and self.pool.busy == 0:
                 result.reports = list(self.pool.reports)
                 return result
             self._wake.wait(pause)
             self._wake.clear()
 
-    def _tick(self, result: DriveResult, cycle_failures: int) -> int:
+    def _tick(self, result: DriveResult, cycle_failures: int) -> tuple[int, str | None]:
         """One tick before leasing: the cancel intent if asked, a cycle, the driven
-        Run's progress, cancel intents relayed to running processes."""
+        Run's progress, cancel intents relayed to running processes. Returns the
+        count of cycles failing on the driven Run, and why the store failed some
+        Workflow turns of this cycle (None: it did not)."""
         if self.until_run and self.cancel.is_set() and not self._cancel_recorded:
             self._rt.cancel(self.until_run, reason="user")
             self._cancel_recorded = True
             log.info("run %s: cancel requested by the user", self.until_run)
+        trouble = None
         if self.cycles:
-            cycle_failures = self._check_cycle(self._rt.cycle(), cycle_failures)
+            cycle_result = self._rt.cycle()
+            trouble = _store_trouble(cycle_result)
+            cycle_failures = self._check_cycle(cycle_result, cycle_failures)
         if self.until_run:
             result.run = self._rt.get_run(self.until_run)
             if self._on_progress is not None:
                 self._on_progress(result.run)
         self._relay_cancel_intent()
-        return cycle_failures
+        return cycle_failures, trouble
 
     def _check_cycle(self, cycle_result: CycleResult, failures: int) -> int:
         """Count consecutive cycles that failed on the driven Run; a Run the cycle
@@ -277,10 +295,13 @@ class Driver:
             self._wake.wait(min(self.interval_s, remaining))
             self._wake.clear()
             try:
-                cycle_failures = self._tick(result, cycle_failures)
-                _store_back(backoff)
+                cycle_failures, trouble = self._tick(result, cycle_failures)
+                if trouble is None:
+                    _store_back(backoff)
+                else:
+                    _store_failing(backoff, trouble)
             except host_errors() as error:
-                _store_failing(backoff, error)
+                _store_failing(backoff, f"{type(error).__name__}: {error}")
         finished = len(self.pool.reports) - done_before
         if self.abort.is_set():
             return self._abort(result)

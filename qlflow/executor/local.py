@@ -348,13 +348,13 @@ class LocalProcessExecutor:
             try:
                 value = write(held.lease)
             except transient as error:
+                pause = backoff.failed()
                 _retrying(backoff, held.lease, what, error)
             else:
                 _recovered(backoff, held.lease, what)
                 return value
             if before_spawn and self._closed:
                 raise _NotStarted()
-            pause = backoff.failed()
             renew_in_s = (held.lease.expires_at_ms - wall_clock_ms()) / 1000 - (
                 self.ttl_ms * 2 / 3000
             )
@@ -424,7 +424,7 @@ def _retrying(backoff: Backoff, lease: Lease, what: str, error: BaseException) -
             "attempt %s: %s not recorded yet (%s), trying again; the step keeps running: %s",
             lease.attempt_id,
             what,
-            f"{backoff.failures + 1} tries in {backoff.failing_for_s:.1f} s",
+            f"{backoff.failures} failed tries in {backoff.failing_for_s:.1f} s",
             error,
         )
 
