@@ -165,10 +165,11 @@ def task_file_digest(
         raise TaskFileError(
             relative, "unreadable", f"cannot read {relative!r}: {error.strerror}"
         ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise TaskFileError(relative, "not_regular", f"{relative!r} is not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise TaskFileError(relative, "not_regular", f"{relative!r} is not a regular file")
         if info.st_size > max_bytes:
             raise _too_large(relative, max_bytes)
         hasher = hashlib.sha256()
