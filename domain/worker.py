@@ -16,7 +16,6 @@ empty Decision flagged `replayed` — never a second record.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_i
 from domain.decision import Decision, DecisionBuilder, LeaseGrant, check_now
 from domain.errors import FenceError, InvalidInput, NotFound
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
+from domain.json_values import check_finite
 from domain.lease_terms import lease_expiry
 from domain.transitions import (
     ATTEMPT_CLAIMED,
@@ -256,7 +256,7 @@ def complete(
         )
     if output is not None and not isinstance(output, Mapping):
         raise InvalidInput("output", "object", "output must be a JSON object (a mapping) or None")
-    _check_finite(output)
+    check_finite(output, "output")
     attempt = _attempt(aggregate, attempt_id)
     lease = attempt.lease
     if (
@@ -467,22 +467,3 @@ def _same_output(stored: Mapping[str, Any] | None, given: Mapping[str, Any] | No
     if stored is None or given is None:
         return stored is None and given is None
     return dict(stored) == dict(given)
-
-
-def _check_finite(output: Mapping[str, Any] | None) -> None:
-    """Refuse NaN and the infinities anywhere in an output: JSON has no such numbers
-    (they would be stored as null, and the same completion repeated would no longer
-    match what was stored)."""
-    pending: list[tuple[str, Any]] = [("output", output)]
-    while pending:
-        path, value = pending.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InvalidInput(
-                "output",
-                "finite_number",
-                f"{path} is {value!r}: JSON numbers are finite; send null or a string instead",
-            )
-        if isinstance(value, Mapping):
-            pending.extend((f"{path}.{key}", item) for key, item in value.items())
-        elif isinstance(value, (list, tuple)):
-            pending.extend((f"{path}[{index}]", item) for index, item in enumerate(value))

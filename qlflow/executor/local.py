@@ -14,13 +14,14 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from domain.errors import FenceError, QlflowError
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.processes import append_log, signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
+from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.runtime import Lease, Runtime
 from qlflow.transient import Backoff, transient_errors
 
@@ -32,22 +33,9 @@ START_FAILED = "start_failed"
 WORKER_SHUTDOWN = "worker_shutdown"  # the host stopped the step: it did not fail by itself
 HOST_STOPS = ("shutdown", "killed")  # stop reasons that are the host's, not the Run's
 
-T = TypeVar("T")
-
-
-class _NotStarted(Exception):
-    """The executor closed before the start barrier was recorded: nothing was spawned."""
-
 
 @dataclass
-class _Held:
-    """The lease a worker holds right now (renewals replace it)."""
-
-    lease: Lease
-
-
-@dataclass
-class _Supervised(_Held):
+class _Supervised(Held):
     process: subprocess.Popen[bytes]
     log_path: Path
     started_monotonic: float
@@ -163,13 +151,20 @@ class LocalProcessExecutor:
             problem = str(error)
         if self._closed:
             return self._not_started(lease, log_path, "the executor is shutting down")
-        held = _Held(lease)
+        held = Held(lease)
         try:
-            self._until_recorded(held, "start", self._rt.mark_starting, before_spawn=True)
+            until_recorded(
+                self._rt,
+                held,
+                "start",
+                self._rt.mark_starting,
+                ttl_ms=self.ttl_ms,
+                stopping=self._closing,
+            )
         except FenceError as error:
             log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
             return report(held.lease, None, None, None, log_path, error=str(error))
-        except _NotStarted:
+        except NotStarted:
             return self._not_started(held.lease, log_path, "the executor is shutting down")
         if command is None:
             return self._start_failed(held, log_path, problem or "task unavailable", code)
@@ -231,12 +226,12 @@ class LocalProcessExecutor:
                 try:
                     item.lease = self._rt.mark_running(item.lease)
                     running_recorded = True
-                    _recovered(running_backoff, item.lease, "running")
+                    recovered(running_backoff, item.lease, "running")
                 except FenceError as error:
                     return self._abandon(item, f"lease lost before running: {error}")
                 except transient as error:
                     next_running = now + running_backoff.failed()
-                    _retrying(running_backoff, item.lease, "running", error)
+                    retrying(running_backoff, item.lease, "running", error)
                 except QlflowError as error:
                     log.warning("attempt %s: mark_running failed: %s", item.lease.attempt_id, error)
                     running_recorded = True
@@ -247,7 +242,7 @@ class LocalProcessExecutor:
                 try:
                     item.lease = self._rt.renew(item.lease, ttl_ms=self.ttl_ms)
                     next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
-                    _recovered(renew_backoff, item.lease, "renewal")
+                    recovered(renew_backoff, item.lease, "renewal")
                     if item.lease.stop_requested and item.stop_reason is None:
                         item.stop_reason = "stop_requested"
                 except FenceError as error:
@@ -255,7 +250,7 @@ class LocalProcessExecutor:
                 except renewal_retried as error:
                     # the lease may well outlive this: keep trying until the store answers
                     next_renew = time.monotonic() + min(interval_s, renew_backoff.failed())
-                    _retrying(renew_backoff, item.lease, "renewal", error)
+                    retrying(renew_backoff, item.lease, "renewal", error)
             if item.stop_reason is not None and item.term_sent_at is None:
                 log.info("attempt %s: SIGTERM (%s)", item.lease.attempt_id, item.stop_reason)
                 signal_group(item.process, signal.SIGTERM)
@@ -310,65 +305,25 @@ class LocalProcessExecutor:
         )
 
     def _complete(
-        self, held: _Held, outcome: str, result_code: str | None, output: dict[str, Any]
+        self, held: Held, outcome: str, result_code: str | None, output: dict[str, Any]
     ) -> tuple[str | None, str | None]:
         """Record the outcome, trying again while the store cannot take it (a completion
         is idempotent: a retry after a lost answer is a replay). (status, None), or
         (None, why) when it could not be recorded."""
         try:
-            status = self._until_recorded(
+            status = until_recorded(
+                self._rt,
                 held,
                 "completion",
                 lambda lease: self._rt.complete(
                     lease, outcome, result_code=result_code, output=output
                 ),
+                ttl_ms=self.ttl_ms,
             )
         except QlflowError as error:
             log.warning("attempt %s: completion not recorded: %s", held.lease.attempt_id, error)
             return None, str(error)
         return status, None
-
-    def _until_recorded(
-        self,
-        held: _Held,
-        what: str,
-        write: Callable[[Lease], T],
-        *,
-        before_spawn: bool = False,
-    ) -> T:
-        """`write(lease)` until the store records it. A transient store error is tried
-        again after a capped backoff, and meanwhile the lease is renewed whenever a
-        renewal is due, so an outage does not cost the lease. FenceError (the lease is
-        gone) and any other error propagate; `before_spawn`: _NotStarted once the
-        executor is closing (nothing has been spawned, the lease simply lapses)."""
-        transient = transient_errors()
-        renewal_retried: tuple[type[BaseException], ...] = (QlflowError, *transient)
-        backoff = Backoff()
-        while True:
-            try:
-                value = write(held.lease)
-            except transient as error:
-                pause = backoff.failed()
-                _retrying(backoff, held.lease, what, error)
-            else:
-                _recovered(backoff, held.lease, what)
-                return value
-            if before_spawn and self._closed:
-                raise _NotStarted()
-            renew_in_s = (held.lease.expires_at_ms - wall_clock_ms()) / 1000 - (
-                self.ttl_ms * 2 / 3000
-            )
-            if before_spawn:
-                self._closing.wait(max(0.0, min(pause, renew_in_s)))
-            else:
-                time.sleep(max(0.0, min(pause, renew_in_s)))  # a back-off, not a test wait
-            if (held.lease.expires_at_ms - wall_clock_ms()) <= self.ttl_ms * 2 / 3:
-                try:
-                    held.lease = self._rt.renew(held.lease, ttl_ms=self.ttl_ms)
-                except renewal_retried as error:
-                    # a FenceError here may be a completion that did commit: the write
-                    # itself, tried again, tells (replayed) or fails with its own fence
-                    log.debug("attempt %s: renewal failed: %s", held.lease.attempt_id, error)
 
     def _abandon(self, item: _Supervised, reason: str) -> AttemptReport:
         """The lease is gone: nothing this worker writes would be accepted, and the
@@ -389,7 +344,7 @@ class LocalProcessExecutor:
         )
 
     def _start_failed(
-        self, held: _Held, log_path: Path, reason: str, result_code: str
+        self, held: Held, log_path: Path, reason: str, result_code: str
     ) -> AttemptReport:
         """The Task cannot be found or started: complete `failed` with `result_code`."""
         log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
@@ -416,30 +371,6 @@ def _renew_after(lease: Lease, interval_s: float) -> float:
     expires earlier than that (a replayed renewal answers with its own expiry)."""
     remaining_s = (lease.expires_at_ms - wall_clock_ms()) / 1000
     return max(0.0, min(interval_s, remaining_s / 3))
-
-
-def _retrying(backoff: Backoff, lease: Lease, what: str, error: BaseException) -> None:
-    if backoff.should_log():
-        log.warning(
-            "attempt %s: %s not recorded yet (%s), trying again; the step keeps running: %s",
-            lease.attempt_id,
-            what,
-            f"{backoff.failures} failed tries in {backoff.failing_for_s:.1f} s",
-            error,
-        )
-
-
-def _recovered(backoff: Backoff, lease: Lease, what: str) -> None:
-    took_s = backoff.failing_for_s
-    failures = backoff.succeeded()
-    if failures:
-        log.warning(
-            "attempt %s: %s recorded after %d failed tries (%.1f s)",
-            lease.attempt_id,
-            what,
-            failures,
-            took_s,
-        )
 
 
 def _wait_for_exit(item: _Supervised) -> None:
