@@ -343,8 +343,8 @@ class Runtime:
         return verify.verify(self.store, progress)
 
     def close(self) -> None:
-        """Stop the runtime's actors and close the store. Idempotent; a process that
-        never calls it still exits (the store is closed at exit)."""
+        """Stop the runtime's actors and close the store. Idempotent."""
+        # a process that never calls it still exits: the atexit hook closes the store
         self._close(stop_timeout_s=None)
 
     def _close(self, stop_timeout_s: float | None) -> None:
