@@ -50,11 +50,9 @@ def _store_failing(backoff: Backoff, why: str) -> float:
     pause = backoff.failed()
     if backoff.should_log():
         log.warning(
-            "host loop: the store is unavailable (%s); %d failed tick(s) in %.1f s, "
-            "next try in %.1f s",
+            "host loop: the store is unavailable (%s); %s, next try in %.1f s",
             why,
-            backoff.failures,
-            backoff.failing_for_s,
+            backoff.describe("failed tick", "failed ticks"),
             pause,
         )
     return pause

@@ -57,6 +57,12 @@ class Backoff:
             return True
         return False
 
+    def describe(self, one: str, many: str) -> str:
+        """The current run of failures in words: "1 failed try", "5 failed tries in 3.1 s"."""
+        if self.failures <= 1:
+            return f"{self.failures} {one}"
+        return f"{self.failures} {many} in {self.failing_for_s:.1f} s"
+
     def succeeded(self) -> int:
         """Reset after a success; returns how many failures came before it."""
         failures = self.failures

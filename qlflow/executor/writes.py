@@ -76,12 +76,10 @@ def retrying(backoff: Backoff, lease: Lease, what: str, error: BaseException) ->
     """Log a write the store did not take (the first failure, then every so often)."""
     if backoff.should_log():
         log.warning(
-            "attempt %s: %s not recorded yet (%d failed tries in %.1f s), trying again; "
-            "the step keeps running: %s",
+            "attempt %s: %s not recorded yet (%s), trying again; the step keeps running: %s",
             lease.attempt_id,
             what,
-            backoff.failures,
-            backoff.failing_for_s,
+            backoff.describe("failed try", "failed tries"),
             error,
         )
 
