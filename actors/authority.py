@@ -16,6 +16,7 @@ takes units (a Workflow's turn, worker writes, admission) is written against the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
@@ -95,6 +96,11 @@ class LocalUnits:
 class _AuthorityActor(pykka.ThreadingActor):
     """Owns the store's one writer; runs what it is handed one at a time."""
 
+    # A host that never calls close() must still be able to exit: the runtime's
+    # atexit hook stops this actor and closes the store, and a daemon thread keeps
+    # the interpreter from waiting on it forever before that hook runs.
+    use_daemon_thread = True
+
     def __init__(self, store: EventStore) -> None:
         super().__init__()
         self._units = LocalUnits(store)
@@ -138,8 +144,10 @@ class OperationAuthority:
         """Run `fn(session)` in a read session and return its result."""
         return self.run(lambda units: units.read(fn))
 
-    def stop(self) -> None:
-        """Stop the authority actor (if any); the store stays open."""
-        if self._actor is not None:
-            self._actor.stop()
-            self._actor = None
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop the authority actor (if any) once the unit it runs ends, waiting at most
+        `timeout_s` (None: as long as it takes); the store stays open."""
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            with contextlib.suppress(pykka.Timeout, pykka.ActorDeadError):
+                actor.stop(timeout=timeout_s)

@@ -101,3 +101,17 @@ class LockTimeout(QlflowError, TimeoutError):
     """A store lock was not granted within the store's lock timeout: another
     transaction held it that long. The transaction rolls back and nothing is
     written; try again (a worker write is retried like a busy database)."""
+
+
+class StoreUnavailable(QlflowError):
+    """The store cannot serve the call right now: unreachable, busy past its
+    timeout, out of disk space, read-only, or failing I/O. `reason` says which
+    ("unreachable", "busy", "disk_full", "read_only", "io_error"). The call wrote
+    nothing — or, when it failed at COMMIT, its outcome is unknown; either way the
+    same call again is safe (qlflow's writes replay). Try again later."""
+
+    REASONS = ("unreachable", "busy", "disk_full", "read_only", "io_error")
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)

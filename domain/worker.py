@@ -23,6 +23,8 @@ from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_i
 from domain.decision import Decision, DecisionBuilder, LeaseGrant, check_now
 from domain.errors import FenceError, InvalidInput, NotFound
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
+from domain.json_values import check_finite
+from domain.lease_terms import lease_expiry
 from domain.transitions import (
     ATTEMPT_CLAIMED,
     ATTEMPT_RUNNING,
@@ -94,7 +96,7 @@ def grant_lease(
         )
     version = builder.lease_version(attempt_id) + 1
     lease_id = derive_id(LEASE_ID, attempt_id, version)
-    expires_at_ms = now_ms + ttl_ms
+    expires_at_ms = lease_expiry(now_ms, ttl_ms)
     builder.lease_event(
         attempt_id,
         "lease.granted",
@@ -207,7 +209,7 @@ def renew(
         return Decision(lease=_grant_of(attempt_id, lease), stop_requested=stop, replayed=True)
     lease = _fence(attempt, lease_id, lease_version, now_ms)
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
-    expires_at_ms = now_ms + ttl_ms
+    expires_at_ms = lease_expiry(now_ms, ttl_ms)
     version = builder.lease_event(
         attempt_id,
         "lease.renewed",
@@ -254,6 +256,7 @@ def complete(
         )
     if output is not None and not isinstance(output, Mapping):
         raise InvalidInput("output", "object", "output must be a JSON object (a mapping) or None")
+    check_finite(output, "output")
     attempt = _attempt(aggregate, attempt_id)
     lease = attempt.lease
     if (
@@ -383,6 +386,14 @@ def _fence(attempt: AttemptState, lease_id: str, lease_version: int, now_ms: int
     if lease.version != lease_version:
         raise FenceError(
             f"stale version {lease_version} of lease {lease_id!r} (current version {lease.version})"
+        )
+    recorded_at_ms = lease.expires_at_ms - lease.ttl_ms  # its last grant or renewal
+    if now_ms < recorded_at_ms:
+        raise InvalidInput(
+            "now_ms",
+            "before_lease",
+            f"now_ms {now_ms} is before lease {lease_id!r} was last granted or renewed "
+            f"({recorded_at_ms}); a worker's clock must not go back",
         )
     if now_ms >= lease.expires_at_ms:
         raise FenceError(f"lease {lease_id!r} expired at {lease.expires_at_ms} (now {now_ms})")

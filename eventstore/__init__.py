@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from domain.errors import InvalidInput, LockTimeout
+from domain.errors import InvalidInput, LockTimeout, StoreUnavailable
 from eventstore.api import (
     EventStore,
     MigrationStep,
@@ -43,14 +43,22 @@ __all__ = [
 ]
 
 
-def open_store(url: str, **options: Any) -> BaseStore:
+def open_store(url: str, *, read_only: bool = False, **options: Any) -> BaseStore:
     """Open (creating and migrating as needed) the event store at `url`.
+
+    `read_only=True` opens an existing store for reads and never creates, converts,
+    migrates or write-locks it: a missing store is NotFound, a database that is not
+    a qlflow store (or is behind or ahead of this code) a SchemaError, and any
+    transaction a StoreUsageError.
 
     SQLite options: `synchronous` ("FULL" default, "NORMAL", "OFF", "EXTRA"),
     `busy_timeout_ms` (5000) — also accepted in the URL query string.
     PostgreSQL options: `pool_max_size` (10), `connect_timeout_s` (10),
     `lock_timeout_ms` (5000: the longest `lock` or a waiting `lock_heads` waits).
-    Raises InvalidInput for an unknown scheme or option."""
+    Raises InvalidInput for an unknown scheme or option, StoreUnavailable when the
+    database cannot be reached or used right now."""
+    if not isinstance(read_only, bool):
+        raise InvalidInput("read_only", "bool", f"read_only must be a bool, got {read_only!r}")
     parsed = parse_store_url(url)
     if parsed.kind == SQLITE:
         from eventstore.sqlite_store import SYNCHRONOUS_LEVELS, SqliteStore
@@ -65,7 +73,7 @@ def open_store(url: str, **options: Any) -> BaseStore:
                 f"synchronous must be one of {list(SYNCHRONOUS_LEVELS)}, got {synchronous!r}",
             )
         busy_timeout_ms = _positive_number(merged.get("busy_timeout_ms", 5000), "busy_timeout_ms")
-        return SqliteStore(url, parsed.target, synchronous, int(busy_timeout_ms))
+        return SqliteStore(url, parsed.target, synchronous, int(busy_timeout_ms), read_only)
     from eventstore.postgres_store import PostgresStore
 
     _reject_unknown(options, ("pool_max_size", "connect_timeout_s", "lock_timeout_ms"), POSTGRESQL)
@@ -76,16 +84,21 @@ def open_store(url: str, **options: Any) -> BaseStore:
     lock_timeout_ms = int(
         _positive_number(options.get("lock_timeout_ms", DEFAULT_LOCK_TIMEOUT_MS), "lock_timeout_ms")
     )
-    return PostgresStore(parsed.target, pool_max_size, connect_timeout_s, lock_timeout_ms)
+    return PostgresStore(
+        parsed.target, pool_max_size, connect_timeout_s, lock_timeout_ms, read_only
+    )
 
 
 def transient_errors() -> tuple[type[BaseException], ...]:
-    """Errors worth another try: a busy or unreachable database, or a lock not granted
-    in time. PostgreSQL's are included only once a PostgreSQL store has loaded its
-    driver (an embedded process never imports it)."""
+    """Errors worth another try: the store unavailable right now (StoreUnavailable:
+    unreachable, busy, disk full, read-only), or a lock not granted in time. The
+    store raises its drivers' such errors as StoreUnavailable; the drivers' own
+    classes are listed too, for the few places that meet them raw (a replay session).
+    PostgreSQL's are included only once a PostgreSQL store has loaded its driver (an
+    embedded process never imports it)."""
     import sqlite3
 
-    errors: list[type[BaseException]] = [sqlite3.OperationalError, LockTimeout]
+    errors: list[type[BaseException]] = [StoreUnavailable, LockTimeout, sqlite3.OperationalError]
     if "psycopg" in sys.modules:
         import psycopg
         from psycopg_pool import PoolTimeout

@@ -63,11 +63,7 @@ def apply_steps(tx: BaseTransaction, component: str, steps: Sequence[MigrationSt
     rows = tx.query("SELECT version FROM schema_versions WHERE component = ?", (component,))
     recorded = rows[0][0] if rows else 0
     known = len(steps)
-    if recorded > known:
-        raise SchemaError(
-            f"database schema {component} v{recorded} is newer than this qlflow "
-            f"(knows v{known}); upgrade qlflow"
-        )
+    check_version(component, recorded, known)
     for number in range(recorded + 1, known + 1):
         for statement in statements_for(steps[number - 1], tx.dialect, component, number):
             tx.execute(statement)
@@ -78,6 +74,17 @@ def apply_steps(tx: BaseTransaction, component: str, steps: Sequence[MigrationSt
             (component, known),
         )
     return known
+
+
+def check_version(component: str, recorded: int, known: int) -> bool:
+    """True when the recorded schema version of `component` is the one this code knows
+    (False: steps to apply); SchemaError when the database is newer than the code."""
+    if recorded > known:
+        raise SchemaError(
+            f"database schema {component} v{recorded} is newer than this qlflow "
+            f"(knows v{known}); upgrade qlflow"
+        )
+    return recorded == known
 
 
 def statements_for(step: MigrationStep, dialect: str, component: str, number: int) -> list[str]:

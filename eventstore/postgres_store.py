@@ -41,9 +41,10 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from domain.errors import LockTimeout, SchemaError
+from domain.errors import LockTimeout, NotFound, SchemaError, StoreUnavailable
 from eventstore.api import Row
 from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, advisory_key
+from eventstore.pg_unavailable import read_only_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
@@ -278,14 +279,20 @@ class PostgresStore(BaseStore):
         pool_max_size: int = DEFAULT_POOL_MAX_SIZE,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(url)
+        super().__init__(url, read_only)
         self.lock_timeout_ms = lock_timeout_ms
+        self.connect_timeout_s = connect_timeout_s  # also how long a call waits for a connection
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
             max_size=pool_max_size,
             kwargs={"autocommit": False},
+            # a pooled connection the server closed (restart, idle_session_timeout,
+            # pg_terminate_backend) is replaced when taken, not handed out dead
+            check=psycopg_pool.ConnectionPool.check_connection,
+            configure=read_only_session if read_only else None,
             open=False,
             name="qlflow-eventstore",
         )
@@ -293,17 +300,20 @@ class PostgresStore(BaseStore):
             try:
                 self._pool.open(wait=True, timeout=connect_timeout_s)
             except psycopg_pool.PoolTimeout as exc:
-                raise psycopg.OperationalError(
+                raise StoreUnavailable(
+                    "unreachable",
                     f"cannot connect to PostgreSQL ({_describe(url)}) within "
-                    f"{connect_timeout_s:g}s: is it running, and is the URL right?"
+                    f"{connect_timeout_s:g}s: is it running, and is the URL right?",
                 ) from exc
+            if read_only:
+                self._refuse_missing()
             self._migrate_own_schema()
         except BaseException:
             self._pool.close()
             raise
 
     def _begin(self) -> PostgresTransaction:
-        conn = self._pool.getconn()
+        conn = self._pool.getconn(timeout=self.connect_timeout_s)
         try:
             return PostgresTransaction(conn, self.lock_timeout_ms)
         except BaseException:
@@ -317,7 +327,7 @@ class PostgresStore(BaseStore):
         try:
             if commit:
                 conn.commit()
-            else:
+            elif not conn.broken:  # a lost connection has nothing left to roll back
                 conn.rollback()
         finally:
             # the pool rolls back or discards a connection left in a transaction
@@ -325,7 +335,7 @@ class PostgresStore(BaseStore):
 
     @contextmanager
     def _session(self) -> Iterator[PostgresTransaction]:
-        with self._pool.connection() as conn:
+        with self._pool.connection(timeout=self.connect_timeout_s) as conn:
             conn.autocommit = True  # a read is one statement: no BEGIN / COMMIT round trips
             session = PostgresTransaction(conn, self.lock_timeout_ms)
             try:
@@ -354,6 +364,29 @@ class PostgresStore(BaseStore):
                 "no schema to create tables in: the search_path of the URL names no "
                 f"existing schema ({exc})"
             ) from exc
+
+    def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
+        if session.query("SELECT to_regclass('schema_versions')")[0][0] is None:
+            return None
+        rows = session.query(
+            "SELECT version FROM schema_versions WHERE component = ?", (component,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def _refuse_missing(self) -> None:
+        """A read-only open finds a qlflow store or says where it looked."""
+        with self._reading() as session:
+            [(schema, database)] = session.query("SELECT current_schema(), current_database()")
+            found = self._recorded_version(session, "eventstore")
+        if not found:
+            where = f"schema {schema}" if schema else "the search_path (no existing schema)"
+            raise NotFound(
+                f"no qlflow store in {where} of database {database} ({_describe(self.url)}); "
+                "a read command never creates one — check --db"
+            )
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable | None:
+        return unavailable(error, _describe(self.url))
 
     def _replay_session(self) -> PostgresReplaySession:
         return PostgresReplaySession(self.url, self.lock_timeout_ms)

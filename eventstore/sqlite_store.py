@@ -18,12 +18,15 @@ than growing the file).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
+from urllib.parse import quote
 
+from domain.errors import NotFound, SchemaError, StoreUnavailable
 from eventstore.api import Row, StoreUsageError
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
@@ -125,23 +128,25 @@ class SqliteStore(BaseStore):
         path: str,
         synchronous: str = "FULL",
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(url)
+        super().__init__(url, read_only)
         self.path = path
         self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._commits_since_checkpoint = 0
-        self._conn = sqlite3.connect(
-            path,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=busy_timeout_ms / 1000,
-        )
+        with self._typed_errors():
+            self._conn = connect(path, read_only, busy_timeout_ms / 1000)
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={synchronous}")
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            self._conn.execute("PRAGMA wal_autocheckpoint=0")
+            with self._typed_errors():
+                refuse_foreign(self._conn, path, read_only)
+                if not read_only:
+                    # a read-only open never converts the file (WAL is a property of it)
+                    self._conn.execute("PRAGMA journal_mode=WAL")
+                    self._conn.execute(f"PRAGMA synchronous={synchronous}")
+                    self._conn.execute("PRAGMA wal_autocheckpoint=0")
+                self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             self._migrate_own_schema()
         except BaseException:
             self._conn.close()
@@ -202,8 +207,19 @@ class SqliteStore(BaseStore):
             "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
 
+    def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
+        if not session.query(_VERSIONS_TABLE):
+            return None
+        rows = session.query(
+            "SELECT version FROM schema_versions WHERE component = ?", (component,)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable | None:
+        return unavailable(error, self.path, self.busy_timeout_ms)
+
     def _replay_session(self) -> SqliteReplaySession:
-        return SqliteReplaySession(self.path, self.synchronous)
+        return SqliteReplaySession(self.path, self.synchronous, self.read_only)
 
     def _close(self) -> None:
         with self._lock:
@@ -218,10 +234,8 @@ class SqliteReplaySession(BaseReplaySession):
     temp_schema = "temp"
     null_safe_equal = "IS"
 
-    def __init__(self, path: str, synchronous: str) -> None:
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=REPLAY_LOCK_TIMEOUT_S
-        )
+    def __init__(self, path: str, synchronous: str, read_only: bool = False) -> None:
+        self._conn = connect(path, read_only, REPLAY_LOCK_TIMEOUT_S)
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("PRAGMA temp_store=MEMORY")
         self._conn.execute("PRAGMA temp.cache_size=-262144")  # 256 MiB for the copies
@@ -264,3 +278,131 @@ class SqliteReplaySession(BaseReplaySession):
 
     def close(self) -> None:
         self._conn.close()
+
+
+# -- opening the file -------------------------------------------------------------------
+
+_VERSIONS_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'"
+# primary result codes (the low byte of an extended code) that mean "not now"
+_UNAVAILABLE = {
+    5: "busy",  # SQLITE_BUSY
+    6: "busy",  # SQLITE_LOCKED
+    8: "read_only",  # SQLITE_READONLY
+    10: "io_error",  # SQLITE_IOERR
+    13: "disk_full",  # SQLITE_FULL
+    14: "unreachable",  # SQLITE_CANTOPEN
+    15: "busy",  # SQLITE_PROTOCOL
+}
+_WHAT_TO_DO = {
+    "busy": "another connection held the write lock longer than the busy timeout "
+    "({timeout} ms); try again",
+    "read_only": "the file or its folder is read-only here; writing needs write access to both",
+    "io_error": "the disk failed to read or write; check it and try again",
+    "disk_full": "the disk is full; free space and try again",
+    "unreachable": "the file cannot be opened; check the path and its permissions",
+}
+_NOT_A_DATABASE = 26  # SQLITE_NOTADB
+
+
+def connect(path: str, read_only: bool, timeout_s: float) -> sqlite3.Connection:
+    """A connection to the database file; `read_only` never creates, converts or locks
+    it for writing.
+
+    Read-only opens use `mode=ro`, which still needs the WAL index (`-shm`) beside the
+    file: it creates one if the folder is writable and uses an existing one read-only.
+    In a read-only folder holding no `-shm` that fails; when there is no WAL either
+    (the last writer closed cleanly, so every commit is in the main file) the file is
+    opened `immutable`: read as it is, without locks. A WAL with commits but no index
+    cannot be read safely in a folder that cannot take one, and is refused."""
+    if not read_only:
+        return sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=timeout_s
+        )
+    if not os.path.isfile(path):
+        what = "is not a file" if os.path.exists(path) else "does not exist"
+        raise NotFound(
+            f"no qlflow store at {path}: the file {what} (a read command never creates a "
+            "store; check --db)"
+        )
+    uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+    conn = sqlite3.connect(
+        uri, uri=True, isolation_level=None, check_same_thread=False, timeout=timeout_s
+    )
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.DatabaseError as error:
+        conn.close()
+        if _primary(error) == _NOT_A_DATABASE:
+            raise _not_a_database(path) from None
+        if _primary(error) not in (8, 14):  # READONLY (the folder), CANTOPEN
+            raise
+        wal = f"{path}-wal"
+        if os.path.exists(wal) and os.path.getsize(wal) > 0:
+            raise StoreUnavailable(
+                "read_only",
+                f"cannot read the SQLite store {path}: its write-ahead log holds commits "
+                "but its index (-shm) is missing and this folder is read-only; open it "
+                "once where the folder is writable",
+            ) from error
+    return sqlite3.connect(
+        f"{uri}&immutable=1",
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=timeout_s,
+    )
+
+
+def refuse_foreign(conn: sqlite3.Connection, path: str, read_only: bool) -> None:
+    """SchemaError unless the file is a qlflow store (or, opened to write, an empty
+    database that becomes one). Nothing is written before this check: another
+    application's database is left exactly as it was."""
+    try:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+    except sqlite3.DatabaseError as error:
+        if _primary(error) != _NOT_A_DATABASE:
+            raise
+        raise _not_a_database(path) from None
+    if not tables:
+        if read_only:
+            raise SchemaError(f"{path} is not a qlflow store: the database is empty")
+        return
+    try:
+        ours = conn.execute(
+            "SELECT 1 FROM schema_versions WHERE component = 'eventstore'"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        ours = []
+    if not ours:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise SchemaError(
+            f"{path} is not a qlflow store: it holds another application's tables "
+            f"({shown}); qlflow leaves it unchanged — choose another --db file"
+        )
+
+
+def _not_a_database(path: str) -> SchemaError:
+    return SchemaError(f"{path} is not a SQLite database; qlflow leaves it unchanged")
+
+
+def unavailable(error: BaseException, path: str, busy_timeout_ms: int) -> StoreUnavailable | None:
+    """StoreUnavailable for a SQLite error that means "not now", else None."""
+    if not isinstance(error, sqlite3.Error):
+        return None
+    reason = _UNAVAILABLE.get(_primary(error))
+    if reason is None:
+        return None
+    advice = _WHAT_TO_DO[reason].format(timeout=busy_timeout_ms)
+    return StoreUnavailable(reason, f"SQLite store {path}: {error} — {advice}")
+
+
+def _primary(error: sqlite3.Error) -> int:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else -1

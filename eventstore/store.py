@@ -9,10 +9,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from domain.records import Record, StreamAppend
 from eventstore.api import MigrationStep, Row, StoreUsageError
-from eventstore.migrations import EVENTSTORE_COMPONENT, EVENTSTORE_STEPS, apply_steps
+from eventstore.migrations import (
+    EVENTSTORE_COMPONENT,
+    EVENTSTORE_STEPS,
+    apply_steps,
+    check_version,
+)
 from eventstore.replay import BaseReplaySession
 from eventstore.transaction import BaseTransaction
 from eventstore.validation import encode_appends
@@ -24,8 +29,9 @@ class BaseStore(ABC):
     dialect: ClassVar[str]  # which database: known inside eventstore only
     single_writer: ClassVar[bool]  # one writer at a time (see EventStore.single_writer)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, read_only: bool = False) -> None:
         self.url = url
+        self.read_only = read_only  # opened for reads only: no transaction, no migration
         self._closed = False
         self._thread = threading.local()
 
@@ -55,6 +61,27 @@ class BaseStore(ABC):
     def _close(self) -> None:
         """Release connections."""
 
+    @abstractmethod
+    def _unavailable(self, error: BaseException) -> StoreUnavailable | None:
+        """The typed error for a driver error that means the database cannot serve
+        the call right now (unreachable, busy, disk full, read-only, I/O), else None."""
+
+    @abstractmethod
+    def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
+        """The schema version recorded for `component` (0 if none), or None when the
+        database has no schema_versions table yet."""
+
+    @contextmanager
+    def _typed_errors(self) -> Iterator[None]:
+        """Raise a driver's "cannot serve now" errors as StoreUnavailable."""
+        try:
+            yield
+        except Exception as error:
+            typed = self._unavailable(error)
+            if typed is None:
+                raise
+            raise typed from error
+
     # -- transactions ------------------------------------------------------------------
 
     @contextmanager
@@ -64,21 +91,27 @@ class BaseStore(ABC):
         A transaction whose append failed rolls back and raises StoreUsageError at exit,
         even if the caller caught the conflict."""
         self._check_usable("store.transaction()")
+        if self.read_only:
+            raise StoreUsageError(
+                "this store was opened read-only (read_only=True): it takes no write "
+                "transaction; open it again without read_only to write"
+            )
         self._thread.in_transaction = True
         try:
-            tx = self._begin()
-            try:
-                yield tx
-            except BaseException:
-                self._finish(tx, commit=False)
-                raise
-            if tx.failure is not None:
-                self._finish(tx, commit=False)
-                raise StoreUsageError(
-                    "transaction rolled back: an append, lock or call in it failed "
-                    f"({type(tx.failure).__name__}: {tx.failure}); nothing was written"
-                ) from tx.failure
-            self._finish(tx, commit=True)
+            with self._typed_errors():
+                tx = self._begin()
+                try:
+                    yield tx
+                except BaseException:
+                    self._finish(tx, commit=False)
+                    raise
+                if tx.failure is not None:
+                    self._finish(tx, commit=False)
+                    raise StoreUsageError(
+                        "transaction rolled back: an append, lock or call in it failed "
+                        f"({type(tx.failure).__name__}: {tx.failure}); nothing was written"
+                    ) from tx.failure
+                self._finish(tx, commit=True)
         finally:
             self._thread.in_transaction = False
 
@@ -159,7 +192,22 @@ class BaseStore(ABC):
 
     def migrate(self, component: str, steps: Sequence[MigrationStep]) -> int:
         """Apply the steps of `component` beyond its recorded version in one transaction;
-        return the version now recorded. SchemaError if the database is newer."""
+        return the version now recorded. SchemaError if the database is newer.
+
+        The recorded version is read first, in a read session: a schema already up to
+        date costs no write transaction (so opening a current store never waits for
+        another process's writer). A read-only store is never migrated: a schema
+        behind this qlflow is a SchemaError saying so."""
+        with self._reading() as session:
+            recorded = self._recorded_version(session, component)
+        if recorded is not None and check_version(component, recorded, len(steps)):
+            return recorded
+        if self.read_only:
+            raise SchemaError(
+                f"database schema {component} is at v{recorded or 0}, this qlflow needs "
+                f"v{len(steps)}; a read-only open never upgrades it — run any write "
+                "command (qlflow cycle, say) once to upgrade the store"
+            )
         with self.transaction() as tx:
             self._prepare_versions_table(tx)
             return apply_steps(tx, component, steps)
@@ -187,7 +235,7 @@ class BaseStore(ABC):
     @contextmanager
     def _reading(self) -> Iterator[BaseTransaction]:
         self._check_usable("a store read")
-        with self._session() as session:
+        with self._typed_errors(), self._session() as session:
             yield session
 
     def _check_usable(self, what: str) -> None:

@@ -10,10 +10,16 @@ once) or when the caller signals (cancel, stop, abort).
 Three ways out, each an event the caller sets (from a signal handler, say):
 - `cancel`: record the Run's cancel intent (reason user) and keep converging
   until the Run is terminal; running processes learn `stop_requested` at once;
-- `stop`: stop leasing, let running Attempts finish for `drain_s`, then SIGTERM
-  them (SIGKILL `kill_after_s` later) and return — a clean shutdown;
+- `stop`: stop leasing, let running Attempts finish for `drain_s` (cycling on, so
+  what they finish is settled), then SIGTERM the rest (SIGKILL `kill_after_s`
+  later; they are recorded `failed` with result code `worker_shutdown`), cycle once
+  more and return — a clean shutdown that leaves nothing half-done;
 - `abort`: SIGKILL every process now, give their completions a moment to be
   recorded, and return what is left unfinished.
+
+A store that cannot serve a tick (busy, unreachable, disk full) never ends the loop:
+the host logs it, waits a capped, growing pause, and goes on; it logs again when the
+store answers.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -31,10 +38,46 @@ from projections.views import RunView
 from qlflow.clock import wall_clock_ms
 from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
 from qlflow.runtime import CycleResult, Runtime
-from qlflow.transient import transient_errors
+from qlflow.transient import Backoff, transient_errors
 from qlflow.worker_pool import WorkerPool
 
 log = logging.getLogger("qlflow.driver")
+
+
+def _store_failing(backoff: Backoff, why: str) -> float:
+    """Log a tick the store could not serve (the first, then every so often) and
+    return the pause before the next."""
+    pause = backoff.failed()
+    if backoff.should_log():
+        log.warning(
+            "host loop: the store is unavailable (%s); %s, next try in %.1f s",
+            why,
+            backoff.describe("failed tick", "failed ticks"),
+            pause,
+        )
+    return pause
+
+
+def _store_trouble(cycle_result: CycleResult) -> str | None:
+    """The first Workflow turn of a cycle that failed because the store could not
+    serve it (a turn's error is "<run id>: <error type>: <message>"), or None."""
+    kinds = tuple(f": {kind.__name__}: " for kind in host_errors())
+    for phase in PHASES:
+        for error in getattr(getattr(cycle_result, phase, None), "errors", ()):
+            if any(kind in error for kind in kinds):
+                return f"cycle {phase}: {error}"
+    return None
+
+
+def _store_back(backoff: Backoff) -> None:
+    took_s = backoff.failing_for_s
+    failures = backoff.succeeded()
+    if failures:
+        log.warning(
+            "host loop: the store answers again after %d failed tick(s) in %.1f s",
+            failures,
+            took_s,
+        )
 
 
 def host_errors() -> tuple[type[BaseException], ...]:
@@ -46,7 +89,8 @@ def host_errors() -> tuple[type[BaseException], ...]:
 DEFAULT_RUN_INTERVAL_MS = 250
 DEFAULT_SERVE_INTERVAL_MS = 1000
 ABORT_RECORD_S = 1.0
-MAX_CONSECUTIVE_FAILURES = 30
+MAX_CONSECUTIVE_FAILURES = 30  # cycles in a row that fail on the driven Run (not the store)
+MAX_HOST_PAUSE_S = 30.0  # the longest pause between ticks while the store is unavailable
 
 
 class CycleFailing(QlflowError):
@@ -63,6 +107,18 @@ class DriveResult:
     stopped: bool = False
     reports: list[AttemptReport] = field(default_factory=list)
     left_running: list[RunningProcess] = field(default_factory=list)
+    drain: DrainReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DrainReport:
+    """How a stop went: Attempts running when it began, how many finished within the
+    drain, how many the host then stopped, and how long it all took."""
+
+    running: int
+    finished: int
+    stopped: int
+    took_s: float
 
 
 class Driver:
@@ -115,6 +171,7 @@ class Driver:
             on_finish=lambda _report: self._wake.set(),
         )
         self._relayed: set[str] = set()
+        self._cancel_recorded = False
 
     def request_cancel(self) -> None:
         """Record the Run's cancel intent at the next tick and keep converging."""
@@ -134,55 +191,69 @@ class Driver:
     def run(self) -> DriveResult:
         """Loop until the Run is terminal, `once` is done, or stop / abort is set."""
         result = DriveResult()
-        cancel_recorded = False
         leased_once = False
-        failures = cycle_failures = 0
-        transient = host_errors()
+        cycle_failures = 0
+        backoff = Backoff(first_s=self.interval_s, cap_s=max(self.interval_s, MAX_HOST_PAUSE_S))
         while True:
             if self.abort.is_set():
                 return self._abort(result)
             if self.stop.is_set():
-                return self._shutdown(result)
+                return self._shutdown(result, backoff)
+            pause = self.interval_s
             try:
-                if self.until_run and self.cancel.is_set() and not cancel_recorded:
-                    self._rt.cancel(self.until_run, reason="user")
-                    cancel_recorded = True
-                    log.info("run %s: cancel requested by the user", self.until_run)
-                if self.cycles:
-                    cycle_failures = self._check_cycle(self._rt.cycle(), cycle_failures)
-                if self.until_run:
-                    result.run = self._rt.get_run(self.until_run)
-                    if self._on_progress is not None:
-                        self._on_progress(result.run)
-                    if result.run.terminal and self.pool.busy == 0:
-                        result.reports = list(self.pool.reports)
-                        return result
-                self._relay_cancel_intent()
+                cycle_failures, trouble = self._tick(result, cycle_failures)
+                if result.run is not None and result.run.terminal and self.pool.busy == 0:
+                    result.reports = list(self.pool.reports)
+                    return result
                 if not (self.once and leased_once) and not self.stop.is_set():
                     self.pool.fill()
                     leased_once = True
-                failures = 0
-            except transient as error:
-                failures += 1
-                log.warning("host loop: %s: %s (will retry)", type(error).__name__, error)
-                if failures >= MAX_CONSECUTIVE_FAILURES:
-                    raise
+                if trouble is None:
+                    _store_back(backoff)
+                else:
+                    pause = _store_failing(backoff, trouble)
+            except host_errors() as error:
+                pause = _store_failing(backoff, f"{type(error).__name__}: {error}")
             if self.once and leased_once and self.pool.busy == 0:
                 result.reports = list(self.pool.reports)
                 return result
-            self._wake.wait(self.interval_s)
+            self._wake.wait(pause)
             self._wake.clear()
+
+    def _tick(self, result: DriveResult, cycle_failures: int) -> tuple[int, str | None]:
+        """One tick before leasing: the cancel intent if asked, a cycle, the driven
+        Run's progress, cancel intents relayed to running processes. Returns the
+        count of cycles failing on the driven Run, and why the store failed some
+        Workflow turns of this cycle (None: it did not)."""
+        if self.until_run and self.cancel.is_set() and not self._cancel_recorded:
+            self._rt.cancel(self.until_run, reason="user")
+            self._cancel_recorded = True
+            log.info("run %s: cancel requested by the user", self.until_run)
+        trouble = None
+        if self.cycles:
+            cycle_result = self._rt.cycle()
+            trouble = _store_trouble(cycle_result)
+            cycle_failures = self._check_cycle(cycle_result, cycle_failures)
+        if self.until_run:
+            result.run = self._rt.get_run(self.until_run)
+            if self._on_progress is not None:
+                self._on_progress(result.run)
+        self._relay_cancel_intent()
+        return cycle_failures, trouble
 
     def _check_cycle(self, cycle_result: CycleResult, failures: int) -> int:
         """Count consecutive cycles that failed on the driven Run; a Run the cycle
         cannot converge would otherwise be waited on forever."""
         if not self.until_run:
             return 0
+        # A Workflow turn the store could not serve is not the Run's fault: only the
+        # other errors count towards giving up on it.
+        passing = tuple(f"{self.until_run}: {kind.__name__}:" for kind in host_errors())
         errors = [
             error
             for phase in PHASES
             for error in getattr(getattr(cycle_result, phase, None), "errors", ())
-            if error.startswith(f"{self.until_run}:")
+            if error.startswith(f"{self.until_run}:") and not error.startswith(passing)
         ]
         if not errors:
             return 0
@@ -205,17 +276,47 @@ class Driver:
                 self._relayed.add(run_id)
                 self.executor.renew_now(run_id)
 
-    def _shutdown(self, result: DriveResult) -> DriveResult:
+    def _shutdown(self, result: DriveResult, backoff: Backoff) -> DriveResult:
+        """Stop leasing; let running Attempts finish for `drain_s` while cycling on;
+        then stop the rest (recorded `worker_shutdown`) and cycle once more, so a
+        restart finds every Attempt this host held ended and recorded."""
         result.stopped = True
-        if not self.pool.join(self.drain_s):
-            log.info("shutdown: stopping %d running attempt(s)", self.pool.busy)
+        began = time.monotonic()
+        running = self.pool.busy
+        done_before = len(self.pool.reports)
+        deadline = began + self.drain_s
+        cycle_failures = 0
+        while self.pool.busy and not self.abort.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._wake.wait(min(self.interval_s, remaining))
+            self._wake.clear()
+            try:
+                cycle_failures, trouble = self._tick(result, cycle_failures)
+                if trouble is None:
+                    _store_back(backoff)
+                else:
+                    _store_failing(backoff, trouble)
+            except host_errors() as error:
+                _store_failing(backoff, f"{type(error).__name__}: {error}")
+        finished = len(self.pool.reports) - done_before
+        if self.abort.is_set():
+            return self._abort(result)
+        stopped = self.pool.busy
+        if stopped:
+            log.info("shutdown: stopping %d running attempt(s)", stopped)
             self.executor.stop_all("shutdown")
             if not self.pool.join(self.executor.kill_after_s + ABORT_RECORD_S):
                 self.executor.kill_all()
                 self.pool.join(ABORT_RECORD_S)
+        if self.cycles:
+            with contextlib.suppress(*host_errors()):
+                self._tick(result, 0)  # settle what the drain ended
         result.left_running = self.executor.running()
         self.executor.close()
         result.reports = list(self.pool.reports)
+        result.drain = DrainReport(running, finished, stopped, time.monotonic() - began)
         return result
 
     def _abort(self, result: DriveResult) -> DriveResult:

@@ -13,6 +13,7 @@ from domain.errors import (
     QlflowError,
     SchemaError,
     StartGuardError,
+    StoreUnavailable,
     VersionConflict,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "QlflowError",
     "SchemaError",
     "StartGuardError",
+    "StoreUnavailable",
     "VersionConflict",
 ]

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from domain.canonical import DIGEST_PREFIX
+from domain.errors import QlflowError
 from domain.manifest import (
     DICT_SOURCE,
     MANIFEST_FILE,
@@ -33,6 +35,7 @@ from domain.manifest_checks import manifest_error
 from domain.revision import MaterializedRevision
 
 _CHUNK = 1 << 20
+MAX_TASK_FILE_BYTES = 64 << 20  # a file a Task names is hashed at publish and before each run
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,22 +127,78 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return DIGEST_PREFIX + hasher.hexdigest()
 
 
-def _file_digest(folder: Path, relative: str, source: str, task_id: str) -> str:
-    table = f"tasks.{task_id}"
-    path = folder / relative
-    root = folder.resolve()
+class TaskFileError(QlflowError):
+    """A file a Task names cannot be used. `problem`: "missing", "outside" (the path
+    or a symlink on it leads out of the package folder), "not_regular" (a folder, a
+    device, a pipe), "too_large", "unreadable" or "cancelled"."""
+
+    def __init__(self, relative: str, problem: str, message: str) -> None:
+        self.relative = relative
+        self.problem = problem
+        super().__init__(message)
+
+
+def task_file_digest(
+    folder: str | os.PathLike[str],
+    relative: str,
+    *,
+    cancelled: Callable[[], bool] | None = None,
+    max_bytes: int = MAX_TASK_FILE_BYTES,
+) -> str:
+    """The digest of a file a Task names, after the checks publishing and every run
+    make alike: it lies inside `folder` (no symlink leads out), it is a regular file,
+    and it holds at most `max_bytes`. The read is bounded by that size and stops
+    when `cancelled()` turns true. TaskFileError says what is wrong."""
+    root = Path(folder).resolve()
+    path = root / relative
     resolved = path.resolve()
     if resolved != root and root not in resolved.parents:
-        raise manifest_error(
-            source, table, "files", f"{relative!r} leads outside the package folder (a symlink)"
+        raise TaskFileError(
+            relative, "outside", f"{relative!r} leads outside the package folder (a symlink)"
         )
     if not path.exists():
-        raise manifest_error(source, table, "files", f"file {relative!r} does not exist")
-    if not path.is_file():
-        raise manifest_error(source, table, "files", f"{relative!r} is not a regular file")
+        raise TaskFileError(relative, "missing", f"file {relative!r} does not exist")
     try:
-        return file_digest(path)
+        # not following a symlink swapped in since the check; not blocking on a pipe
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
-        raise manifest_error(
-            source, table, "files", f"cannot read {relative!r}: {error.strerror}"
+        raise TaskFileError(
+            relative, "unreadable", f"cannot read {relative!r}: {error.strerror}"
         ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise TaskFileError(relative, "not_regular", f"{relative!r} is not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > max_bytes:
+            raise _too_large(relative, max_bytes)
+        hasher = hashlib.sha256()
+        read = 0
+        try:
+            while chunk := handle.read(min(_CHUNK, max_bytes + 1 - read)):
+                read += len(chunk)
+                if read > max_bytes:  # it grew while being read
+                    raise _too_large(relative, max_bytes)
+                if cancelled is not None and cancelled():
+                    raise TaskFileError(relative, "cancelled", f"reading {relative!r} stopped")
+                hasher.update(chunk)
+        except OSError as error:
+            raise TaskFileError(
+                relative, "unreadable", f"cannot read {relative!r}: {error.strerror}"
+            ) from None
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
+def _too_large(relative: str, max_bytes: int) -> TaskFileError:
+    return TaskFileError(
+        relative,
+        "too_large",
+        f"{relative!r} is larger than {max_bytes // (1 << 20)} MiB, the most a Task's file may be",
+    )
+
+
+def _file_digest(folder: Path, relative: str, source: str, task_id: str) -> str:
+    try:
+        return task_file_digest(folder, relative)
+    except TaskFileError as error:
+        raise manifest_error(source, f"tasks.{task_id}", "files", str(error)) from None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ from actors.authority import OperationAuthority
 from actors.supervisor import Cycle, CycleResult, PageResult
 from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
-from domain.lease_terms import check_lease_ttl
+from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from domain.values import AdmissionReceipt, Publication
@@ -51,6 +54,7 @@ PROFILES = {
 }
 DEFAULT_PROFILE = {eventstore.SQLITE: "standalone", eventstore.POSTGRESQL: "cluster"}
 
+EXIT_STOP_TIMEOUT_S = 5.0  # at exit, how long the unit the authority is running may finish
 RUN_STATUSES = frozenset({RUN_RUNNING, *RUN_TERMINAL})  # what `runs(status=...)` filters on
 
 
@@ -100,19 +104,33 @@ class Runtime:
         profile: str | None = None,
         *,
         page_size: int | None = None,
+        read_only: bool = False,
         **store_options: Any,
     ) -> None:
         self.url = url or default_url()
         self.profile = resolve_profile(self.url, profile, page_size)
-        self.store = eventstore.open_store(self.url, **store_options)
+        self.read_only = read_only
+        self.store = eventstore.open_store(self.url, read_only=read_only, **store_options)
         try:
-            registry.migrate_all(self.store)
+            registry.migrate_all(self.store)  # read-only: only checks the versions
             self._authority = OperationAuthority(self.store)
         except BaseException:
             self.store.close()
             raise
         self._cycle = Cycle(self._authority, self.profile.page_size, self.profile.pages_per_phase)
         self._closed = False
+        self._close_lock = threading.Lock()
+        # a host that never calls close() (an exception out of its loop, say) still
+        # exits, with the store closed; close() itself takes this hook away again
+        reference = weakref.ref(self)
+
+        def close_at_exit() -> None:
+            runtime = reference()
+            if runtime is not None:
+                runtime._close(stop_timeout_s=EXIT_STOP_TIMEOUT_S)
+
+        self._close_at_exit = close_at_exit
+        atexit.register(close_at_exit)
 
     # -- packages and admission -------------------------------------------
     def publish(
@@ -207,6 +225,8 @@ class Runtime:
         worker_id = text("worker_id", worker_id)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)  # refused even when there is nothing to lease
+        now = _now(now_ms)
+        lease_expiry(now, ttl_ms)  # likewise a lease that could never expire
         task_set = None if tasks is None else texts("tasks", tasks)
         run_id = optional_text("run_id", run_id)
         step_key = optional_text("step_key", step_key)
@@ -215,7 +235,7 @@ class Runtime:
             worker_id,
             limit=limit,
             ttl_ms=ttl_ms,
-            now_ms=_now(now_ms),
+            now_ms=now,
             run_id=run_id,
             step_key=step_key,
             tasks=task_set,
@@ -324,10 +344,16 @@ class Runtime:
 
     def close(self) -> None:
         """Stop the runtime's actors and close the store. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._authority.stop()
+        # a process that never calls it still exits: the atexit hook closes the store
+        self._close(stop_timeout_s=None)
+
+    def _close(self, stop_timeout_s: float | None) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self._close_at_exit)
+        self._authority.stop(stop_timeout_s)
         self.store.close()
 
     def __enter__(self) -> Runtime:

@@ -62,7 +62,10 @@ def rebuild(ctx: typer.Context, json_out: JsonOption = False) -> None:
 def verify(ctx: typer.Context, json_out: JsonOption = False) -> None:
     """Check that every read model equals a fresh replay of the log."""
     as_json = wants_json(ctx, json_out)
-    with opened(ctx) as rt, replay_progress("verifying", enabled=not as_json) as progress:
+    with (
+        opened(ctx, read_only=True) as rt,
+        replay_progress("verifying", enabled=not as_json) as progress,
+    ):
         report = rt.verify_projections(progress)
     if as_json:
         write_json(report.to_dict())

@@ -46,6 +46,7 @@ app = typer.Typer(
         "Example: [bold]qlflow run examples/nightly nightly[/bold]  (embedded SQLite in "
         "./qlflow.db)\n\n"
         "Exit status: 0 ok, 1 run failed, 2 bad input, 3 run cancelled, 4 run timed out, "
+        "5 store unavailable (unreachable, busy, disk full, read-only: try again), "
         "130 interrupted."
     ),
     no_args_is_help=True,

@@ -2,15 +2,17 @@
 
 0 ok (for `run`: the Run succeeded); 1 the Run failed (or `verify` found
 differences, or the cycle cannot converge, or an internal error); 2 bad input (any
-qlflow error, a missing path, a bad `--db`); 3 the Run was cancelled; 4 it timed
-out; 130 interrupted without waiting.
+qlflow error, a missing path, a bad `--db`, a missing store or a file that is not
+one); 3 the Run was cancelled; 4 it timed out; 5 the store is unavailable right now
+(unreachable, busy, disk full, read-only: try again later); 130 interrupted without
+waiting.
 """
 
 from __future__ import annotations
 
 import sys
 
-from domain.errors import CorruptionError, QlflowError
+from domain.errors import CorruptionError, QlflowError, StoreUnavailable
 from qlflow.driver import CycleFailing
 
 EXIT_OK = 0
@@ -18,6 +20,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_CANCELLED = 3
 EXIT_TIMED_OUT = 4
+EXIT_UNAVAILABLE = 5
 EXIT_INTERRUPTED = 130
 RUN_EXIT_CODES = {
     "succeeded": EXIT_OK,
@@ -42,6 +45,8 @@ def exit_code_of(error: BaseException) -> int | None:
         return error.exit_code
     if isinstance(error, (CorruptionError, CycleFailing)):
         return EXIT_FAILED
+    if isinstance(error, StoreUnavailable):
+        return EXIT_UNAVAILABLE
     if isinstance(error, (QlflowError, OSError)):
         return EXIT_BAD_INPUT
     if isinstance(error, KeyboardInterrupt):

@@ -13,7 +13,7 @@ import typer
 from qlflow.cli.app import RUN_AND_HOST, app
 from qlflow.cli.executors import default_worker_id, local_executor
 from qlflow.cli.exits import EXIT_INTERRUPTED, CliError
-from qlflow.cli.opening import opened
+from qlflow.cli.opening import opened, redact
 from qlflow.cli.options import (
     DrainOption,
     KillAfterOption,
@@ -64,6 +64,15 @@ def _host(
         published = PublishedTasks(rt)
         for folder in folders:
             published.add_folder(folder)
+        name = "serve" if cycles else "worker"
+        err.print(
+            f"qlflow {name}: {redact(rt.url)} ({rt.profile.name}); "
+            + (f"a cycle every {interval_ms} ms; " if cycles else "")
+            + f"{slots} slot(s) for {', '.join(published.packages) or 'no package'}; "
+            f"lease TTL {ttl_ms} ms; on SIGTERM running steps get {drain_ms} ms to finish",
+            soft_wrap=True,
+            highlight=False,
+        )
         executor = local_executor(
             ctx, rt, published, log_dir=log_dir, ttl_ms=ttl_ms, kill_after_ms=kill_after_ms
         )
@@ -84,9 +93,13 @@ def _host(
         def on_signal(signum: int) -> None:
             if not driver.stop.is_set():
                 err.print(
-                    f"qlflow: {signal.Signals(signum).name}: stopping; running steps get "
-                    f"{drain_ms} ms to finish. Signal again to exit at once."
+                    f"qlflow: {signal.Signals(signum).name}: no new leases; "
+                    f"{driver.pool.busy} running step(s) get {drain_ms} ms to finish, then "
+                    "SIGTERM (recorded worker_shutdown). Signal again to exit at once.",
+                    soft_wrap=True,
+                    highlight=False,
                 )
+                published.stop_reads()  # a step not started yet is left to its lease
                 driver.request_stop()
             else:
                 driver.request_abort()
@@ -104,6 +117,15 @@ def _host(
             report.step_key,
             report.recorded_status,
             report.exit_code,
+        )
+    if result.drain is not None:
+        drain = result.drain
+        err.print(
+            f"qlflow: stopped in {drain.took_s * 1000:.0f} ms: {drain.finished} of "
+            f"{drain.running} running step(s) finished within the drain, {drain.stopped} "
+            "stopped (worker_shutdown)",
+            soft_wrap=True,
+            highlight=False,
         )
     if result.aborted:
         for process in result.left_running:

@@ -3,6 +3,7 @@ or followed as they commit) and `why` (what keeps a Run from ending, or how it e
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -13,14 +14,22 @@ from rich.text import Text
 from domain.records import Record
 from projections.views import RunView, view_of_aggregate
 from qlflow.cli.app import INSPECT, JsonOption, app, wants_json
-from qlflow.cli.exits import CliError
+from qlflow.cli.exits import EXIT_UNAVAILABLE, CliError
 from qlflow.cli.opening import opened
 from qlflow.cli.options import at_least, split_list
-from qlflow.cli.output import jsonable, stdout_console, write_json
+from qlflow.cli.output import jsonable, stderr_console, stdout_console, write_json
 from qlflow.cli.signals import SignalRelay
 from qlflow.cli.tables import event_row, events_table, run_document, runs_table
+from qlflow.transient import Backoff, transient_errors
 
 Fetch = Callable[[int, int | None], list[Record]]
+MAX_FOLLOW_PAUSE_S = 10.0  # the longest pause of --follow while the store is unavailable
+
+
+def error_line_soft(message: str) -> None:
+    """A notice of --follow on stderr (stdout carries only events)."""
+    sys.stderr.write(f"qlflow: events --follow: {message}\n")
+    sys.stderr.flush()
 
 
 @app.command(
@@ -37,7 +46,7 @@ def runs(
 ) -> None:
     """List Runs, newest first."""
     at_least("--limit", limit)
-    with opened(ctx) as rt:
+    with opened(ctx, read_only=True) as rt:
         found = rt.runs(status=status, limit=limit)
     if wants_json(ctx, json_out):
         write_json([_without_steps(r) for r in found])
@@ -68,7 +77,7 @@ def show(
     """Show a Run with its steps as a table (now, or at any version)."""
     at_least("--at", at_version)
     as_json = wants_json(ctx, json_out)
-    with opened(ctx) as rt:
+    with opened(ctx, read_only=True) as rt:
         if at_version is None:
             view = rt.get_run(run_id)
             if as_json:
@@ -117,7 +126,7 @@ def events(
     at_least("--interval-ms", interval_ms)
     as_json = wants_json(ctx, json_out)
     wanted = split_list(types)
-    with opened(ctx) as rt:
+    with opened(ctx, read_only=True) as rt:
 
         def fetch(position: int, how_many: int | None) -> list[Record]:
             return rt.events(
@@ -158,10 +167,23 @@ def _follow(
             position = record.global_position
         return position
 
+    backoff = Backoff(first_s=interval_s, cap_s=max(interval_s, MAX_FOLLOW_PAUSE_S))
     with SignalRelay(lambda _signum: stop.set()):
         position = max(after, emit(first))
-        while not stop.wait(interval_s):
-            records = fetch(position, 1000)
+        pause = interval_s
+        while not stop.wait(pause):
+            pause = interval_s
+            try:
+                records = fetch(position, 1000)
+            except transient_errors() as error:
+                # a dropped connection is made again on the next try; the events
+                # printed so far are not printed twice (it resumes after `position`)
+                pause = backoff.failed()
+                if backoff.should_log():
+                    error_line_soft(f"the store is unavailable, retrying: {error}")
+                continue
+            if backoff.succeeded():
+                error_line_soft(f"the store answers again; resuming after position {position}")
             if records:
                 position = max(position, emit(records))
 
@@ -177,7 +199,7 @@ def why(
     json_out: JsonOption = False,
 ) -> None:
     """Say why a Run is not terminal (or how it ended)."""
-    with opened(ctx) as rt:
+    with opened(ctx, read_only=True) as rt:
         report = rt.why(run_id)
     if wants_json(ctx, json_out):
         write_json(report.to_dict())
@@ -211,5 +233,14 @@ def ui(
         raise CliError(
             f"the dashboard needs the ui extra: pip install 'qlflow[ui]' ({error})"
         ) from None
-    with opened(ctx) as rt:
-        dashboard.serve(rt, host=host, port=port, token=token)
+    with opened(ctx, read_only=True):
+        pass  # a missing, foreign, older or newer store is refused here, untouched
+    try:
+        with opened(ctx) as rt:  # the dashboard's actions (cancel, start) write
+            dashboard.serve(rt, host=host, port=port, token=token)
+    except CliError as error:
+        if error.exit_code != EXIT_UNAVAILABLE:
+            raise
+        stderr_console().print(f"qlflow ui: pages only, actions are refused: {error}")
+        with opened(ctx, read_only=True) as rt:
+            dashboard.serve(rt, host=host, port=port, token=token)

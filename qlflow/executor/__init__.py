@@ -14,7 +14,11 @@ Per Attempt, in this order:
 5. `complete` with exit code 0 -> `succeeded`, anything else -> `failed`, and
    `output = {"log_path", "exit_code", "pid", ...}`.
 A command that cannot be found or started completes `failed` with result code
-`start_failed` and the error in the output. No process outlives its Attempt: the
+`start_failed` and the error in the output (`task_file_refused` when a file it
+names fails the package checks: outside the folder, not a regular file, too large);
+a step the host stops on its way out (the drain ran out) completes `failed` with
+`worker_shutdown`. A store that cannot take a write right now is retried while the
+lease is renewed; only a lost lease stops the worker's claim. No process outlives its Attempt: the
 group is killed after the leader exits, on loss of the lease, and on `close()`.
 Why a lease fences every write: docs/DESIGN.md, "Leases and fencing".
 """
@@ -23,15 +27,23 @@ from qlflow.executor.local import (
     DEFAULT_KILL_AFTER_S,
     DEFAULT_TTL_MS,
     START_FAILED,
+    WORKER_SHUTDOWN,
     LocalProcessExecutor,
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess
-from qlflow.executor.tasks import PublishedTasks, TaskCommand, TaskUnavailable
+from qlflow.executor.tasks import (
+    TASK_FILE_REFUSED,
+    PublishedTasks,
+    TaskCommand,
+    TaskUnavailable,
+)
 
 __all__ = [
     "DEFAULT_KILL_AFTER_S",
     "DEFAULT_TTL_MS",
     "START_FAILED",
+    "TASK_FILE_REFUSED",
+    "WORKER_SHUTDOWN",
     "AttemptReport",
     "LocalProcessExecutor",
     "PublishedTasks",

@@ -20,21 +20,22 @@ from domain.errors import FenceError, QlflowError
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.processes import append_log, signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
-from qlflow.executor.tasks import TaskCommand
+from qlflow.executor.tasks import TaskCommand, TaskUnavailable
+from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.runtime import Lease, Runtime
-from qlflow.transient import transient_errors
+from qlflow.transient import Backoff, transient_errors
 
 log = logging.getLogger("qlflow.executor")
 
 DEFAULT_KILL_AFTER_S = 5.0
 DEFAULT_TTL_MS = 30_000
 START_FAILED = "start_failed"
-RETRY_S = 1.0  # pause between database retries of a renewal or a completion
+WORKER_SHUTDOWN = "worker_shutdown"  # the host stopped the step: it did not fail by itself
+HOST_STOPS = ("shutdown", "killed")  # stop reasons that are the host's, not the Run's
 
 
 @dataclass
-class _Supervised:
-    lease: Lease
+class _Supervised(Held):
     process: subprocess.Popen[bytes]
     log_path: Path
     started_monotonic: float
@@ -51,6 +52,11 @@ class LocalProcessExecutor:
 
     `resolve(lease) -> TaskCommand` finds what to run (usually `PublishedTasks.resolve`).
     `ttl_ms` must be the TTL the leases were granted with; renewals use it too.
+
+    The store may be unavailable for a while (busy, unreachable, disk full): every
+    worker write is then retried with a capped backoff while the lease keeps being
+    renewed, and a spawned process is never stopped for it. Only a FenceError — the
+    lease is really gone — ends this worker's claim on its Attempt.
     """
 
     def __init__(
@@ -69,8 +75,12 @@ class LocalProcessExecutor:
         self.kill_after_s = kill_after_s
         self._supervised: dict[str, _Supervised] = {}
         self._lock = threading.Lock()
-        self._closed = False
+        self._closing = threading.Event()
         atexit.register(_kill_at_exit, weakref.ref(self))
+
+    @property
+    def _closed(self) -> bool:
+        return self._closing.is_set()
 
     # -- control from other threads ------------------------------------------
     def running(self) -> list[RunningProcess]:
@@ -115,7 +125,7 @@ class LocalProcessExecutor:
 
     def close(self) -> None:
         """Kill whatever is still running. Idempotent."""
-        self._closed = True
+        self._closing.set()
         self.kill_all()
 
     def _items(self, run_id: str | None) -> list[_Supervised]:
@@ -130,27 +140,43 @@ class LocalProcessExecutor:
         (0 -> succeeded, anything else -> failed)."""
         log_path = self._log_path(lease)
         command: TaskCommand | None = None
-        problem = None
+        problem, code = None, START_FAILED
         try:
             command = self._resolve(lease)
+        except TaskUnavailable as error:
+            if error.cancelled:
+                return self._not_started(lease, log_path, str(error))
+            problem, code = str(error), error.result_code or START_FAILED
         except (QlflowError, OSError) as error:
             problem = str(error)
+        if self._closed:
+            return self._not_started(lease, log_path, "the executor is shutting down")
+        held = Held(lease)
         try:
-            lease = self._rt.mark_starting(lease)
+            until_recorded(
+                self._rt,
+                held,
+                "start",
+                self._rt.mark_starting,
+                ttl_ms=self.ttl_ms,
+                stopping=self._closing,
+            )
         except FenceError as error:
             log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
-            return report(lease, None, None, None, log_path, error=str(error))
+            return report(held.lease, None, None, None, log_path, error=str(error))
+        except NotStarted:
+            return self._not_started(held.lease, log_path, "the executor is shutting down")
         if command is None:
-            return self._start_failed(lease, log_path, problem or "task unavailable")
-        if self._closed:
-            return self._start_failed(lease, log_path, "the executor is shutting down")
+            return self._start_failed(held, log_path, problem or "task unavailable", code)
+        if self._closing.is_set():  # past the barrier: recorded, never run
+            return self._start_failed(held, log_path, "the host stopped", WORKER_SHUTDOWN)
         try:
-            process = self._spawn(lease, command, log_path)
+            process = self._spawn(held.lease, command, log_path)
         except OSError as error:
             reason = f"cannot start {command.argv[0]!r}: {error.strerror or error}"
             append_log(log_path, f"qlflow: {reason}\n")
-            return self._start_failed(lease, log_path, reason)
-        item = _Supervised(lease, process, log_path, time.monotonic())
+            return self._start_failed(held, log_path, reason, START_FAILED)
+        item = _Supervised(held.lease, process, log_path, time.monotonic())
         with self._lock:
             self._supervised[lease.attempt_id] = item
         threading.Thread(
@@ -183,44 +209,50 @@ class LocalProcessExecutor:
         return process
 
     def _supervise(self, item: _Supervised) -> AttemptReport:
-        """Renew the lease every ttl/3 while the process runs; on `stop_requested`
-        (or a stop of the host) SIGTERM the group, SIGKILL it `kill_after_s` later."""
-        lease = item.lease
-        try:
-            item.lease = lease = self._rt.mark_running(lease)
-        except FenceError as error:
-            return self._abandon(item, f"lease lost before running: {error}")
-        except QlflowError as error:
-            log.warning("attempt %s: mark_running failed: %s", lease.attempt_id, error)
+        """While the process runs: record it running, renew the lease every ttl/3, and
+        on `stop_requested` (or a stop of the host) SIGTERM the group, SIGKILL it
+        `kill_after_s` later. A write the store cannot take now is tried again with a
+        capped backoff; the process runs on meanwhile."""
         interval_s = self.ttl_ms / 3000
-        retryable: tuple[type[BaseException], ...] = (QlflowError, *transient_errors())
-        next_renew = time.monotonic() + _renew_after(lease, interval_s)
-        while not item.exited.is_set():
+        transient = transient_errors()
+        renewal_retried: tuple[type[BaseException], ...] = (QlflowError, *transient)
+        running_recorded = False
+        running_backoff, renew_backoff = Backoff(), Backoff()
+        next_running = time.monotonic()
+        next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
+        while True:
             now = time.monotonic()
-            waits = [next_renew - now]
-            if item.term_sent_at is not None and not item.killed:
-                waits.append(item.term_sent_at + self.kill_after_s - now)
-            item.wake.wait(max(0.0, min(waits)))
-            item.wake.clear()
+            if not running_recorded and not item.exited.is_set() and now >= next_running:
+                try:
+                    item.lease = self._rt.mark_running(item.lease)
+                    running_recorded = True
+                    recovered(running_backoff, item.lease, "running")
+                except FenceError as error:
+                    return self._abandon(item, f"lease lost before running: {error}")
+                except transient as error:
+                    next_running = now + running_backoff.failed()
+                    retrying(running_backoff, item.lease, "running", error)
+                except QlflowError as error:
+                    log.warning("attempt %s: mark_running failed: %s", item.lease.attempt_id, error)
+                    running_recorded = True
             if item.exited.is_set():
                 break
-            now = time.monotonic()
             if item.renew_now or now >= next_renew:
                 item.renew_now = False
                 try:
-                    item.lease = lease = self._rt.renew(lease, ttl_ms=self.ttl_ms)
-                    next_renew = time.monotonic() + _renew_after(lease, interval_s)
-                    if lease.stop_requested and item.stop_reason is None:
+                    item.lease = self._rt.renew(item.lease, ttl_ms=self.ttl_ms)
+                    next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
+                    recovered(renew_backoff, item.lease, "renewal")
+                    if item.lease.stop_requested and item.stop_reason is None:
                         item.stop_reason = "stop_requested"
                 except FenceError as error:
                     return self._abandon(item, f"lease lost while running: {error}")
-                except retryable as error:
-                    if wall_clock_ms() >= lease.expires_at_ms:
-                        return self._abandon(item, f"lease expired, renewal failing: {error}")
-                    log.warning("attempt %s: renewal failed: %s", lease.attempt_id, error)
-                    next_renew = time.monotonic() + min(interval_s, RETRY_S)
+                except renewal_retried as error:
+                    # the lease may well outlive this: keep trying until the store answers
+                    next_renew = time.monotonic() + min(interval_s, renew_backoff.failed())
+                    retrying(renew_backoff, item.lease, "renewal", error)
             if item.stop_reason is not None and item.term_sent_at is None:
-                log.info("attempt %s: SIGTERM (%s)", lease.attempt_id, item.stop_reason)
+                log.info("attempt %s: SIGTERM (%s)", item.lease.attempt_id, item.stop_reason)
                 signal_group(item.process, signal.SIGTERM)
                 item.term_sent_at = time.monotonic()
             if (
@@ -228,14 +260,24 @@ class LocalProcessExecutor:
                 and not item.killed
                 and time.monotonic() >= item.term_sent_at + self.kill_after_s
             ):
-                log.info("attempt %s: SIGKILL after %.1fs", lease.attempt_id, self.kill_after_s)
+                log.info(
+                    "attempt %s: SIGKILL after %.1fs", item.lease.attempt_id, self.kill_after_s
+                )
                 signal_group(item.process, signal.SIGKILL)
                 item.killed = True
+            now = time.monotonic()
+            waits = [next_renew - now]
+            if not running_recorded:
+                waits.append(next_running - now)
+            if item.term_sent_at is not None and not item.killed:
+                waits.append(item.term_sent_at + self.kill_after_s - now)
+            item.wake.wait(max(0.0, min(waits)))
+            item.wake.clear()
         signal_group(item.process, signal.SIGKILL)  # whatever the leader left behind
-        return self._finish(item, lease)
+        return self._finish(item)
 
-    def _finish(self, item: _Supervised, lease: Lease) -> AttemptReport:
-        """Record the exited process's outcome under `lease`."""
+    def _finish(self, item: _Supervised) -> AttemptReport:
+        """Record the exited process's outcome under its lease."""
         exit_code = item.process.returncode
         output: dict[str, Any] = {
             "log_path": str(item.log_path),
@@ -248,34 +290,40 @@ class LocalProcessExecutor:
         if item.stop_reason is not None:
             output["stopped_by"] = item.stop_reason
         outcome = "succeeded" if exit_code == 0 else "failed"
-        try:
-            status = self._complete(lease, outcome, output)
-        except QlflowError as error:
-            log.warning("attempt %s: completion not recorded: %s", lease.attempt_id, error)
-            return report(
-                lease,
-                None,
-                exit_code,
-                item.process.pid,
-                item.log_path,
-                stopped_by=item.stop_reason,
-                error=str(error),
-            )
+        # A step the host stopped (drain over, host leaving) did not fail by itself.
+        stopped_by_host = item.stop_reason in HOST_STOPS and item.term_sent_at is not None
+        code = WORKER_SHUTDOWN if outcome == "failed" and stopped_by_host else None
+        status, error = self._complete(item, outcome, code, output)
         return report(
-            lease, status, exit_code, item.process.pid, item.log_path, stopped_by=item.stop_reason
+            item.lease,
+            status,
+            exit_code,
+            item.process.pid,
+            item.log_path,
+            stopped_by=item.stop_reason,
+            error=error,
         )
 
-    def _complete(self, lease: Lease, outcome: str, output: dict[str, Any]) -> str:
-        """Record the outcome; retry a busy or unreachable database while the lease
-        lives (a completion is idempotent: a retry after a lost answer is a replay)."""
-        while True:
-            try:
-                return self._rt.complete(lease, outcome, output=output)
-            except transient_errors() as error:
-                if wall_clock_ms() + RETRY_S * 1000 >= lease.expires_at_ms:
-                    raise
-                log.warning("attempt %s: completion failed, retrying: %s", lease.attempt_id, error)
-                time.sleep(RETRY_S)  # a back-off between database attempts, not a test wait
+    def _complete(
+        self, held: Held, outcome: str, result_code: str | None, output: dict[str, Any]
+    ) -> tuple[str | None, str | None]:
+        """Record the outcome, trying again while the store cannot take it (a completion
+        is idempotent: a retry after a lost answer is a replay). (status, None), or
+        (None, why) when it could not be recorded."""
+        try:
+            status = until_recorded(
+                self._rt,
+                held,
+                "completion",
+                lambda lease: self._rt.complete(
+                    lease, outcome, result_code=result_code, output=output
+                ),
+                ttl_ms=self.ttl_ms,
+            )
+        except QlflowError as error:
+            log.warning("attempt %s: completion not recorded: %s", held.lease.attempt_id, error)
+            return None, str(error)
+        return status, None
 
     def _abandon(self, item: _Supervised, reason: str) -> AttemptReport:
         """The lease is gone: nothing this worker writes would be accepted, and the
@@ -295,15 +343,22 @@ class LocalProcessExecutor:
             error=reason,
         )
 
-    def _start_failed(self, lease: Lease, log_path: Path, reason: str) -> AttemptReport:
-        """The Task cannot be found or started: complete `failed` with `start_failed`."""
-        log.warning("attempt %s: start failed: %s", lease.attempt_id, reason)
+    def _start_failed(
+        self, held: Held, log_path: Path, reason: str, result_code: str
+    ) -> AttemptReport:
+        """The Task cannot be found or started: complete `failed` with `result_code`."""
+        log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
         output = {"log_path": str(log_path), "exit_code": None, "error": reason}
-        try:
-            status = self._rt.complete(lease, "failed", result_code=START_FAILED, output=output)
-        except QlflowError as error:
-            return report(lease, None, None, None, log_path, error=f"{reason}; {error}")
-        return report(lease, status, None, None, log_path, error=reason)
+        status, error = self._complete(held, "failed", result_code, output)
+        if status is None:
+            return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")
+        return report(held.lease, status, None, None, log_path, error=reason)
+
+    def _not_started(self, lease: Lease, log_path: Path, reason: str) -> AttemptReport:
+        """Give the Attempt up before its start barrier: nothing was spawned or recorded,
+        and once its lease lapses another worker may lease it."""
+        log.info("attempt %s: not started: %s", lease.attempt_id, reason)
+        return report(lease, None, None, None, log_path, error=reason)
 
     def _log_path(self, lease: Lease) -> Path:
         run_folder = lease.run_id.replace(":", "_")

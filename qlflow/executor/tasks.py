@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,13 +16,24 @@ from domain.revision import MaterializedRevision, revision_from_json
 from domain.streams import publication_stream
 from domain.tasks import TaskDefinition, task_source_digest
 from projections import publications
-from qlflow.packages import file_digest, load_package
+from qlflow.packages import TaskFileError, load_package, task_file_digest
 from qlflow.runtime import Lease, Runtime
+
+TASK_FILE_REFUSED = "task_file_refused"  # a file the Task names fails the package checks
 
 
 class TaskUnavailable(QlflowError):
     """The local executor cannot run an Attempt's Task here (no package folder known
-    for it, or the folder no longer holds the published files)."""
+    for it, or the folder no longer holds the published files). `result_code` is
+    what the Attempt fails with (None: the executor's `start_failed`); `cancelled`
+    means the host stopped the check and nothing should be recorded."""
+
+    def __init__(
+        self, message: str, result_code: str | None = None, cancelled: bool = False
+    ) -> None:
+        self.result_code = result_code
+        self.cancelled = cancelled
+        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +65,7 @@ class PublishedTasks:
         self._revisions: dict[str, tuple[MaterializedRevision, Path | None]] = {}
         self._publication_by_run: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
         for package, folder in (folders or {}).items():
             self.add_folder(folder, package)
 
@@ -66,6 +78,11 @@ class PublishedTasks:
         with self._lock:
             self._folders[package] = path
         return package
+
+    def stop_reads(self) -> None:
+        """Stop every check of a Task's files now in progress, and refuse new ones (the
+        host is shutting down: an Attempt not yet started is left to its lease)."""
+        self._stopped.set()
 
     @property
     def packages(self) -> list[str]:
@@ -106,7 +123,7 @@ class PublishedTasks:
                 f"no package folder known for package {revision.package!r} on this worker; "
                 "give it with --package-dir"
             )
-        _check_files(task, folder, revision)
+        _check_files(task, folder, revision, self._stopped.is_set)
         return TaskCommand(argv=tuple(task.command), env=dict(task.env), cwd=folder)
 
     def _publication_of(self, run_id: str) -> str:
@@ -135,18 +152,26 @@ class PublishedTasks:
         return entry
 
 
-def _check_files(task: TaskDefinition, folder: Path, revision: MaterializedRevision) -> None:
-    """The files the Task names, hashed again, must give its published source digest."""
+def _check_files(
+    task: TaskDefinition,
+    folder: Path,
+    revision: MaterializedRevision,
+    cancelled: Callable[[], bool],
+) -> None:
+    """The files the Task names pass the checks publishing made (inside the folder,
+    regular, bounded in size) and, hashed again, give its published source digest."""
     if not folder.is_dir():
         raise TaskUnavailable(f"package folder {str(folder)!r} does not exist")
     digests = {}
     for relative in task.files:
         try:
-            digests[relative] = file_digest(folder / relative)
-        except OSError as error:
+            digests[relative] = task_file_digest(folder, relative, cancelled=cancelled)
+        except TaskFileError as error:
+            refused = error.problem in ("outside", "not_regular", "too_large")
             raise TaskUnavailable(
-                f"Task {task.task_id!r}: cannot read {relative!r} in {str(folder)!r}: "
-                f"{error.strerror}"
+                f"Task {task.task_id!r} in {str(folder)!r}: {error}",
+                result_code=TASK_FILE_REFUSED if refused else None,
+                cancelled=error.problem == "cancelled",
             ) from None
     if task_source_digest(task.definition(), digests) != task.source_digest:
         raise TaskUnavailable(

@@ -30,6 +30,8 @@ def bad_inputs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
     nightly = copy_example("nightly", root)
     broken = write_package(root / "broken", MALFORMED)
     db = sqlite_url(root)
+    # the store exists (empty) before the commands race: read commands never create it
+    assert qlflow("cycle", db=db, cwd=root).returncode == 0
     cases = {
         "missing folder": ("run", str(root / "nowhere"), "nightly"),
         "malformed toml": ("run", str(broken), "x"),
@@ -104,6 +106,8 @@ EXPECTED = {
     "bad --db scheme": "unknown store URL scheme 'mysql'",
     "bad --db directory": "does not exist",
     "bad --db not a url": "sqlite:///path.db",
+}
+UNAVAILABLE = {
     "unreachable postgres": "cannot open the database postgresql://nobody@127.0.0.1:1/none: "
     "connection failed",
 }
@@ -115,6 +119,15 @@ def test_bad_input_is_one_clear_line_and_exit_2(bad_inputs, case):
     assert done.returncode == 2, (done.stdout, done.stderr)
     line = one_error_line(done.stderr)
     assert EXPECTED[case].lower() in line.lower(), line
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("case", sorted(UNAVAILABLE))
+def test_a_store_that_cannot_be_reached_is_one_clear_line_and_exit_5(bad_inputs, case):
+    done, _root = bad_inputs[case]
+    assert done.returncode == 5, (done.stdout, done.stderr)
+    line = one_error_line(done.stderr)
+    assert UNAVAILABLE[case].lower() in line.lower(), line
     assert done.stdout == ""
 
 

@@ -3,14 +3,17 @@ environment, logs, exit codes, start failures, stop and kill, and no process lef
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import qlflow
 from qlflow.driver import Driver
-from qlflow.executor import LocalProcessExecutor, PublishedTasks
+from qlflow.executor import TASK_FILE_REFUSED, LocalProcessExecutor, PublishedTasks
+from qlflow.packages import MAX_TASK_FILE_BYTES
 from tests.cli.helpers import process_alive, read_pid, wait_for, write_package
 
 DRIVE_DEADLINE_S = 30
@@ -170,6 +173,49 @@ def test_a_folder_changed_since_publication_never_runs(rt, tmp_path: Path):
     assert (step.status, step.result_code) == ("failed", "start_failed")
     assert "changed since probe generation 1 was published" in step.attempts[0].output["error"]
     assert not (folder / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "swap",
+    ["symlink to /dev/zero", "symlink out of the folder", "a pipe", "too large"],
+)
+def test_a_file_swapped_after_publishing_is_refused_at_execution(rt, tmp_path: Path, swap):
+    folder = _package(
+        tmp_path,
+        '[tasks.t]\ncommand = ["python3", "x.py"]\nfiles = ["x.py"]\n',
+        '[{ key = "only", task = "t" }]',
+        {"x.py": "open('ran', 'w').write('ran')\n"},
+    )
+    outside = tmp_path / "outside.py"
+    outside.write_text("open('ran', 'w').write('ran')\n")
+
+    def replace():
+        (folder / "x.py").unlink()
+        if swap == "symlink to /dev/zero":
+            os.symlink("/dev/zero", folder / "x.py")
+        elif swap == "symlink out of the folder":
+            os.symlink(outside, folder / "x.py")
+        elif swap == "a pipe":
+            os.mkfifo(folder / "x.py")  # opening it to read would block forever
+        else:
+            with open(folder / "x.py", "wb") as handle:  # sparse: no disk, no time
+                handle.truncate(MAX_TASK_FILE_BYTES + 1)
+
+    before = time.process_time()
+    run, _ = drive(rt, folder, tmp_path, change_after_publish=replace)  # within its deadline
+
+    step = run.steps["only"]
+    assert (step.status, step.result_code) == ("failed", TASK_FILE_REFUSED)
+    error = step.attempts[0].output["error"]
+    expected = {
+        "symlink to /dev/zero": "leads outside the package folder",
+        "symlink out of the folder": "leads outside the package folder",
+        "a pipe": "is not a regular file",
+        "too large": "larger than 64 MiB",
+    }[swap]
+    assert expected in error, error
+    assert not (folder / "ran").exists()
+    assert time.process_time() - before < 10  # nothing read /dev/zero or the pipe
 
 
 def test_processes_a_finished_step_left_behind_are_killed(rt, tmp_path: Path):

@@ -152,16 +152,82 @@ def test_sigterm_stops_serve_within_its_grace_period(tmp_path: Path):
     assert code == 0, serve.stderr
     assert took < (drain_ms + kill_after_ms) / 1000 + 3.0, took
     assert not process_alive(pid)
+    assert "0 of 1 running step(s) finished within the drain, 1 stopped" in serve.stderr
+    # A restart finds nothing half-done: the stopped step is recorded as the host's
+    # doing (not a failure of its own), and serve's last cycle settled the Run.
+    stopped = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)
+    assert stopped["status"] == "failed"
+    assert stopped["steps"]["work"]["result_code"] == "worker_shutdown"
+    assert qlflow_json("why", receipt["run_id"], db=db, cwd=tmp_path)["terminal"] is True
     # Nothing runs between cycles: the next one (any host) settles the Run.
     qlflow("cycle", db=db, cwd=tmp_path)
     settled = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)
     work = settled["steps"]["work"]["attempts"][0]
     assert work["status"] == "failed"  # past the start barrier: recorded, never rerun
+    assert work["result_code"] == "worker_shutdown"
     assert work["output"]["stopped_by"] == "shutdown"
     assert work["output"]["exit_code"] == 143
     assert settled["status"] == "failed"
     assert settled["steps"]["report"]["status"] == "skipped"
     assert settled["steps"]["report"]["attempts"] == []
+
+
+FINISHING = """
+[package]
+name = "finishing"
+publisher = "tests"
+
+[tasks.work]
+command = ["python3", "work.py"]
+files = ["work.py"]
+
+[workflows.flow]
+steps = [{ key = "work", task = "work" }]
+"""
+
+FINISHING_PY = """
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda *_: None)  # would finish anyway; the host never asks
+with open("work.pid.tmp", "w") as handle:
+    handle.write(str(os.getpid()))
+os.replace("work.pid.tmp", "work.pid")
+time.sleep(3)
+print("done")
+"""
+
+
+def test_sigterm_with_a_long_drain_lets_the_step_finish_and_the_run_succeed(tmp_path: Path):
+    package = write_package(tmp_path / "finishing", FINISHING, {"work.py": FINISHING_PY})
+    db = sqlite_url(tmp_path)
+    assert qlflow("publish", str(package), db=db, cwd=tmp_path).returncode == 0
+    serve = Spawned(
+        "serve",
+        "--package-dir",
+        str(package),
+        "--interval-ms",
+        "100",
+        "--drain-ms",
+        "60000",
+        db=db,
+        cwd=tmp_path,
+        name="serve",
+    )
+    try:
+        receipt = qlflow_json("start", "finishing", "flow", db=db, cwd=tmp_path)
+        pid = wait_for(lambda: read_pid(package / "work.pid"), 30, "serve to start the step")
+        serve.process.send_signal(signal.SIGTERM)
+        code = serve.wait(60)
+    finally:
+        serve.kill()
+    assert code == 0, serve.stderr
+    assert not process_alive(pid)
+    assert "no new leases; 1 running step(s) get 60000 ms to finish" in serve.stderr
+    assert "1 of 1 running step(s) finished within the drain, 0 stopped" in serve.stderr
+    shown = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)  # no cycle since
+    assert shown["status"] == "succeeded", shown
+    [attempt] = shown["steps"]["work"]["attempts"]
+    assert (attempt["status"], attempt["output"]["exit_code"]) == ("succeeded", 0)
+    assert "stopped_by" not in attempt["output"]
 
 
 def test_a_host_killed_with_sigkill_leaves_no_step_process(tmp_path: Path):

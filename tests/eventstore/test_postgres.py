@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
-from domain.errors import InvalidInput, SchemaError
+from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from eventstore import open_store
 from eventstore.url import with_search_path
 from tests.eventstore.builders import event, stream
@@ -50,6 +49,7 @@ def test_a_search_path_without_a_schema_is_a_schema_error(pg_server_url):
         open_store(with_search_path(pg_server_url, "t_no_such_schema"), connect_timeout_s=5)
 
 
-def test_an_unreachable_server_fails_fast():
-    with pytest.raises(psycopg.OperationalError, match="cannot connect to PostgreSQL"):
+def test_an_unreachable_server_fails_fast_as_store_unavailable():
+    with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL") as caught:
         open_store("postgresql://postgres@127.0.0.1:9/none", connect_timeout_s=0.5)
+    assert caught.value.reason == "unreachable"

@@ -11,7 +11,15 @@ import pytest
 
 from domain.errors import ManifestError
 from domain.tasks import task_source_digest
-from qlflow.packages import file_digest, load, load_package, package_from_manifest
+from qlflow.packages import (
+    MAX_TASK_FILE_BYTES,
+    TaskFileError,
+    file_digest,
+    load,
+    load_package,
+    package_from_manifest,
+    task_file_digest,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nightly"
 
@@ -86,6 +94,38 @@ def test_symlink_leading_outside_the_package_is_refused(package: Path, tmp_path:
     os.symlink(secret, package / "fetch.py")
     with pytest.raises(ManifestError, match="leads outside the package folder"):
         load(package)
+
+
+@pytest.mark.parametrize("swap", ["symlink to /dev/zero", "a pipe", "too large"])
+def test_files_that_are_not_plain_bounded_files_in_the_folder_are_refused(
+    package: Path, swap: str
+) -> None:
+    (package / "fetch.py").unlink()
+    if swap == "symlink to /dev/zero":
+        os.symlink("/dev/zero", package / "fetch.py")
+        expected = "leads outside the package folder"
+    elif swap == "a pipe":
+        os.mkfifo(package / "fetch.py")
+        expected = "is not a regular file"
+    else:
+        with open(package / "fetch.py", "wb") as handle:
+            handle.truncate(MAX_TASK_FILE_BYTES + 1)
+        expected = "is larger than 64 MiB"
+    with pytest.raises(ManifestError, match=rf"\[tasks.fetch\] files: 'fetch.py' .*{expected}"):
+        load(package)
+
+
+def test_the_checks_are_one_function_with_a_bounded_cancellable_read(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * (3 << 20))
+    assert task_file_digest(tmp_path, "f") == file_digest(tmp_path / "f")
+    with pytest.raises(TaskFileError) as too_large:
+        task_file_digest(tmp_path, "f", max_bytes=1 << 20)
+    assert too_large.value.problem == "too_large"
+    with pytest.raises(TaskFileError) as cancelled:
+        task_file_digest(tmp_path, "f", cancelled=lambda: True)
+    assert cancelled.value.problem == "cancelled"
+    (tmp_path / "inner").symlink_to(tmp_path / "f")  # a symlink inside the folder is fine
+    assert task_file_digest(tmp_path, "inner") == file_digest(tmp_path / "f")
 
 
 def test_folder_without_manifest_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""PostgreSQL errors that mean "not now" (StoreUnavailable), and the session setup
+of a read-only store."""
+
+from __future__ import annotations
+
+import psycopg
+import psycopg_pool
+
+from domain.errors import StoreUnavailable
+
+
+def read_only_session(conn: psycopg.Connection) -> None:
+    """Every transaction of a read-only store's connections is READ ONLY."""
+    conn.execute("SET default_transaction_read_only = on")
+    conn.commit()
+
+
+def unavailable(error: BaseException, where: str) -> StoreUnavailable | None:
+    """StoreUnavailable for a PostgreSQL error that means "not now" (a lost or refused
+    connection, a server shutting down, no disk space, a standby, a serialization
+    failure or deadlock), else None. A refused login or a missing database is not
+    "not now": those stay the driver's errors."""
+    if isinstance(error, psycopg_pool.PoolTimeout):
+        reason = "unreachable"
+    elif isinstance(error, psycopg.Error) and (
+        error.sqlstate in _UNAVAILABLE
+        or (error.sqlstate is None and isinstance(error, psycopg.OperationalError))
+        or (error.sqlstate or "")[:2] == "08"
+    ):
+        reason = _UNAVAILABLE.get(error.sqlstate or "", "unreachable")
+    else:
+        return None
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return StoreUnavailable(reason, f"PostgreSQL ({where}): {first} — {_WHAT_TO_DO[reason]}")
+
+
+_UNAVAILABLE = {
+    "53100": "disk_full",  # disk_full
+    "53200": "busy",  # out_of_memory
+    "53300": "busy",  # too_many_connections
+    "57P01": "unreachable",  # admin_shutdown (pg_terminate_backend, a restart)
+    "57P02": "unreachable",  # crash_shutdown
+    "57P03": "unreachable",  # cannot_connect_now
+    "57P05": "unreachable",  # idle_session_timeout
+    "57014": "busy",  # query_canceled (statement_timeout)
+    "55P03": "busy",  # lock_not_available
+    "40001": "busy",  # serialization_failure
+    "40P01": "busy",  # deadlock_detected
+    "25006": "read_only",  # read_only_sql_transaction (a standby after a failover)
+}
+_WHAT_TO_DO = {
+    "unreachable": "the connection was lost or refused; try again",
+    "busy": "the server is busy; try again",
+    "disk_full": "the server is out of disk space; free some and try again",
+    "read_only": "the server takes no writes (a standby?); try again",
+}
