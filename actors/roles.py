@@ -22,7 +22,8 @@
 
 This module only puts the declarations together: which role kind may read and
 append which stream categories (below), the store's grants on its own tables
-(`eventstore.grants.store_grants`), each projection module's `GRANTS` and the
+(`eventstore.grants.store_grants`), the step logs' `eventstore.logs.GRANTS` (the
+runtime writes them, the audit role reads them), each projection module's `GRANTS` and the
 projection layer's server-side functions (`registry.functions()`);
 `eventstore.pg_roles` applies them.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from domain import streams
+from eventstore import logs
 from eventstore.grants import (
     ADMISSION,
     AUDIT,
@@ -75,6 +77,7 @@ def setup_roles(
     declares grants for, or a missing one.
     """
     table_grants, policies = store_grants(LOG_ACCESS)
+    table_grants.update({table: dict(privileges) for table, privileges in logs.GRANTS.items()})
     for module in registry.modules():
         # a module without GRANTS leaves its tables unnamed: the setup refuses them
         grants = getattr(module, "GRANTS", {})

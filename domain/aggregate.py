@@ -416,7 +416,7 @@ class _Folder:
             raise _corrupt(record, f"its plan is for Run {plan.run_id!r}")
         admitted_at = data.get("admitted_at_ms")
         key = data.get("admission_key")
-        if not _is_int(admitted_at) or not isinstance(key, str):
+        if not isinstance(admitted_at, int) or not _is_int(admitted_at) or not isinstance(key, str):
             raise _corrupt(record, "admitted_at_ms or admission_key is missing or mistyped")
         timeout = plan.timeout_ms
         self.topo_order = _topological_order(plan, record)

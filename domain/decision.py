@@ -15,17 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.aggregate import (
-    MUTATION_TYPE,
-    RunAggregate,
-    StepRunState,
-    lease_stream,
-    run_stream,
-    steps_stream,
-)
+from domain.aggregate import MUTATION_TYPE, RunAggregate, StepRunState
 from domain.errors import InvalidInput
 from domain.ids import LEASE_EVENT, derive_id
 from domain.records import NewEvent, StreamAppend
+from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import STEP_TERMINAL, step_change_allowed
 
 

@@ -19,6 +19,23 @@ class InvalidInput(QlflowError, ValueError):
         super().__init__(message or f"{field}: {rule}")
 
 
+class AmbiguousId(InvalidInput):
+    """A short id names more than one Run (Attempt, schedule): `candidates` lists the
+    ids it matches (`more` when there are others besides)."""
+
+    def __init__(self, kind: str, text: str, candidates: tuple[str, ...], more: bool) -> None:
+        self.kind = kind
+        self.text = text
+        self.candidates = candidates
+        self.more = more
+        listed = ", ".join(candidates) + (", ..." if more else "")
+        super().__init__(
+            kind,
+            "unique prefix",
+            f"{text!r} is the start of more than one {kind} id ({listed}); give more of it",
+        )
+
+
 class PlanError(QlflowError, ValueError):
     """An execution plan (or the package it is built from) breaks a rule; `rule` names it."""
 

@@ -58,3 +58,15 @@ def family(event_type: str) -> str:
 def name(event_type: str) -> str:
     """What follows the family: "step.failed" -> "failed"."""
     return event_type.partition(".")[2]
+
+
+def known() -> tuple[str, ...]:
+    """Every type the log can hold, sorted: the named ones and each status change's
+    (`step.<to>`, `attempt.<terminal>`, `workflow.<terminal>`)."""
+    from domain.transitions import ATTEMPT_TERMINAL, RUN_TERMINAL, STEP_TRANSITIONS
+
+    named = {value for key, value in globals().items() if key.isupper() and "." in value}
+    steps = {of(STEP, to) for targets in STEP_TRANSITIONS.values() for to in targets}
+    attempts = {of(ATTEMPT, end) for end in ATTEMPT_TERMINAL}
+    runs = {of(WORKFLOW, end) for end in RUN_TERMINAL}
+    return tuple(sorted(named | steps | attempts | runs))

@@ -108,5 +108,5 @@ def _recover(
         )
 
 
-def _ids(step_run_id: str, epoch: int, to_status: str) -> tuple[str, str, tuple]:
+def _ids(step_run_id: str, epoch: int, to_status: str) -> tuple[str, str, tuple[str, int, str]]:
     return RECOVERY_EVENT, RECOVERY_MUTATION, (step_run_id, epoch, to_status)

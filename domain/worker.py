@@ -459,7 +459,9 @@ def _lease_ref(attempt_id: str, lease: LeaseState) -> dict[str, Any]:
     }
 
 
-def _step_ids(step_run_id: str, epoch: int, to_status: str) -> tuple[str, str, tuple]:
+def _step_ids(
+    step_run_id: str, epoch: int, to_status: str
+) -> tuple[str, str, tuple[str, int, str]]:
     return WORKER_STEP_EVENT, WORKER_MUTATION, (step_run_id, epoch, to_status)
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "StoreUsageError",
     "Transaction",
     "database_file",
+    "denied_errors",
     "driver_errors",
     "open_store",
     "store_kind",
@@ -119,6 +120,17 @@ def driver_errors() -> tuple[type[BaseException], ...]:
 
         errors.append(psycopg.Error)
     return tuple(errors)
+
+
+def denied_errors() -> tuple[type[BaseException], ...]:
+    """The errors a database raises when the connected role lacks a privilege
+    (PostgreSQL's least-privilege roles), for the drivers loaded so far; SQLite has no
+    privileges, so none of its own."""
+    if "psycopg" not in sys.modules:
+        return ()
+    from psycopg import errors
+
+    return (errors.InsufficientPrivilege,)
 
 
 def _reject_unknown(options: dict[str, Any], known: tuple[str, ...], kind: str) -> None:

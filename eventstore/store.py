@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from domain.records import Record, StreamAppend
+from eventstore import logs
 from eventstore.api import MigrationStep, Row, StoreUsageError
 from eventstore.migrations import (
     EVENTSTORE_COMPONENT,
@@ -214,6 +215,7 @@ class BaseStore(ABC):
 
     def _migrate_own_schema(self) -> None:
         self.migrate(EVENTSTORE_COMPONENT, EVENTSTORE_STEPS)
+        self.migrate(logs.COMPONENT, logs.MIGRATIONS)
 
     # -- lifecycle ---------------------------------------------------------------------
 

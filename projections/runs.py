@@ -121,6 +121,16 @@ MIGRATIONS = [
 MIGRATIONS[0]["postgresql"] = [
     stmt.replace("INTEGER", "BIGINT") for stmt in MIGRATIONS[0]["sqlite"]
 ]
+# Step 2: the runs search (`Runtime.runs`, projections.views.list_runs) reads newest
+# first, keyset-paged on (admitted_at_ms DESC, run_id), optionally by one status or
+# one package (and workflow): each order has its index, so a page reads its rows only.
+_SEARCH_INDEXES = [
+    "CREATE INDEX runs_newest ON runs (admitted_at_ms DESC, run_id)",
+    "CREATE INDEX runs_status_newest ON runs (status, admitted_at_ms DESC, run_id)",
+    "CREATE INDEX runs_package_newest ON runs (package, workflow_key, admitted_at_ms DESC, run_id)",
+    "CREATE INDEX runs_workflow_newest ON runs (workflow_key, admitted_at_ms DESC, run_id)",
+]
+MIGRATIONS.append({"sqlite": _SEARCH_INDEXES, "postgresql": _SEARCH_INDEXES})
 
 
 TABLES = {

@@ -3,6 +3,7 @@ some version), and event queries over the log."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -13,8 +14,10 @@ from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput, NotFound
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
-from domain.transitions import RUN_RUNNING
+from domain.transitions import RUN_RUNNING, STEP_TERMINAL
 from eventstore.api import EventStore
+from projections import run_search
+from projections.run_search import RunCursor, RunFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,8 @@ class RunView:
     result_code: str | None
     error_code: str | None
     terminal_at_ms: int | None
+    step_count: int = 0
+    open_steps: int = 0  # steps not terminal yet
     steps: dict[str, StepView] = field(default_factory=dict)
 
     @property
@@ -83,7 +88,7 @@ class RunView:
 _RUN_COLUMNS = (
     "run_id, package, workflow_key, publication_id, plan_digest, admission_key, status, "
     "version, admitted_at_ms, deadline_ms, cancel_requested_at_ms, cancel_reason, "
-    "result_code, error_code, terminal_at_ms"
+    "result_code, error_code, terminal_at_ms, step_count, open_steps"
 )
 
 _ATTEMPT_COLUMNS = tuple(f.name for f in fields(AttemptView))  # the attempts table's names
@@ -123,14 +128,25 @@ def get_run(store: EventStore, run_id: str) -> RunView:
     return replace(RunView(*rows[0]), steps=steps)
 
 
-def list_runs(store: EventStore, *, status: str | None = None, limit: int = 100) -> list[RunView]:
-    """The most recently admitted Runs (without steps), newest first."""
-    where, params = ("WHERE status = ?", [status]) if status else ("", [])
-    rows = store.query(
-        f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY admitted_at_ms DESC, run_id LIMIT ?",
-        (*params, limit),
+def list_runs(
+    store: EventStore,
+    run_filter: RunFilter | None = None,
+    *,
+    before: RunCursor | None = None,
+    after: RunCursor | None = None,
+    limit: int = 100,
+) -> list[RunView]:
+    """Runs (without steps) matching the filter, newest first: the newest page, or the
+    page older than `before` / newer than `after` (see projections.run_search)."""
+    rows = run_search.list_runs(
+        store, _RUN_COLUMNS, run_filter or RunFilter(), before=before, after=after, limit=limit
     )
     return [RunView(*row) for row in rows]
+
+
+def cursor_of(run: RunView) -> RunCursor:
+    """The place of `run` in the runs list (for `before=` / `after=`)."""
+    return RunCursor(run.admitted_at_ms, run.run_id)
 
 
 def events(
@@ -141,31 +157,40 @@ def events(
     since_ms: int | None = None,
     until_ms: int | None = None,
     after_position: int = 0,
+    before_position: int | None = None,
     limit: int | None = None,
+    newest_first: bool = False,
 ) -> list[Record]:
-    """Events of the log in position order, filtered by Run, type and time."""
+    """Events of the log filtered by Run, type, time and position (after
+    `after_position`, before `before_position`): in position order, or newest first
+    (the newest `limit` of them)."""
     if after_position < 0:
         raise InvalidInput("after_position", "non-negative", "after_position must be >= 0")
     if limit is not None and limit < 1:
         raise InvalidInput("limit", "positive", "limit must be a positive integer")
     wanted_types = frozenset(types) if types is not None else None
+    upper = before_position
+
+    def inside(record: Record) -> bool:
+        position = record.global_position
+        return position > after_position and (upper is None or position < upper)
+
+    source: Iterable[Record]
     if run_id is not None:
         streams = [run_stream(run_id), steps_stream(run_id)]
         streams += [
             lease_stream(a)
             for (a,) in store.query("SELECT attempt_id FROM attempts WHERE run_id = ?", (run_id,))
         ]
-        source: Iterable[Record] = sorted(
-            (
-                r
-                for s in streams
-                for r in store.read_stream(s)
-                if r.global_position > after_position
-            ),
+        source = sorted(
+            (r for s in streams for r in store.read_stream(s) if inside(r)),
             key=lambda r: r.global_position,
+            reverse=newest_first,
         )
+    elif newest_first:
+        source = _backwards(store, after_position, upper)
     else:
-        source = store.iter_all(after_position)
+        source = itertools.takewhile(inside, store.iter_all(after_position))
     found: list[Record] = []
     for record in source:
         if wanted_types is not None and record.type not in wanted_types:
@@ -179,6 +204,19 @@ def events(
         if limit is not None and len(found) >= limit:
             break
     return found
+
+
+def _backwards(
+    store: EventStore, after: int, before: int | None, batch: int = 1000
+) -> Iterable[Record]:
+    """The log's events with after < position < before, newest first, read one window
+    of positions at a time (ascending reads, each window reversed)."""
+    high = store.head_position() + 1 if before is None else before
+    while high - 1 > after:
+        low = max(after, high - 1 - batch)
+        window = [r for r in store.read_all(low, batch) if r.global_position < high]
+        yield from reversed(window)
+        high = low + 1
 
 
 def view_of_aggregate(aggregate: RunAggregate) -> RunView:
@@ -235,5 +273,7 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
         result_code=run.result_code,
         error_code=run.error_code,
         terminal_at_ms=None,
+        step_count=len(steps),
+        open_steps=sum(1 for step in steps.values() if step.status not in STEP_TERMINAL),
         steps=steps,
     )

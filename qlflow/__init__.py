@@ -19,15 +19,20 @@ from actors.supervisor import CycleResult, PageResult
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, RunState, StepRunState
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
+from eventstore.logs import LogState, Pruned
 from projections.audit import (
     AttemptBlock,
     Intent,
     RootCause,
+    StepFailure,
     StepWait,
     TimelineEntry,
     WhyReport,
 )
+from projections.package_views import PackageView
 from projections.rebuild import RebuildSummary
+from projections.run_search import RunCursor
+from projections.step_logs import LogAttempt, LogChunk
 from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
@@ -45,17 +50,24 @@ __all__ = [
     "Intent",
     "Lease",
     "LeaseState",
+    "LogAttempt",
+    "LogChunk",
+    "LogState",
+    "PackageView",
     "PageResult",
     "Profile",
+    "Pruned",
     "Publication",
     "RebuildSummary",
     "Record",
     "RootCause",
+    "RunCursor",
     "RunAggregate",
     "RunState",
     "RunView",
     "Runtime",
     "StepRunState",
+    "StepFailure",
     "StepView",
     "StepWait",
     "TimelineEntry",

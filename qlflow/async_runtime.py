@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from actors.supervisor import CycleResult
 from domain.aggregate import RunAggregate
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
+from eventstore.logs import LogState, Piece, Pruned
 from projections.audit import TimelineEntry, WhyReport
+from projections.package_views import PackageView
 from projections.rebuild import Progress, RebuildSummary
+from projections.run_search import RunCursor
+from projections.step_logs import LAST_LINES, LogAttempt, LogChunk
 from projections.verify import VerifyReport
 from projections.views import RunView
 from qlflow.runtime import Lease, Runtime
@@ -141,9 +145,34 @@ class AsyncRuntime:
         """The Run with its steps and Attempts, from the read models."""
         return await asyncio.to_thread(self.runtime.get_run, run_id)
 
-    async def runs(self, status: str | None = None, limit: int = 100) -> list[RunView]:
-        """Recent Runs, newest first."""
-        return await asyncio.to_thread(self.runtime.runs, status, limit)
+    async def runs(
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        *,
+        package: str | None = None,
+        workflow: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        id_prefix: str | None = None,
+        before: RunCursor | None = None,
+        after: RunCursor | None = None,
+    ) -> list[RunView]:
+        """Runs newest first (by admission), filtered: status, package, workflow,
+        admitted in [since_ms, until_ms), run id prefix. A page: the newest `limit`, or
+        those older than `before` / newer than `after` (`views.cursor_of(run)`)."""
+        return await asyncio.to_thread(
+            self.runtime.runs,
+            status,
+            limit,
+            package=package,
+            workflow=workflow,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            id_prefix=id_prefix,
+            before=before,
+            after=after,
+        )
 
     async def events(
         self,
@@ -154,8 +183,11 @@ class AsyncRuntime:
         until_ms: int | None = None,
         after_position: int = 0,
         limit: int | None = None,
+        before_position: int | None = None,
+        newest_first: bool = False,
     ) -> list[Record]:
-        """Events of the log by Run, type, time and position."""
+        """Events of the log by Run, type, time and position (after `after_position`,
+        before `before_position`), in position order or `newest_first`."""
         return await asyncio.to_thread(
             self.runtime.events,
             run_id,
@@ -164,20 +196,104 @@ class AsyncRuntime:
             until_ms=until_ms,
             after_position=after_position,
             limit=limit,
+            before_position=before_position,
+            newest_first=newest_first,
         )
 
-    async def why(self, run_id: str, now_ms: int | None = None) -> WhyReport:
+    async def why(self, run_id: str, now_ms: int | None = None, log_lines: int = 10) -> WhyReport:
         """Why the Run is not terminal (blocked Attempts, leases, holders, expiry), or
-        for a terminal Run its root cause."""
-        return await asyncio.to_thread(self.runtime.why, run_id, now_ms)
+        for a terminal Run its root cause; and every step that failed, timed out or
+        was lost, with the last `log_lines` lines of its log."""
+        return await asyncio.to_thread(self.runtime.why, run_id, now_ms, log_lines)
 
-    async def timeline(self, run_id: str) -> list[TimelineEntry]:
-        """The Run's events (run, steps and lease streams) in commit order, summarized."""
-        return await asyncio.to_thread(self.runtime.timeline, run_id)
+    async def timeline(self, run_id: str, mutations: bool = True) -> list[TimelineEntry]:
+        """The Run's events (run, steps and lease streams) in commit order, summarized;
+        `mutations=False` leaves out the StepRunMutations (each repeats a step event)."""
+        return await asyncio.to_thread(self.runtime.timeline, run_id, mutations)
 
     async def step_history(self, run_id: str, step_key: str) -> list[TimelineEntry]:
         """Every event about one Step of a Run."""
         return await asyncio.to_thread(self.runtime.step_history, run_id, step_key)
+
+    # -- finding out what happened (qlflow.inspection) ---------------------------------
+    async def append_log(self, attempt_id: str, pieces: Sequence[Piece]) -> LogState:
+        """Append output of a running Attempt to its log in the store: pieces of
+        `(stream, at_ms, bytes)`, stream stdout | stderr | qlflow (a note of the
+        executor). The log keeps the first and the last `log_cap_bytes / 2` bytes and
+        marks what it dropped between them. Returns what the log now holds."""
+        return await asyncio.to_thread(self.runtime.append_log, attempt_id, pieces)
+
+    async def log_attempts(
+        self, run_id: str, step_key: str | None = None, attempt: int | str | None = None
+    ) -> list[LogAttempt]:
+        """The Attempts of a Run (of one step; one of them: its number in the step, or
+        its id) in claim order, each with what its log holds."""
+        return await asyncio.to_thread(self.runtime.log_attempts, run_id, step_key, attempt)
+
+    async def logs(
+        self,
+        run_id: str,
+        step_key: str | None = None,
+        attempt: int | str | None = None,
+        *,
+        after: Mapping[str, int] | None = None,
+    ) -> list[LogChunk]:
+        """The output of a Run's steps as stored (of one step; of one Attempt: its number
+        in the step or its id), Attempt by Attempt in claim order, chunks in order.
+        `after` maps attempt ids to the last seq already read, to follow a running step."""
+        return await asyncio.to_thread(self.runtime.logs, run_id, step_key, attempt, after=after)
+
+    async def last_log_lines(self, attempt_id: str, count: int = LAST_LINES) -> list[str]:
+        """The last `count` lines of one Attempt's log (none when it wrote nothing)."""
+        return await asyncio.to_thread(self.runtime.last_log_lines, attempt_id, count)
+
+    async def prune_logs(self, before_ms: int) -> Pruned:
+        """Delete every step log last written before `before_ms` (never an event)."""
+        return await asyncio.to_thread(self.runtime.prune_logs, before_ms)
+
+    async def resolve_run_id(self, text_or_prefix: str) -> str:
+        """The Run id a person typed: the id, or any unique prefix of it (with or without
+        `run:`). NotFound when none matches; AmbiguousId listing the matches."""
+        return await asyncio.to_thread(self.runtime.resolve_run_id, text_or_prefix)
+
+    async def resolve_attempt_id(self, text_or_prefix: str, run_id: str | None = None) -> str:
+        """The Attempt id a person typed (the id or a unique prefix, `wta:` optional),
+        among one Run's Attempts if `run_id` is given."""
+        return await asyncio.to_thread(self.runtime.resolve_attempt_id, text_or_prefix, run_id)
+
+    async def short_run_ids(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The shortest prefix that names each Run (at least 8 hex digits of a derived
+        id, without `run:`; an id chosen by hand whole)."""
+        return await asyncio.to_thread(self.runtime.short_run_ids, run_ids)
+
+    async def count_runs(
+        self,
+        *,
+        package: str | None = None,
+        workflow: str | None = None,
+        status: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        id_prefix: str | None = None,
+        at_most: int = 10_000,
+    ) -> int:
+        """How many Runs `runs(...)` with these filters would list without a limit,
+        counted up to `at_most` + 1."""
+        return await asyncio.to_thread(
+            self.runtime.count_runs,
+            package=package,
+            workflow=workflow,
+            status=status,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            id_prefix=id_prefix,
+            at_most=at_most,
+        )
+
+    async def packages(self, package: str | None = None) -> list[PackageView]:
+        """Every package installation (of one package name): its generations newest
+        first, the current head, withdrawn or quarantined ones, its publisher's trust."""
+        return await asyncio.to_thread(self.runtime.packages, package)
 
     async def aggregate_at(self, run_id: str, version: int | None = None) -> RunAggregate:
         """The Run's aggregate as it was at run-stream `version` (None: now)."""

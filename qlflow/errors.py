@@ -3,6 +3,7 @@ what to do; catch `QlflowError` for all of them."""
 
 from domain.errors import (
     AdmissionCollision,
+    AmbiguousId,
     CorruptionError,
     FenceError,
     IdempotencyConflict,
@@ -19,6 +20,7 @@ from domain.errors import (
 
 __all__ = [
     "AdmissionCollision",
+    "AmbiguousId",
     "CorruptionError",
     "FenceError",
     "IdempotencyConflict",

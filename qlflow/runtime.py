@@ -8,7 +8,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,16 @@ from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
-from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from domain.values import AdmissionReceipt, Publication
 from projections import audit, rebuild, registry, verify, views
 from projections.audit import TimelineEntry, WhyReport
 from projections.rebuild import Progress, RebuildSummary
+from projections.run_search import RunCursor
 from projections.verify import VerifyReport
 from qlflow import packages
 from qlflow.arguments import instant, lease_of, optional_text, positive, text, texts
 from qlflow.clock import wall_clock_ms
+from qlflow.inspection import Inspection
 
 log = logging.getLogger("qlflow")
 
@@ -45,17 +46,17 @@ class Profile:
     store: str  # eventstore.SQLITE | eventstore.POSTGRESQL
     page_size: int
     pages_per_phase: int
+    log_cap_bytes: int = 1024 * 1024  # of one Attempt's output, head and tail kept
 
 
 PROFILES = {
-    "edge": Profile("edge", eventstore.SQLITE, 8, 1),
+    "edge": Profile("edge", eventstore.SQLITE, 8, 1, 64 * 1024),
     "standalone": Profile("standalone", eventstore.SQLITE, 32, 4),
     "cluster": Profile("cluster", eventstore.POSTGRESQL, 32, 4),
 }
 DEFAULT_PROFILE = {eventstore.SQLITE: "standalone", eventstore.POSTGRESQL: "cluster"}
 
 EXIT_STOP_TIMEOUT_S = 5.0  # at exit, how long the unit the authority is running may finish
-RUN_STATUSES = frozenset({RUN_RUNNING, *RUN_TERMINAL})  # what `runs(status=...)` filters on
 
 
 def default_url() -> str:
@@ -90,11 +91,11 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
     if page_size is not None:
         limit = 128 if profile == "cluster" else chosen.page_size
         positive("page_size", page_size, 1, limit)
-        chosen = Profile(chosen.name, chosen.store, page_size, chosen.pages_per_phase)
+        chosen = replace(chosen, page_size=page_size)
     return chosen
 
 
-class Runtime:
+class Runtime(Inspection):
     """An opened qlflow runtime. Every method is one or a few short transactions;
     nothing runs between calls (the host drives `cycle`)."""
 
@@ -110,6 +111,7 @@ class Runtime:
         self.url = url or default_url()
         self.profile = resolve_profile(self.url, profile, page_size)
         self.read_only = read_only
+        self.log_cap_bytes = self.profile.log_cap_bytes
         self.store = eventstore.open_store(self.url, read_only=read_only, **store_options)
         try:
             registry.migrate_all(self.store)  # read-only: only checks the versions
@@ -281,15 +283,29 @@ class Runtime:
         """The Run with its steps and Attempts, from the read models."""
         return views.get_run(self.store, text("run_id", run_id))
 
-    def runs(self, status: str | None = None, limit: int = 100) -> list[views.RunView]:
-        """Recent Runs, newest first."""
-        if status is not None and (not isinstance(status, str) or status not in RUN_STATUSES):
-            raise InvalidInput(
-                "status",
-                "run status",
-                f"status must be one of {', '.join(sorted(RUN_STATUSES))}, got {status!r}",
-            )
-        return views.list_runs(self.store, status=status, limit=positive("limit", limit))
+    def runs(
+        self,
+        status: str | None = None,
+        limit: int = 100,
+        *,
+        package: str | None = None,
+        workflow: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        id_prefix: str | None = None,
+        before: RunCursor | None = None,
+        after: RunCursor | None = None,
+    ) -> list[views.RunView]:
+        """Runs newest first (by admission), filtered: status, package, workflow,
+        admitted in [since_ms, until_ms), run id prefix. A page: the newest `limit`, or
+        those older than `before` / newer than `after` (`views.cursor_of(run)`)."""
+        run_filter = self._run_filter(package, workflow, status, since_ms, until_ms, id_prefix)
+        for name, cursor in (("before", before), ("after", after)):
+            if cursor is not None and not isinstance(cursor, RunCursor):
+                raise InvalidInput(name, "cursor", f"{name} must be a RunCursor, got {cursor!r}")
+        return views.list_runs(
+            self.store, run_filter, before=before, after=after, limit=positive("limit", limit)
+        )
 
     def events(
         self,
@@ -300,8 +316,13 @@ class Runtime:
         until_ms: int | None = None,
         after_position: int = 0,
         limit: int | None = None,
+        before_position: int | None = None,
+        newest_first: bool = False,
     ) -> list[Record]:
-        """Events of the log by Run, type, time and position."""
+        """Events of the log by Run, type, time and position (after `after_position`,
+        before `before_position`), in position order or `newest_first`."""
+        if not isinstance(newest_first, bool):
+            raise InvalidInput("newest_first", "bool", "newest_first must be a bool")
         return views.events(
             self.store,
             optional_text("run_id", run_id),
@@ -309,17 +330,26 @@ class Runtime:
             since_ms=None if since_ms is None else instant("since_ms", since_ms),
             until_ms=None if until_ms is None else instant("until_ms", until_ms),
             after_position=positive("after_position", after_position, 0),
+            before_position=(
+                None if before_position is None else positive("before_position", before_position)
+            ),
             limit=None if limit is None else positive("limit", limit),
+            newest_first=newest_first,
         )
 
-    def why(self, run_id: str, now_ms: int | None = None) -> WhyReport:
+    def why(self, run_id: str, now_ms: int | None = None, log_lines: int = 10) -> WhyReport:
         """Why the Run is not terminal (blocked Attempts, leases, holders, expiry), or
-        for a terminal Run its root cause."""
-        return audit.why(self.store, text("run_id", run_id), _now(now_ms))
+        for a terminal Run its root cause; and every step that failed, timed out or
+        was lost, with the last `log_lines` lines of its log."""
+        positive("log_lines", log_lines, 0, 1000)
+        return audit.why(self.store, text("run_id", run_id), _now(now_ms), log_lines)
 
-    def timeline(self, run_id: str) -> list[TimelineEntry]:
-        """The Run's events (run, steps and lease streams) in commit order, summarized."""
-        return audit.timeline(self.store, text("run_id", run_id))
+    def timeline(self, run_id: str, mutations: bool = True) -> list[TimelineEntry]:
+        """The Run's events (run, steps and lease streams) in commit order, summarized;
+        `mutations=False` leaves out the StepRunMutations (each repeats a step event)."""
+        if not isinstance(mutations, bool):
+            raise InvalidInput("mutations", "bool", "mutations must be a bool")
+        return audit.timeline(self.store, text("run_id", run_id), mutations=mutations)
 
     def step_history(self, run_id: str, step_key: str) -> list[TimelineEntry]:
         """Every event about one Step of a Run."""

@@ -8,8 +8,8 @@ assigned in commit order (both adapters), so the streams read one by one still f
 one consistent state — the log as it was at that position.
 
 One module per question: `run_log` (reading a Run's streams), `timeline` and
-`summaries` (its records as sentences), `at_version`, `why` with `why_report` and
-`root_cause`, and `follow`.
+`summaries` (its records as sentences), `at_version`, `why` with `why_report`,
+`root_cause` and `failures`, and `follow`.
 """
 
 from projections.audit.at_version import aggregate_at
@@ -19,13 +19,21 @@ from projections.audit.run_log import RunLog, read_run_log
 from projections.audit.summaries import summarize
 from projections.audit.timeline import TimelineEntry, step_history, timeline
 from projections.audit.why import why
-from projections.audit.why_report import AttemptBlock, Intent, RootCause, StepWait, WhyReport
+from projections.audit.why_report import (
+    AttemptBlock,
+    Intent,
+    RootCause,
+    StepFailure,
+    StepWait,
+    WhyReport,
+)
 
 __all__ = [
     "AttemptBlock",
     "Intent",
     "RootCause",
     "RunLog",
+    "StepFailure",
     "StepWait",
     "TimelineEntry",
     "WhyReport",

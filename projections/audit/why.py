@@ -4,6 +4,7 @@ what the next cycle does. For a terminal Run: its root cause. Read from the log.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from domain import event_types
@@ -12,7 +13,6 @@ from domain.decision import check_now
 from domain.frontier import aggregate_outcome
 from domain.transitions import (
     ATTEMPT_CLAIMED,
-    LEASE_LEASED,
     STEP_LOST,
     STEP_PENDING,
     STEP_READY,
@@ -21,13 +21,24 @@ from domain.transitions import (
     STEP_WAITING_APPROVAL,
 )
 from eventstore.api import EventStore
+from projections.audit.failures import failures
 from projections.audit.root_cause import root_cause
 from projections.audit.run_log import RunLog, read_run_log
-from projections.audit.why_report import AttemptBlock, Intent, StepWait, WhyReport
+from projections.audit.why_report import (
+    AttemptBlock,
+    Intent,
+    StepWait,
+    WhyReport,
+    attempt_next,
+    ending,
+)
+from projections.step_logs import LAST_LINES
 
 
-def why(store: EventStore, run_id: str, now_ms: int) -> WhyReport:
-    """Explain the Run at `now_ms`: what keeps it from being terminal, or why it ended."""
+def why(store: EventStore, run_id: str, now_ms: int, log_lines: int = LAST_LINES) -> WhyReport:
+    """Explain the Run at `now_ms`: what keeps it from being terminal, or why it ended;
+    and every step that failed, timed out or was lost, with the last `log_lines` lines
+    of its log."""
     check_now(now_ms)
     log = read_run_log(store, run_id)
     aggregate = fold(log.run, log.steps, {a: list(rs) for a, rs in log.leases.items()})
@@ -42,6 +53,7 @@ def why(store: EventStore, run_id: str, now_ms: int) -> WhyReport:
         deadline_ms=run.deadline_ms,
         deadline_passed=run.deadline_ms is not None and now_ms >= run.deadline_ms,
         intent=intent,
+        failures=failures(store, log, aggregate, log_lines),
     )
     if run.is_terminal:
         cause, ended_at = root_cause(log, aggregate)
@@ -78,63 +90,9 @@ def _intent(log: RunLog, aggregate: RunAggregate, now_ms: int) -> Intent | None:
     return Intent(reason, at_ms, None, recorded=False)
 
 
-def _ending(intent: Intent | None) -> str:
-    """How cancel intent ends what it stops: timed_out for a timeout, else cancelled."""
-    return "timed_out" if intent is not None and intent.reason == "timeout" else "cancelled"
-
-
 def _attempt_block(attempt: AttemptState, now_ms: int, intent: Intent | None) -> AttemptBlock:
     lease = attempt.lease
-    live = attempt.has_live_lease(now_ms)
-    held = lease is not None and lease.status == LEASE_LEASED
-    if attempt.status == ATTEMPT_CLAIMED:
-        if live:
-            assert lease is not None
-            after = (
-                f"cancellation then ends it as {_ending(intent)}"
-                if intent
-                else "its step is requeued for a new Attempt"
-            )
-            next_step = (
-                f"worker {lease.worker_id} holds lease {lease.lease_id} v{lease.version} until "
-                f"{lease.expires_at_ms}; if it expires before the worker starts, recovery marks "
-                f"the Attempt lost and {after}"
-            )
-        elif held:
-            assert lease is not None
-            next_step = (
-                f"lease {lease.lease_id} of worker {lease.worker_id} expired at "
-                f"{lease.expires_at_ms}: the next cycle's recovery marks the Attempt lost and "
-                + (f"cancellation ends it as {_ending(intent)}" if intent else "requeues its step")
-                + ("" if intent else " (unless a worker leases it again first)")
-            )
-        elif intent:
-            next_step = f"the next cycle's cancellation ends it as {_ending(intent)}"
-        else:
-            next_step = "it waits for a worker to lease it (lease_attempts)"
-    else:
-        after = (
-            "its step is left lost and cancellation ends it as cancelled"
-            if intent
-            else "its step fails (lease_expired): it is never run twice"
-        )
-        if live:
-            assert lease is not None
-            next_step = (
-                f"worker {lease.worker_id} holds lease {lease.lease_id} v{lease.version} until "
-                f"{lease.expires_at_ms}; it ends when the worker completes"
-                + (" (as " + _ending(intent) + ": the Run has cancel intent)" if intent else "")
-                + f"; if the lease expires first, recovery marks the Attempt lost and {after}"
-            )
-        else:
-            gone = (
-                f"lease {lease.lease_id} of worker {lease.worker_id} expired at "
-                f"{lease.expires_at_ms}"
-                if lease is not None
-                else "it has no lease"
-            )
-            next_step = f"{gone}: the next cycle's recovery marks the Attempt lost and {after}"
-    return AttemptBlock(
+    block = AttemptBlock(
         attempt_id=attempt.attempt_id,
         step_key=attempt.step_key,
         attempt_number=attempt.attempt_number,
@@ -144,13 +102,14 @@ def _attempt_block(attempt: AttemptState, now_ms: int, intent: Intent | None) ->
         lease_status=lease.status if lease else None,
         worker_id=lease.worker_id if lease else attempt.worker_id,
         expires_at_ms=lease.expires_at_ms if lease else None,
-        lease_live=live,
-        next=next_step,
+        lease_live=attempt.has_live_lease(now_ms),
+        next="",
     )
+    return replace(block, next=attempt_next(block, intent))
 
 
 def _step_wait(aggregate: RunAggregate, step: StepRunState, intent: Intent | None) -> StepWait:
-    ending = _ending(intent)
+    ending_as = ending(intent)
     waiting_on: tuple[str, ...] = ()
     if step.status == STEP_PENDING:
         waiting_on = tuple(n for n in step.needs if aggregate.steps[n].status != "succeeded")
@@ -165,7 +124,7 @@ def _step_wait(aggregate: RunAggregate, step: StepRunState, intent: Intent | Non
             next_step = "every need succeeded: the next cycle's frontier makes it ready"
     elif step.status in (STEP_READY, STEP_WAITING_APPROVAL):
         next_step = (
-            f"the next cycle's cancellation ends it as {ending}"
+            f"the next cycle's cancellation ends it as {ending_as}"
             if intent
             else "the next cycle's attempt admission claims an Attempt for it"
         )
@@ -187,12 +146,12 @@ def _next_cycle(aggregate: RunAggregate, intent: Intent | None, blocked: bool) -
     if intent is not None:
         if blocked:
             return (
-                f"the Run ends as {_ending(intent)} once no Attempt holds authority "
+                f"the Run ends as {ending(intent)} once no Attempt holds authority "
                 "(the worker completes or recovery ends its lease)"
             )
         return (
             "nothing holds authority: the next cycle's cancellation ends the Run as "
-            f"{_ending(intent)}"
+            f"{ending(intent)}"
         )
     outcome = aggregate_outcome(statuses)
     if outcome is not None:

@@ -4,8 +4,20 @@ terminal Run — its root cause."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from domain.transitions import ATTEMPT_CLAIMED, LEASE_LEASED
+
+When = Callable[[int | None], str]
+"""How a sentence writes an instant (epoch ms); `epoch` by default, a person's local
+time with a relative hint in the command line."""
+
+
+def epoch(ms: int | None) -> str:
+    """An instant as epoch milliseconds (what `--json` keeps)."""
+    return "-" if ms is None else str(ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,24 @@ class StepWait:
 
 
 @dataclass(frozen=True, slots=True)
+class StepFailure:
+    """A step that failed, timed out or lost its Attempt: which Attempt, with what
+    result code, exit code or signal, when, and the last lines of its log."""
+
+    step_key: str
+    status: str  # the Attempt's end (failed | timed_out | lost), else the step's
+    result_code: str | None
+    position: int  # of the event that recorded it
+    at_ms: int | None
+    attempt_id: str | None = None
+    attempt_number: int | None = None
+    worker_id: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    last_lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RootCause:
     """Why a terminal Run ended as it did."""
 
@@ -81,6 +111,7 @@ class WhyReport:
     next_cycle: str | None = None
     root_cause: RootCause | None = None
     terminal_at_ms: int | None = None
+    failures: tuple[StepFailure, ...] = ()  # every failed, timed out or lost step so far
 
     @property
     def terminal(self) -> bool:
@@ -91,58 +122,143 @@ class WhyReport:
         """The report as a JSON object."""
         return {**asdict(self), "terminal": self.terminal}
 
-    def lines(self) -> list[str]:
-        """The report as human sentences."""
+    def lines(self, when: When = epoch) -> list[str]:
+        """The report as human sentences, instants written by `when`."""
         if self.root_cause is not None:
-            return _root_cause_lines(self)
-        lines = [f"run {self.run_id} is running at version {self.version} (as of {self.now_ms})"]
+            failures = failure_lines(self.failures, when, self.run_id)
+            return [*_root_cause_lines(self, when), *failures]
+        lines = [
+            f"run {self.run_id} is running at version {self.version} (as of {when(self.now_ms)})"
+        ]
         if self.intent is not None:
             if self.intent.recorded:
                 lines.append(
                     f"cancel intent: reason {self.intent.reason}, requested by "
-                    f"{self.intent.by} at {self.intent.at_ms}"
+                    f"{self.intent.by} at {when(self.intent.at_ms)}"
                 )
             else:
                 lines.append(
-                    f"its deadline {self.intent.at_ms} has passed: the next cycle records a "
-                    "timeout cancel intent"
+                    f"its deadline {when(self.intent.at_ms)} has passed: the next cycle "
+                    "records a timeout cancel intent"
                 )
         elif self.deadline_ms is not None:
-            lines.append(
-                f"deadline at {self.deadline_ms} ({self.deadline_ms - self.now_ms} ms left)"
-            )
+            # a human `when` says "in 1m05s" itself; epoch ms need the arithmetic
+            left = f" ({self.deadline_ms - self.now_ms} ms left)" if when is epoch else ""
+            lines.append(f"deadline at {when(self.deadline_ms)}{left}")
         for block in self.blocked:
             lines.append(
                 f"blocked: attempt {block.attempt_id} (step {block.step_key!r}, "
-                f"#{block.attempt_number}) is {block.status}; {block.next}"
+                f"#{block.attempt_number}) is {block.status}; "
+                f"{attempt_next(block, self.intent, when)}"
             )
         for block in self.backlog:
             lines.append(
                 f"backlog: attempt {block.attempt_id} (step {block.step_key!r}) is claimed "
-                f"without a live lease; {block.next}"
+                f"without a live lease; {attempt_next(block, self.intent, when)}"
             )
         for wait in self.steps:
             lines.append(f"step {wait.step_key!r} is {wait.status}; {wait.next}")
         if self.next_cycle:
             lines.append(self.next_cycle)
-        return lines
+        return [*lines, *failure_lines(self.failures, when, self.run_id)]
 
 
-def _root_cause_lines(report: WhyReport) -> list[str]:
+def failure_lines(
+    failures: tuple[StepFailure, ...], when: When = epoch, run_id: str = "RUN"
+) -> list[str]:
+    """One sentence per failed, timed out or lost step, each followed by the last lines
+    of its log (indented)."""
+    lines = []
+    for failure in failures:
+        how = {"lost": "lost its Attempt"}.get(failure.status, failure.status.replace("_", " "))
+        details = [failure.result_code] if failure.result_code else []
+        if failure.signal:
+            details.append(f"ended by {failure.signal}")
+        elif failure.exit_code is not None:
+            details.append(f"exit {failure.exit_code}")
+        attempt = (
+            f", attempt #{failure.attempt_number} {failure.attempt_id}"
+            if failure.attempt_id
+            else ""
+        )
+        worker = f" on {failure.worker_id}" if failure.worker_id else ""
+        said = f" ({', '.join(details)})" if details else ""
+        lines.append(
+            f"step {failure.step_key!r} {how}{said} at {when(failure.at_ms)}{attempt}{worker}"
+        )
+        if failure.last_lines:
+            lines.append(f"  last lines of its log (qlflow logs {run_id} {failure.step_key}):")
+            lines += [f"  | {line}" for line in failure.last_lines]
+        elif failure.attempt_id:
+            lines.append("  its log is empty")
+    return lines
+
+
+def ending(intent: Intent | None) -> str:
+    """How cancel intent ends what it stops: timed_out for a timeout, else cancelled."""
+    return "timed_out" if intent is not None and intent.reason == "timeout" else "cancelled"
+
+
+def attempt_next(block: AttemptBlock, intent: Intent | None, when: When = epoch) -> str:
+    """What happens next to an Attempt that holds authority (or waits for a worker)."""
+    lease_id, worker, expires = block.lease_id, block.worker_id, when(block.expires_at_ms)
+    if block.status == ATTEMPT_CLAIMED:
+        if block.lease_live:
+            after = (
+                f"cancellation then ends it as {ending(intent)}"
+                if intent
+                else "its step is requeued for a new Attempt"
+            )
+            return (
+                f"worker {worker} holds lease {lease_id} v{block.lease_version} until "
+                f"{expires}; if it expires before the worker starts, recovery marks "
+                f"the Attempt lost and {after}"
+            )
+        if block.lease_status == LEASE_LEASED:
+            return (
+                f"lease {lease_id} of worker {worker} expired at {expires}: the next "
+                "cycle's recovery marks the Attempt lost and "
+                + (f"cancellation ends it as {ending(intent)}" if intent else "requeues its step")
+                + ("" if intent else " (unless a worker leases it again first)")
+            )
+        if intent:
+            return f"the next cycle's cancellation ends it as {ending(intent)}"
+        return "it waits for a worker to lease it (lease_attempts)"
+    after = (
+        "its step is left lost and cancellation ends it as cancelled"
+        if intent
+        else "its step fails (lease_expired): it is never run twice"
+    )
+    if block.lease_live:
+        return (
+            f"worker {worker} holds lease {lease_id} v{block.lease_version} until {expires}; "
+            "it ends when the worker completes"
+            + (" (as " + ending(intent) + ": the Run has cancel intent)" if intent else "")
+            + f"; if the lease expires first, recovery marks the Attempt lost and {after}"
+        )
+    gone = (
+        f"lease {lease_id} of worker {worker} expired at {expires}"
+        if lease_id is not None
+        else "it has no lease"
+    )
+    return f"{gone}: the next cycle's recovery marks the Attempt lost and {after}"
+
+
+def _root_cause_lines(report: WhyReport, when: When) -> list[str]:
     cause = report.root_cause
     assert cause is not None
-    lines = [f"run {report.run_id} is {report.status} (terminal at {report.terminal_at_ms})"]
+    lines = [f"run {report.run_id} is {report.status} (ended {when(report.terminal_at_ms)})"]
     if cause.kind == "succeeded":
         lines.append("every step succeeded")
     elif cause.kind == "cancel_intent":
         if cause.reason == "timeout":
             lines.append(
-                f"its deadline {report.deadline_ms} passed: timeout intent recorded by "
-                f"{cause.by} at {cause.at_ms} (position {cause.position})"
+                f"its deadline {when(report.deadline_ms)} passed: timeout intent recorded by "
+                f"{cause.by} at {when(cause.at_ms)} (position {cause.position})"
             )
         else:
             lines.append(
-                f"cancelled by {cause.by} (reason {cause.reason}) at {cause.at_ms} "
+                f"cancelled by {cause.by} (reason {cause.reason}) at {when(cause.at_ms)} "
                 f"(position {cause.position})"
             )
         if cause.ended_by_cancel:
@@ -153,7 +269,7 @@ def _root_cause_lines(report: WhyReport) -> list[str]:
         )
         lines.append(
             f"first cause: step {cause.step_key!r} {cause.kind.removeprefix('step_')} with "
-            f"{cause.result_code} at {cause.at_ms} (position {cause.position}){worker}"
+            f"{cause.result_code} at {when(cause.at_ms)} (position {cause.position}){worker}"
         )
         if cause.skipped:
             lines.append(f"skipped because of it: {', '.join(cause.skipped)}")

@@ -6,8 +6,10 @@ Every command opens the runtime on `--db` (default `$QLFLOW_DB`, else
 
 The commands, by what a person does with them (and so in `--help`):
 - run and host (`running`, `hosting`): start, run, cancel, cycle, worker, serve;
-- inspect (`inspecting`): runs, show, events, why;
-- administer (`administering`): publish, rebuild, verify, pg-roles.
+- inspect (`inspecting`, `step_logs`, `packages`): runs, show, events, why, logs,
+  packages;
+- administer (`administering`, `step_logs`, `export`): publish, rebuild, verify,
+  pg-roles, prune, export.
 
 Exit status (`exits`): 0 ok (for `run`: the Run succeeded); 1 the Run failed (or
 `verify` found differences); 2 bad input (any qlflow error, a missing path, a bad
@@ -25,10 +27,29 @@ from qlflow.cli import hosting
 from qlflow.cli import inspecting
 
 # isort: split
+from qlflow.cli import step_logs
+
+# isort: split
+from qlflow.cli import packages
+
+# isort: split
 from qlflow.cli import administering
+
+# isort: split
+from qlflow.cli import export
 
 # isort: split
 from qlflow.cli.app import app
 from qlflow.cli.entry import main
 
-__all__ = ["administering", "app", "hosting", "inspecting", "main", "running"]
+__all__ = [
+    "administering",
+    "app",
+    "export",
+    "hosting",
+    "inspecting",
+    "main",
+    "packages",
+    "running",
+    "step_logs",
+]

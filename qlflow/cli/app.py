@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
 
 from qlflow.cli import logs
 from qlflow.cli.exits import CliError
@@ -58,6 +59,37 @@ app = typer.Typer(
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Write one JSON document to stdout.")]
 
+_value_column = TyperOption.display_type_rich
+
+
+def _flags_take_no_value(self: TyperOption, ctx: Any) -> str | None:
+    # typer's rich help prints a type beside every option, a flag's too ("--json
+    # <bool>" reads as if it wanted "--json true"); a flag or a counter takes none
+    if self.is_flag or self.count:
+        return None
+    return _value_column(self, ctx)
+
+
+TyperOption.display_type_rich = _flags_take_no_value  # type: ignore[method-assign]
+
+
+def version_text() -> str:
+    """What `qlflow --version` prints: the installed version (and Python's)."""
+    import platform
+    from importlib import metadata
+
+    try:
+        version = metadata.version("qlflow")
+    except metadata.PackageNotFoundError:
+        version = "unknown (not installed)"
+    return f"qlflow {version} (Python {platform.python_version()})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
 
 @app.callback()
 def _global_options(
@@ -96,6 +128,15 @@ def _global_options(
         int,
         typer.Option("-v", "--verbose", count=True, help="Log to stderr (-v info, -vv debug)."),
     ] = 0,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print qlflow's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     logs.configure(verbose)
     if connect_timeout_s is not None and connect_timeout_s <= 0:

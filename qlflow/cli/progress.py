@@ -15,7 +15,8 @@ from rich.text import Text
 from projections.rebuild import Progress as ReplayProgress
 from projections.views import RunView
 from qlflow.cli.output import stderr_console
-from qlflow.cli.tables import at, status_text, steps_table
+from qlflow.cli.tables import code_text, status_text, steps_table
+from qlflow.cli.times import clock
 from qlflow.clock import wall_clock_ms
 
 
@@ -63,8 +64,11 @@ class RunProgress:
         if not self.enabled:
             return
         if self._live is not None:
+            done = run.step_count - run.open_steps
             title = Text.assemble(
-                f"run {run.run_id} ", status_text(run.status), f"  v{run.version}"
+                f"run {run.run_id} ",
+                status_text(run.status),
+                f"  {done} of {run.step_count} steps done",
             )
             if run.cancel_requested_at_ms is not None:
                 title.append(f"  cancelling ({run.cancel_reason})", style="yellow")
@@ -75,11 +79,12 @@ class RunProgress:
             state = (step.status, attempt.attempt_number if attempt else 0)
             if self._seen.get(step.step_key) != state:
                 self._seen[step.step_key] = state
-                suffix = f" (attempt #{state[1]})" if attempt else ""
-                code = f" [{step.result_code}]" if step.result_code else ""
-                self.console.print(
-                    f"{at(wall_clock_ms())}  {step.step_key}: {step.status}{suffix}{code}"
-                )
+                said = [f"attempt {state[1]}"] if attempt else []
+                if step.result_code:
+                    said.append(code_text(step.result_code))
+                words = f" ({', '.join(said)})" if said else ""
+                status = step.status.replace("_", " ")
+                self.console.print(f"{clock(wall_clock_ms())}  {step.step_key}: {status}{words}")
 
 
 @contextlib.contextmanager

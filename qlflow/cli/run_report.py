@@ -6,17 +6,35 @@ from __future__ import annotations
 from rich.console import Console
 
 from domain.transitions import STEP_LOST, STEP_PENDING, STEP_READY, STEP_RUNNING
+from projections.audit.failures import FAILED_ENDS
 from projections.views import RunView
 from qlflow.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, RUN_EXIT_CODES
 from qlflow.cli.output import stderr_console, write_json
-from qlflow.cli.tables import at, run_document
+from qlflow.cli.tables import run_document
+from qlflow.cli.times import when
+from qlflow.clock import wall_clock_ms
 from qlflow.driver import DriveResult
+from qlflow.runtime import Runtime
 
 UNFINISHED = (STEP_RUNNING, STEP_LOST, STEP_READY, STEP_PENDING)
 
 
-def report_run(console: Console, result: DriveResult, as_json: bool) -> int:
-    """Print how the drive ended; returns the exit status."""
+def failed_lines(rt: Runtime, run: RunView, count: int = 10) -> dict[str, list[str]]:
+    """The last lines of the log of each step whose latest Attempt failed, timed out or
+    was lost (step key -> lines), for `show` and the end of `run`."""
+    found = {}
+    for key, step in sorted(run.steps.items()):
+        attempt = step.attempts[-1] if step.attempts else None
+        if attempt is not None and attempt.status in FAILED_ENDS:
+            found[key] = rt.last_log_lines(attempt.attempt_id, count)
+    return found
+
+
+def report_run(
+    console: Console, result: DriveResult, as_json: bool, rt: Runtime | None = None
+) -> int:
+    """Print how the drive ended (with the last log lines of failed steps when `rt` is
+    given); returns the exit status."""
     run = result.run
     if result.aborted:
         _report_abort(result)
@@ -27,7 +45,8 @@ def report_run(console: Console, result: DriveResult, as_json: bool) -> int:
     if as_json:
         write_json(run)
     else:
-        console.print(run_document(run))
+        lines = failed_lines(rt, run) if rt is not None else None
+        console.print(run_document(run, last_lines=lines))
         if run.status != "succeeded":
             console.print(f"run {run.run_id} {run.status}" + _run_reason(run))
     return RUN_EXIT_CODES.get(run.status, EXIT_FAILED)
@@ -59,7 +78,8 @@ def _report_abort(result: DriveResult) -> None:
             if step.status in UNFINISHED:
                 attempt = step.attempts[-1] if step.attempts else None
                 lease = (
-                    f", lease held by {attempt.worker_id} until {at(attempt.expires_at_ms)}"
+                    f", lease held by {attempt.worker_id} until "
+                    f"{when(attempt.expires_at_ms, wall_clock_ms())}"
                     if attempt and attempt.expires_at_ms
                     else ""
                 )

@@ -10,6 +10,7 @@ import typer
 from rich.text import Text
 
 from domain.transitions import CANCEL_REASONS
+from domain.values import CREATED
 from qlflow.cli.app import RUN_AND_HOST, JsonOption, app, wants_json
 from qlflow.cli.executors import default_worker_id, local_executor
 from qlflow.cli.exits import CliError
@@ -118,8 +119,13 @@ def run(
                 Text.assemble(
                     "run ",
                     (receipt.run_id, "bold"),
-                    f": {publication.package} / {workflow} "
-                    f"(generation {publication.generation}, admission {receipt.status})",
+                    f": {publication.package} / {workflow}, generation "
+                    f"{publication.generation}"
+                    + (
+                        ", a new run"
+                        if receipt.status == CREATED
+                        else ", already started before with this admission key"
+                    ),
                 )
             )
         tasks = PublishedTasks(rt, {publication.package: folder})
@@ -153,7 +159,7 @@ def run(
                 result = driver.run()
         finally:
             executor.close()
-        code = report_run(console, result, as_json)
+        code = report_run(console, result, as_json, rt)
     raise typer.Exit(code)
 
 
@@ -178,12 +184,13 @@ def _check_workflow(folder: Path, workflow: str) -> None:
 )
 def cancel(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id.")],
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (or a unique prefix).")],
     reason: Annotated[str, typer.Option(help=" | ".join(CANCEL_REASONS))] = "user",
     json_out: JsonOption = False,
 ) -> None:
     """Record a Run's cancel intent (idempotent); a cycle converges it."""
     with opened(ctx) as rt:
+        run_id = rt.resolve_run_id(run_id)  # the id, or any unique prefix of it
         view = rt.get_run(run_id)
         recorded = False if view.terminal else rt.cancel(run_id, reason=reason)
         view = rt.get_run(run_id)

@@ -3,7 +3,6 @@ steps, events, cycles and rebuilds."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from domain.values import AdmissionReceipt, Publication
 from projections.rebuild import RebuildSummary
 from projections.views import AttemptView, RunView, StepView
 from qlflow.cli.output import jsonable
+from qlflow.cli.times import duration, when
 from qlflow.clock import wall_clock_ms
 
 STATUS_STYLES = {
@@ -38,28 +38,9 @@ STATUS_STYLES = {
 # -- small formatters --------------------------------------------------------------
 
 
-def at(ms: int | None) -> str:
-    """Wall-clock time of an epoch-ms value, local time, millisecond precision."""
-    if ms is None:
-        return "-"
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + f".{millis:03d}"
-
-
-def duration(ms: int | None) -> str:
-    """A duration in ms as people read it: 830ms, 4.2s, 3m05s, 1h02m."""
-    if ms is None or ms < 0:
-        return "-"
-    if ms < 1000:
-        return f"{ms}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, rest = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{rest:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+def code_text(code: str | None) -> str:
+    """A result or error code as people read it: one case for every code."""
+    return "-" if not code else code.lower()
 
 
 def status_text(status: str | None) -> Text:
@@ -116,42 +97,53 @@ def receipt_table(receipt: AdmissionReceipt) -> Table:
     )
 
 
-def runs_table(runs: Sequence[RunView]) -> Table:
-    """One row per Run."""
-    table = Table(title=f"{len(runs)} run(s)", title_justify="left")
-    for column in ("run", "package", "workflow", "status", "admitted", "ended", "cancel", "code"):
-        table.add_column(column)
+def runs_table(
+    runs: Sequence[RunView], short_ids: Mapping[str, str], now_ms: int, *, more: bool = False
+) -> Table:
+    """One row per Run; the run column is a short id that names it (`show`, `why`,
+    `logs` and `cancel` take any unique prefix)."""
+    title = f"{len(runs)} run(s), newest first" + (" (more: --limit, --until)" if more else "")
+    table = Table(title=title, title_justify="left")
+    for column in ("run", "workflow", "status", "admitted", "took", "code"):
+        table.add_column(column, no_wrap=column in ("run", "admitted"))
     for run in runs:
+        ended = run.terminal_at_ms
+        took = (ended if ended is not None else now_ms) - run.admitted_at_ms
         table.add_row(
-            run.run_id,
-            run.package,
-            run.workflow_key,
+            short_ids.get(run.run_id, run.run_id),
+            f"{run.package}/{run.workflow_key}",
             status_text(run.status),
-            at(run.admitted_at_ms),
-            at(run.terminal_at_ms),
-            _cell(run.cancel_reason),
-            _cell(run.error_code or run.result_code),
+            when(run.admitted_at_ms, now_ms),
+            duration(took),
+            code_text(run.error_code or run.result_code or _cancel(run)),
         )
     return table
 
 
-def run_header(run: RunView) -> Table:
+def _cancel(run: RunView) -> str | None:
+    return f"cancel: {run.cancel_reason}" if run.cancel_reason else None
+
+
+def run_header(run: RunView, now_ms: int) -> Table:
     """The facts of one Run above its steps."""
     rows: list[tuple[str, Any]] = [
         ("run", run.run_id),
         ("workflow", f"{run.package} / {run.workflow_key}"),
         ("status", status_text(run.status)),
-        ("version", run.version),
-        ("admitted", at(run.admitted_at_ms)),
+        ("version", f"{run.version} (see a past state with --at VERSION)"),
+        ("admitted", when(run.admitted_at_ms, now_ms)),
     ]
     if run.deadline_ms is not None:
-        rows.append(("deadline", at(run.deadline_ms)))
+        rows.append(("deadline", when(run.deadline_ms, now_ms)))
     if run.cancel_requested_at_ms is not None:
-        rows.append(("cancel", f"{run.cancel_reason} at {at(run.cancel_requested_at_ms)}"))
+        rows.append(
+            ("cancel", f"{run.cancel_reason}, requested {when(run.cancel_requested_at_ms, now_ms)}")
+        )
     if run.terminal_at_ms is not None:
-        rows.append(("ended", at(run.terminal_at_ms)))
+        took = duration(run.terminal_at_ms - run.admitted_at_ms)
+        rows.append(("ended", f"{when(run.terminal_at_ms, now_ms)}, after {took}"))
     if run.error_code or run.result_code:
-        rows.append(("code", run.error_code or run.result_code))
+        rows.append(("code", code_text(run.error_code or run.result_code)))
     return key_values(None, rows)
 
 
@@ -194,12 +186,24 @@ def log_paths(run: RunView) -> Table | None:
     return key_values("logs", rows) if rows else None
 
 
-def run_document(run: RunView, now_ms: int | None = None) -> Group:
-    """A Run as `show` prints it: header, steps, and where the logs are."""
-    parts: list[Table | Text] = [run_header(run), Text(""), steps_table(run, now_ms)]
+def run_document(
+    run: RunView,
+    now_ms: int | None = None,
+    last_lines: Mapping[str, Sequence[str]] | None = None,
+) -> Group:
+    """A Run as `show` prints it: header, steps, where the logs are, and the last lines
+    of each failed step's log (`last_lines`: step key -> lines)."""
+    now_ms = now_ms if now_ms is not None else wall_clock_ms()
+    parts: list[Table | Text] = [run_header(run, now_ms), Text(""), steps_table(run, now_ms)]
     logs = log_paths(run)
     if logs is not None:
         parts += [Text(""), logs]
+    for step_key, lines in (last_lines or {}).items():
+        if not lines:
+            continue
+        parts.append(Text(""))
+        parts.append(Text(f"last lines of {step_key} (qlflow logs {run.run_id} {step_key}):"))
+        parts += [Text(f"  | {line}", style="red") for line in lines]
     return Group(*parts)
 
 
@@ -228,30 +232,33 @@ def _attempt_duration(attempt: AttemptView | None, now_ms: int) -> int | None:
 def _result(step: StepView, attempt: AttemptView | None) -> str:
     parts = []
     if step.result_code:
-        parts.append(step.result_code)
+        parts.append(code_text(step.result_code))
     output = (attempt.output or {}) if attempt else {}
-    if "exit_code" in output and output["exit_code"] is not None:
+    if output.get("signal"):
+        parts.append(str(output["signal"]))  # "SIGTERM", not "exit -15"
+    elif "exit_code" in output and output["exit_code"] is not None:
         parts.append(f"exit {output['exit_code']}")
     if output.get("error"):
         parts.append(str(output["error"]))
     return ", ".join(parts) or "-"
 
 
-def events_table(records: Sequence[Record]) -> Table:
-    """One row per event."""
-    table = Table(title=f"{len(records)} event(s)", title_justify="left")
+def events_table(records: Sequence[Record], now_ms: int, *, more: bool = False) -> Table:
+    """One row per event, as given (newest first from `events`)."""
+    hint = " (more: --limit N, --all, --before POSITION)" if more else ""
+    table = Table(title=f"{len(records)} event(s){hint}", title_justify="left")
     for column in ("pos", "at", "stream", "ver", "type", "data"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column == "at")
     for record in records:
-        table.add_row(*event_row(record))
+        table.add_row(*event_row(record, now_ms))
     return table
 
 
-def event_row(record: Record) -> tuple[str, ...]:
+def event_row(record: Record, now_ms: int) -> tuple[str, ...]:
     """The cells of one event: position, time, stream, version, type, summary."""
     return (
         str(record.global_position),
-        at(record.metadata.get("at_ms")),
+        when(record.metadata.get("at_ms"), now_ms),
         record.stream_id,
         str(record.stream_version),
         record.type,
@@ -270,9 +277,13 @@ def event_summary(record: Record) -> str:
             continue
         if isinstance(value, (dict, list)):
             continue
+        if key.endswith("_code") and isinstance(value, str):
+            value = code_text(value)
         parts.append(f"{key}={value}")
     output = record.data.get("output")
-    if isinstance(output, Mapping) and "exit_code" in output:
+    if isinstance(output, Mapping) and output.get("signal"):
+        parts.append(f"signal={output['signal']}")
+    elif isinstance(output, Mapping) and "exit_code" in output:
         parts.append(f"exit_code={output['exit_code']}")
     return " ".join(parts)
 

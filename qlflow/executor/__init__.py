@@ -7,11 +7,14 @@ Per Attempt, in this order:
 2. `mark_starting` — the start barrier, durable before anything is spawned;
 3. spawn the command in the package folder, in its own process group, with
    `QLFLOW_RUN_ID`, `QLFLOW_STEP_KEY`, `QLFLOW_ATTEMPT_ID` and the Task's env set,
-   stdout and stderr going to one log file per Attempt (`processes`);
+   stdout and stderr read from pipes into the Attempt's log in the store about once
+   a second (capped: head and tail) and, whole, into a log file on this host
+   (`capture`);
 4. `mark_running`, then renew the lease every ttl/3 while the process runs; when a
    renewal answers `stop_requested` (or the host stops the worker) the group gets
    SIGTERM, and SIGKILL once `kill_after_s` has passed (`local`);
-5. `complete` with exit code 0 -> `succeeded`, anything else -> `failed`, and
+5. store the rest of the log, then `complete` with exit code 0 -> `succeeded`,
+   anything else -> `failed`, and
    `output = {"log_path", "exit_code", "pid", ...}`.
 A command that cannot be found or started completes `failed` with result code
 `start_failed` and the error in the output (`task_file_refused` when a file it

@@ -18,7 +18,8 @@ from typing import Any
 
 from domain.errors import FenceError, QlflowError
 from qlflow.clock import wall_clock_ms
-from qlflow.executor.processes import append_log, signal_group, signal_name, spawn
+from qlflow.executor.capture import LogCapture, note_to_log
+from qlflow.executor.processes import signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
@@ -45,6 +46,7 @@ class _Supervised(Held):
     stop_reason: str | None = None
     term_sent_at: float | None = None
     killed: bool = False
+    capture: LogCapture | None = None  # its output, to the log file and the store
 
 
 class LocalProcessExecutor:
@@ -174,9 +176,11 @@ class LocalProcessExecutor:
             process = self._spawn(held.lease, command, log_path)
         except OSError as error:
             reason = f"cannot start {command.argv[0]!r}: {error.strerror or error}"
-            append_log(log_path, f"qlflow: {reason}\n")
+            note_to_log(self._rt, held.lease.attempt_id, log_path, f"qlflow: {reason}")
             return self._start_failed(held, log_path, reason, START_FAILED)
-        item = _Supervised(held.lease, process, log_path, time.monotonic())
+        capture = LogCapture(self._rt, held.lease.attempt_id, log_path)
+        capture.start(process)
+        item = _Supervised(held.lease, process, log_path, time.monotonic(), capture=capture)
         with self._lock:
             self._supervised[lease.attempt_id] = item
         threading.Thread(
@@ -186,6 +190,7 @@ class LocalProcessExecutor:
             return self._supervise(item)
         finally:
             signal_group(process, signal.SIGKILL)  # on any way out, nothing survives
+            capture.close()
             with self._lock:
                 self._supervised.pop(lease.attempt_id, None)
 
@@ -197,7 +202,7 @@ class LocalProcessExecutor:
             QLFLOW_STEP_KEY=lease.step_key,
             QLFLOW_ATTEMPT_ID=lease.attempt_id,
         )
-        process = spawn(command.argv, command.cwd, env, log_path)
+        process = spawn(command.argv, command.cwd, env)
         log.info(
             "attempt %s (%s/%s): pid %d: %s",
             lease.attempt_id,
@@ -277,8 +282,10 @@ class LocalProcessExecutor:
         return self._finish(item)
 
     def _finish(self, item: _Supervised) -> AttemptReport:
-        """Record the exited process's outcome under its lease."""
+        """Record the exited process's outcome under its lease (its log stored first)."""
         exit_code = item.process.returncode
+        if item.capture is not None:
+            item.capture.finish()
         output: dict[str, Any] = {
             "log_path": str(item.log_path),
             "exit_code": exit_code,
@@ -333,6 +340,8 @@ class LocalProcessExecutor:
         )
         signal_group(item.process, signal.SIGKILL)
         item.exited.wait()
+        if item.capture is not None:
+            item.capture.finish()
         return report(
             item.lease,
             None,

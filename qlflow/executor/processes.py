@@ -36,23 +36,19 @@ def _parent_death_signal() -> Callable[[], None] | None:
 _DIE_WITH_PARENT = _parent_death_signal()
 
 
-def spawn(
-    argv: tuple[str, ...], cwd: Path, env: Mapping[str, str], log_path: Path
-) -> subprocess.Popen[bytes]:
+def spawn(argv: tuple[str, ...], cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start `argv` in `cwd` as the leader of a new session, stdin closed, stdout and
-    stderr appended to `log_path`."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as sink:
-        return subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_DIE_WITH_PARENT,
-        )
+    stderr on pipes of their own (read by `capture.LogCapture`)."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_DIE_WITH_PARENT,
+    )
 
 
 def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
@@ -68,11 +64,3 @@ def signal_name(exit_code: int | None) -> str | None:
     if exit_code is None or exit_code >= 0:
         return None
     return signal.Signals(-exit_code).name
-
-
-def append_log(path: Path, text: str) -> None:
-    """Add a line of the executor's own to a step's log (best effort)."""
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as sink:
-            sink.write(text)

@@ -1,28 +1,25 @@
 """The dashboard's one door to qlflow: every read a page makes and every action it
 takes goes through `Dashboard`, and nothing else in `qlflow.ui` touches the runtime.
 
-Most calls are the public Runtime API (`get_run`, `timeline`, `why`, `step_history`,
-`start`, `cancel`). Where that API has no call for what a page needs, the query is
-written here over the runtime's store and read models; each such method says
-"Workaround:" in its docstring, so it can be swapped for the API call once it exists.
-Later features (parameters, outputs, logs, schedules, search filters) are new
-methods and fields here; the routes only render what this module returns.
+Every call is the public Runtime API (`runs` and `count_runs` for the runs list,
+`packages`, `get_run`, `timeline`, `why`, `step_history`, `start`, `cancel`); no
+query is written here. Later features (parameters, outputs, logs, schedules) are
+new methods and fields here; the routes only render what this module returns.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import eventstore
 from domain.errors import InvalidInput, NotFound
-from domain.ids import RUN_ID
-from domain.streams import STEPS, category
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
-from domain.values import Publication
-from projections import publications as publication_reads
 from projections.audit import TimelineEntry, WhyReport
+from projections.package_views import PackageView
+from projections.run_search import RunCursor
 from projections.views import RunView, StepView
 from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Runtime
@@ -36,22 +33,7 @@ COUNT_CAP = 10_000  # the runs page counts matches up to this, then says "10,000
 # --- the runs list -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Cursor:
-    """A place in the runs list, newest first: (admitted_at_ms desc, run_id asc)."""
-
-    admitted_at_ms: int
-    run_id: str
-
-    def token(self) -> str:
-        return f"{self.admitted_at_ms}.{self.run_id}"
-
-    @classmethod
-    def parse(cls, field_name: str, text: str) -> Cursor:
-        ms, dot, run_id = text.partition(".")
-        if not dot or not ms.isdigit() or not run_id or len(ms) > 16:
-            raise InvalidInput(field_name, "cursor", f"{field_name} is not a page cursor: {text!r}")
-        return cls(int(ms), run_id)
+Cursor = RunCursor  # a place in the runs list, newest first: (admitted_at_ms desc, run_id asc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +102,21 @@ class RunRow:
     def cursor(self) -> Cursor:
         return Cursor(self.admitted_at_ms, self.run_id)
 
-
-_ROW_COLUMNS = ", ".join(RunRow.__dataclass_fields__)
+    @classmethod
+    def of(cls, run: RunView) -> RunRow:
+        return cls(
+            run.run_id,
+            run.package,
+            run.workflow_key,
+            run.status,
+            run.admitted_at_ms,
+            run.terminal_at_ms,
+            run.cancel_reason,
+            run.result_code,
+            run.error_code,
+            run.step_count,
+            run.open_steps,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,20 +158,7 @@ class StepDetail:
 # --- packages --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Installation:
-    """One package installation: its generations (newest first) and its publisher."""
-
-    project: str
-    installation: str
-    package: str
-    publisher: str
-    publisher_status: str  # active | revoked
-    generations: tuple[Publication, ...] = field(default_factory=tuple)
-
-    @property
-    def head(self) -> Publication | None:
-        return next((p for p in self.generations if p.head), None)
+Installation = PackageView  # one installation: its generations (newest first), its publisher
 
 
 # --- the adapter -----------------------------------------------------------------------------
@@ -195,104 +177,44 @@ class Dashboard:
 
     # -- runs -----------------------------------------------------------------------------
     def runs(self, query: RunQuery) -> RunsPage:
-        """A page of Runs, newest first, filtered.
-
-        Workaround: `Runtime.runs` filters by status only and has no cursor, so this
-        queries the `runs` read model. Keyset pagination (no OFFSET) keeps every page
-        as cheap as the first; no index covers admitted_at_ms yet, so each page is a
-        scan of the table (see bench/ui.py for what that costs at 100,000 Runs)."""
-        where, params = self._filters(query)
-        if query.after is not None:
-            order = "admitted_at_ms ASC, run_id DESC"
-            where.append("(admitted_at_ms > ? OR (admitted_at_ms = ? AND run_id < ?))")
-            params += [query.after.admitted_at_ms, query.after.admitted_at_ms, query.after.run_id]
-        else:
-            order = "admitted_at_ms DESC, run_id ASC"
-            if query.before is not None:
-                where.append("(admitted_at_ms < ? OR (admitted_at_ms = ? AND run_id > ?))")
-                params += [
-                    query.before.admitted_at_ms,
-                    query.before.admitted_at_ms,
-                    query.before.run_id,
-                ]
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        store = self.runtime.store
-        # Sort only (admitted_at_ms, run_id), then read the page's rows by key: without
-        # an index the sort sees every matching row, and narrow rows halve its cost.
+        """A page of Runs, newest first, filtered; keyset-paged (no OFFSET), so every page
+        is as cheap as the first (an index per order: see `Runtime.runs`)."""
+        filters: dict[str, Any] = {
+            "package": query.package,
+            "workflow": query.workflow,
+            "status": query.status,
+            "since_ms": query.since_ms,
+            "until_ms": query.until_ms,
+            "id_prefix": query.id_prefix,
+        }
         found = [
-            RunRow(*row)
-            for row in store.query(
-                f"SELECT {_ROW_COLUMNS} FROM runs WHERE run_id IN "
-                f"(SELECT run_id FROM runs {clause} ORDER BY {order} LIMIT ?) ORDER BY {order}",
-                (*params, query.limit + 1),
+            RunRow.of(run)
+            for run in self.runtime.runs(
+                limit=query.limit + 1, before=query.before, after=query.after, **filters
             )
         ]
         more = len(found) > query.limit
-        rows = found[: query.limit]
         if query.after is not None:
-            rows.reverse()
+            rows = found[-query.limit :] if more else found  # the page just newer than `after`
             newer = rows[0].cursor if more and rows else None
             older = rows[-1].cursor if rows else None
         else:
+            rows = found[: query.limit]
             older = rows[-1].cursor if more else None
             newer = rows[0].cursor if query.before is not None and rows else None
-        return RunsPage(tuple(rows), older, newer, self._count(query))
-
-    def _filters(self, query: RunQuery) -> tuple[list[str], list[Any]]:
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("package", query.package),
-            ("workflow_key", query.workflow),
-            ("status", query.status),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if query.since_ms is not None:
-            where.append("admitted_at_ms >= ?")
-            params.append(query.since_ms)
-        if query.until_ms is not None:
-            where.append("admitted_at_ms < ?")
-            params.append(query.until_ms)
-        if query.id_prefix:
-            # a prefix typed without the run id's own prefix ("3f2a" for "run:3f2a…")
-            prefixes = sorted({query.id_prefix, RUN_ID + query.id_prefix})
-            if query.id_prefix.startswith(RUN_ID):
-                prefixes = [query.id_prefix]
-            terms = []
-            for prefix in prefixes:
-                if self.runtime.store.dialect == "sqlite":
-                    # SQLite compares text bytewise: a key range on the primary key finds
-                    # the prefix's ids without a scan. (PostgreSQL's collation may not.)
-                    terms.append("(run_id >= ? AND run_id < ? AND substr(run_id, 1, ?) = ?)")
-                    params += [prefix, prefix + "\U0010ffff", len(prefix), prefix]
-                else:
-                    terms.append("substr(run_id, 1, ?) = ?")
-                    params += [len(prefix), prefix]
-            where.append("(" + " OR ".join(terms) + ")")
-        return where, params
-
-    def _count(self, query: RunQuery) -> int:
-        where, params = self._filters(query)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self.runtime.store.query(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM runs {clause} LIMIT ?) AS matching",
-            (*params, COUNT_CAP + 1),
-        )
-        return int(rows[0][0])
+        matching = self.runtime.count_runs(at_most=COUNT_CAP, **filters)
+        return RunsPage(tuple(rows), older, newer, matching)
 
     def names(self) -> tuple[list[str], list[str]]:
         """Package and workflow names ever published, for the filter boxes' suggestions.
-
-        Workaround: no Runtime call lists publications; this reads their read model.
-        A role that may not read it (PostgreSQL's runtime role) gets no suggestions."""
+        A role that may not read publications (PostgreSQL's runtime role) gets none."""
         packages: set[str] = set()
         workflows: set[str] = set()
         try:
-            for publication in publication_reads.publications(self.runtime.store):
-                packages.add(publication.package)
-                workflows.update(publication.workflows)
+            for installation in self.runtime.packages():
+                packages.add(installation.package)
+                for publication in installation.generations:
+                    workflows.update(publication.workflows)
         except self.denied:
             return [], []
         return sorted(packages), sorted(workflows)
@@ -303,13 +225,8 @@ class Dashboard:
         lease records) and `why` (running) or the root cause (terminal)."""
         now = self.now_ms()
         run = self.runtime.get_run(run_id)
-        timeline = tuple(
-            # Workaround: Runtime.timeline has no `mutations=False`; a StepRunMutation
-            # repeats the step event that caused it, so the page leaves them out.
-            entry
-            for entry in self.runtime.timeline(run_id)
-            if category(entry.stream_id) != STEPS
-        )
+        # a StepRunMutation repeats the step event that caused it: the page leaves them out
+        timeline = tuple(self.runtime.timeline(run_id, mutations=False))
         return RunDetail(
             run=run,
             steps=in_dependency_order(run.steps),
@@ -346,31 +263,8 @@ class Dashboard:
 
     # -- packages -------------------------------------------------------------------------
     def packages(self) -> list[Installation]:
-        """Every installation with its generations and its publisher's trust.
-
-        Workaround: no Runtime call lists publications or publishers; this reads the
-        publication read model through the runtime's store."""
-        store = self.runtime.store
-        grouped: dict[tuple[str, str], list[Publication]] = {}
-        for publication in publication_reads.publications(store):
-            grouped.setdefault((publication.project, publication.installation), []).append(
-                publication
-            )
-        installations = []
-        for (project, installation), generations in sorted(grouped.items()):
-            newest = max(generations, key=lambda p: p.generation)
-            trust = publication_reads.publisher_status(store, newest.publisher) or "active"
-            installations.append(
-                Installation(
-                    project=project,
-                    installation=installation,
-                    package=newest.package,
-                    publisher=newest.publisher,
-                    publisher_status=trust,
-                    generations=tuple(sorted(generations, key=lambda p: -p.generation)),
-                )
-            )
-        return installations
+        """Every installation with its generations and its publisher's trust."""
+        return self.runtime.packages()
 
     # -- actions --------------------------------------------------------------------------
     def start(self, package: str, workflow: str) -> Any:
@@ -385,13 +279,9 @@ class Dashboard:
 
 
 def denied_errors(runtime: Runtime) -> tuple[type[BaseException], ...]:
-    """The errors a store raises when the connected role lacks a privilege (PostgreSQL's
-    least-privilege roles); none on SQLite. psycopg is imported only for PostgreSQL."""
-    if runtime.store.dialect != "postgresql":
-        return ()
-    from psycopg import errors
-
-    return (errors.InsufficientPrivilege,)
+    """The errors the runtime's store raises when the connected role lacks a privilege
+    (PostgreSQL's least-privilege roles); none on SQLite."""
+    return eventstore.denied_errors()
 
 
 def stamp(run: RunView) -> str:

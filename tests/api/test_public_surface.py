@@ -18,8 +18,8 @@ from tests.cycle.helpers import T0, manifest
 
 PUBLIC_METHODS = sorted(
     name
-    for name, member in vars(qlflow.Runtime).items()
-    if not name.startswith("_") and inspect.isfunction(member)
+    for name in dir(qlflow.Runtime)
+    if not name.startswith("_") and inspect.isfunction(getattr(qlflow.Runtime, name))
 )
 
 
@@ -47,7 +47,7 @@ def _named_types(hint: object) -> set[type]:
     found: set[type] = set()
     for argument in typing.get_args(hint):
         found |= _named_types(argument)
-    if origin not in (list, typing.Union, types.UnionType):
+    if origin not in (list, dict, typing.Union, types.UnionType):
         found.add(origin)
     return found
 

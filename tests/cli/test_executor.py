@@ -110,12 +110,16 @@ def test_environment_output_and_exit_code_are_recorded(rt, tmp_path: Path):
     assert attempt.output["exit_code"] == 3
     log_path = Path(attempt.output["log_path"])
     assert log_path.parent.parent == tmp_path / "logs"
-    lines = log_path.read_text().splitlines()
-    assert lines == [
+    greeting = (
         f"run={run.run_id} step=only attempt={attempt.attempt_id} greeting=hello "
-        f"cwd={folder.resolve()}",
-        "oops",
-    ]
+        f"cwd={folder.resolve()}"
+    )
+    # stdout and stderr are two pipes: each keeps its order, the file has both
+    assert sorted(log_path.read_text().splitlines()) == sorted([greeting, "oops"])
+    stored = {}
+    for chunk in rt.logs(run.run_id, "only"):
+        stored[chunk.stream] = stored.get(chunk.stream, "") + chunk.text
+    assert stored == {"stdout": greeting + "\n", "stderr": "oops\n"}
 
 
 def test_a_command_that_cannot_start_fails_with_start_failed(rt, tmp_path: Path):

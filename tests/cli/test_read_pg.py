@@ -61,8 +61,8 @@ def test_run_and_read_commands_on_postgresql(pg_url: str, tmp_path: Path):
         "d": "pending",
     }
     events = orjson.loads(out["events"])
-    assert events[0]["type"] == "workflow.admitted"
-    assert events[-1]["global_position"] == max(e["global_position"] for e in events)
+    assert events[-1]["type"] == "workflow.admitted"  # newest first
+    assert events[0]["global_position"] == max(e["global_position"] for e in events)
     failed = orjson.loads(out["failed events"])
     assert sorted(e["type"] for e in failed) == ["attempt.failed", "step.skipped"]
     assert "failed" in out["why"]

@@ -25,7 +25,14 @@ def test_tables_live_in_the_schema_the_url_names(pg_url):
         store.close()
 
     assert schema.startswith("t_")
-    assert [t for (t,) in tables] == ["events", "qlflow_position", "schema_versions", "streams"]
+    assert [t for (t,) in tables] == [
+        "events",
+        "log_attempts",
+        "log_chunks",
+        "qlflow_position",
+        "schema_versions",
+        "streams",
+    ]
 
 
 def test_postgres_scheme_is_accepted(pg_url):

@@ -35,7 +35,7 @@ CHAIN = manifest([("x", []), ("y", ["x"])])
 NOW = T0 + 10
 
 
-API_FUZZ = settings(FUZZ, max_examples=max(1, EXAMPLES // 2))  # 20 methods: half each
+API_FUZZ = settings(FUZZ, max_examples=max(1, EXAMPLES // 2))  # 30 methods: half each
 API_FUZZ_PG = settings(FUZZ, max_examples=max(1, EXAMPLES // 4))
 
 
@@ -153,7 +153,18 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             now_ms=either(NOW),
         ),
         "get_run": call(either(p.run_id)),
-        "runs": call(status=either(None), limit=either(100)),
+        "runs": call(
+            status=either(None),
+            limit=either(100),
+            package=either("demo"),
+            workflow=either(None),
+            since_ms=either(None),
+            until_ms=either(None),
+            id_prefix=either(p.run_id[:8]),
+            before=either(None),
+            after=either(None),
+        ),
+        "count_runs": call(package=either(None), id_prefix=either("run:"), at_most=either(10)),
         "events": call(
             either(p.run_id),
             types=either(None),
@@ -161,9 +172,25 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             until_ms=either(None),
             after_position=either(0),
             limit=either(None),
+            before_position=either(None),
+            newest_first=either(True),
         ),
-        "why": call(either(p.run_id), now_ms=either(NOW)),
-        "timeline": call(either(p.run_id)),
+        "why": call(either(p.run_id), now_ms=either(NOW), log_lines=either(10)),
+        "timeline": call(either(p.run_id), mutations=either(False)),
+        "append_log": call(
+            either(p.lease.attempt_id),
+            st.one_of(
+                st.just([("stdout", NOW, b"hello\n")]), st.lists(hostile, max_size=2), hostile
+            ),
+        ),
+        "log_attempts": call(either(p.run_id), either("x"), either(1)),
+        "logs": call(either(p.run_id), either(None), either(None), after=either({})),
+        "last_log_lines": call(either(p.lease.attempt_id), either(10)),
+        "prune_logs": call(either(NOW)),
+        "resolve_run_id": call(either(p.run_id[:10])),
+        "resolve_attempt_id": call(either(p.lease.attempt_id[4:12]), either(p.run_id)),
+        "short_run_ids": call(either([p.run_id])),
+        "packages": call(either(None)),
         "step_history": call(either(p.run_id), either("x")),
         "aggregate_at": call(either(p.run_id), either(None)),
     }
@@ -173,6 +200,8 @@ METHODS = [
     "publish", "withdraw", "quarantine", "revoke_publisher", "start", "inspect_admission",
     "cancel", "cycle", "lease_attempts", "mark_starting", "mark_running", "renew", "complete",
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
+    "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
+    "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages",
 ]  # fmt: skip
 
 

@@ -1,0 +1,92 @@
+"""Every step of a Run that failed, timed out or lost its Attempt — whatever ended
+the Run — with its result code, exit code or signal, and the last lines of its log.
+Read from the log (the Attempts' and steps' terminal events) and the step logs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from domain import event_types
+from domain.aggregate import RunAggregate
+from domain.transitions import STEP_TERMINAL
+from eventstore import logs
+from eventstore.api import EventStore
+from projections.audit.run_log import RunLog
+from projections.audit.why_report import StepFailure
+from projections.step_logs import last_lines
+
+FAILED_ENDS = frozenset({"failed", "timed_out", "lost"})  # what `why` names a failure
+
+
+def failures(
+    store: EventStore, log: RunLog, aggregate: RunAggregate, log_lines: int
+) -> tuple[StepFailure, ...]:
+    """The Run's failed, timed out and lost Attempts in log order, and the steps that
+    failed or timed out without one (attempts exhausted, a timeout of a step that
+    never ran); each with the last `log_lines` lines of its Attempt's log."""
+    found: list[StepFailure] = []
+    with_attempt: set[str] = set()
+    for record in log.run:
+        family, end = event_types.family(record.type), event_types.name(record.type)
+        data = record.data
+        if family == event_types.ATTEMPT and end in FAILED_ENDS:
+            attempt = aggregate.attempts.get(data["attempt_id"])
+            if attempt is None:
+                continue
+            output: Mapping[str, Any] = data.get("output") or {}
+            with_attempt.add(attempt.step_key)
+            found.append(
+                StepFailure(
+                    step_key=attempt.step_key,
+                    status=end,
+                    result_code=data.get("result_code"),
+                    position=record.global_position,
+                    at_ms=record.metadata.get("at_ms"),
+                    attempt_id=attempt.attempt_id,
+                    attempt_number=attempt.attempt_number,
+                    worker_id=attempt.worker_id
+                    or (attempt.lease.worker_id if attempt.lease else None),
+                    exit_code=_int(output.get("exit_code")),
+                    signal=_text(output.get("signal")),
+                )
+            )
+        elif (
+            family == event_types.STEP
+            and record.type != event_types.STEP_CREATED
+            and data.get("to") in STEP_TERMINAL & FAILED_ENDS
+            and data["step_key"] not in with_attempt
+        ):
+            found.append(
+                StepFailure(
+                    step_key=data["step_key"],
+                    status=data["to"],
+                    result_code=data.get("result_code"),
+                    position=record.global_position,
+                    at_ms=record.metadata.get("at_ms"),
+                )
+            )
+    if log_lines < 1:
+        return tuple(found)
+    states = logs.states(store, [f.attempt_id for f in found if f.attempt_id])
+    return tuple(
+        _with_lines(store, failure, states.get(failure.attempt_id or ""), log_lines)
+        for failure in found
+    )
+
+
+def _with_lines(
+    store: EventStore, failure: StepFailure, state: logs.LogState | None, count: int
+) -> StepFailure:
+    if failure.attempt_id is None or state is None:
+        return failure
+    return replace(failure, last_lines=tuple(last_lines(store, state, count)))
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
