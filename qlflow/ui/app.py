@@ -1,5 +1,5 @@
 """Routes of the dashboard: server-rendered pages, two POST actions, and the small
-fragment endpoint a running Run's page polls.
+fragment endpoints a running Run's page and a step's live log tail poll.
 
 Handlers parse the request, ask `Dashboard` (in a worker thread: the runtime's calls
 block), and render a template; typed errors become an error page with their status.
@@ -30,7 +30,7 @@ from domain.errors import (
 )
 from qlflow.ui import security, times
 from qlflow.ui.data import DEFAULT_PAGE_SIZE, Cursor, Dashboard, RunQuery
-from qlflow.ui.templating import STATIC, run_url, store_label, templates
+from qlflow.ui.templating import STATIC, STREAM_LABELS, run_url, store_label, templates
 
 # Fixed messages shown after an action (the query names one; nothing is echoed back).
 NOTICES = {
@@ -139,6 +139,34 @@ class Pages:
         )
         return self.render(request, "step.html", {"d": detail})
 
+    async def log_tail(self, request: Request) -> Response:
+        """An Attempt's log lines after seq `after`, as table rows (none: still 200).
+        Headers: the new place (x-qlflow-after), whether to keep polling
+        (x-qlflow-live) and the Attempt's status."""
+        params = request.query_params
+        after = seq_param(params.get("after", "0"))
+        open_stream = params.get("open") or None
+        if open_stream is not None and open_stream not in STREAM_LABELS:
+            raise InvalidInput("open", "log stream", f"open must be one of {sorted(STREAM_LABELS)}")
+        tail = await run_in_threadpool(
+            self.dashboard.tail,
+            request.path_params["run_id"],
+            request.path_params["attempt_id"],
+            after,
+            open_stream,
+        )
+        return self.render(
+            request,
+            "_log_lines.html",
+            {"log": tail},
+            headers={
+                "x-qlflow-after": str(tail.after),
+                "x-qlflow-live": "1" if tail.live else "0",
+                "x-qlflow-status": tail.status,
+                "cache-control": "no-store",
+            },
+        )
+
     async def packages(self, request: Request) -> Response:
         installations = await run_in_threadpool(self.dashboard.packages)
         return self.render(
@@ -232,6 +260,13 @@ def run_query(params: Any) -> RunQuery:
     )
 
 
+def seq_param(value: str) -> int:
+    """A live tail's `after`: the last seq it read (an integer >= 0)."""
+    if not value.isdigit() or len(value) > 16:
+        raise InvalidInput("after", "log seq", f"after must be a seq (0 or more), got {value!r}")
+    return int(value)
+
+
 def build(
     dashboard: Dashboard,
     *,
@@ -256,6 +291,7 @@ def build(
         Route("/runs/{run_id}", pages.run),
         Route("/runs/{run_id}/live", pages.run_live),
         Route("/runs/{run_id}/cancel", pages.cancel, methods=["POST"]),
+        Route("/runs/{run_id}/attempts/{attempt_id}/log", pages.log_tail),
         Route("/runs/{run_id}/steps/{step_key:path}", pages.step),
         Route("/packages", pages.packages),
         Route("/start", pages.start, methods=["POST"]),

@@ -2,9 +2,10 @@
 takes goes through `Dashboard`, and nothing else in `qlflow.ui` touches the runtime.
 
 Every call is the public Runtime API (`runs` and `count_runs` for the runs list,
-`packages`, `get_run`, `timeline`, `why`, `step_history`, `start`, `cancel`); no
-query is written here. Later features (parameters, outputs, logs, schedules) are
-new methods and fields here; the routes only render what this module returns.
+`packages`, `get_run`, `timeline`, `why`, `step_history`, `log_attempts` and `logs`
+for step logs, `start`, `cancel`); no query is written here. Later features
+(parameters, outputs, schedules) are new methods and fields here; the routes only
+render what this module returns.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from typing import Any
 
 import eventstore
 from domain.errors import InvalidInput, NotFound
-from domain.transitions import RUN_RUNNING, RUN_TERMINAL
+from domain.transitions import ATTEMPT_TERMINAL, RUN_RUNNING, RUN_TERMINAL
 from projections.audit import TimelineEntry, WhyReport
 from projections.package_views import PackageView
 from projections.run_search import RunCursor
+from projections.step_logs import LogAttempt, LogChunk
 from projections.views import RunView, StepView
 from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Runtime
 from qlflow.ui.dag import Layout, depths, layout
+from qlflow.ui.log_lines import LogLine, lines
 
 RUN_STATUSES = (RUN_RUNNING, *sorted(RUN_TERMINAL))
 PAGE_SIZES = (25, 50, 100, 200)
@@ -146,13 +149,41 @@ class RunDetail:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptLog:
+    """What one Attempt's log holds as lines, or what a follower's poll added to it."""
+
+    run_id: str
+    step_key: str
+    attempt_number: int
+    attempt_id: str
+    status: str
+    live: bool  # more may come: the Attempt has not ended (or its last poll found lines)
+    lines: tuple[LogLine, ...]
+    after: int  # the last seq read: a follower's place (0: nothing yet)
+    written_bytes: int
+    dropped_bytes: int
+    last_at_ms: int | None
+
+    @property
+    def open_stream(self) -> str | None:
+        """The stream of the last line if it has not ended yet (the next read may
+        continue it)."""
+        return self.lines[-1].stream if self.lines and not self.lines[-1].ends else None
+
+
+@dataclass(frozen=True, slots=True)
 class StepDetail:
     run: RunView
     step: StepView
     dependants: tuple[str, ...]
     history: tuple[TimelineEntry, ...]
-    log_paths: tuple[tuple[int, str], ...]  # (attempt number, path) the executor reported
+    logs: tuple[AttemptLog, ...]  # one per Attempt, in claim order
     now_ms: int
+
+    @property
+    def live(self) -> bool:
+        """Whether some Attempt's log may still grow."""
+        return any(log.live for log in self.logs)
 
 
 # --- packages --------------------------------------------------------------------------------
@@ -247,19 +278,27 @@ class Dashboard:
         step = run.steps.get(step_key)
         if step is None:
             raise NotFound(f"run {run_id!r} has no step {step_key!r}")
-        logs = tuple(
-            (attempt.attempt_number, str(attempt.output["log_path"]))
-            for attempt in step.attempts
-            if isinstance(attempt.output, dict) and attempt.output.get("log_path")
-        )
+        named = self.runtime.log_attempts(run_id, step_key)  # before the chunks: see tail
+        chunks = self.runtime.logs(run_id, step_key)
         return StepDetail(
             run=run,
             step=step,
             dependants=tuple(k for k, s in sorted(run.steps.items()) if step_key in s.needs),
             history=tuple(self.runtime.step_history(run_id, step_key)),
-            log_paths=logs,
+            logs=tuple(attempt_log(a, chunks, None, 0, following=False) for a in named),
             now_ms=self.now_ms(),
         )
+
+    def tail(
+        self, run_id: str, attempt_id: str, after: int, open_stream: str | None = None
+    ) -> AttemptLog:
+        """The lines an Attempt of the Run logged after seq `after` (a live tail's poll);
+        `open_stream`: the stream of the follower's last line if that has not ended.
+        NotFound when the Run has no such Attempt."""
+        (named,) = self.runtime.log_attempts(run_id, None, attempt_id)
+        # its status is read before its chunks: output stored before it ended is in them
+        chunks = self.runtime.logs(run_id, None, attempt_id, after={attempt_id: after})
+        return attempt_log(named, chunks, open_stream, after, following=True)
 
     # -- packages -------------------------------------------------------------------------
     def packages(self) -> list[Installation]:
@@ -276,6 +315,34 @@ class Dashboard:
         """Record a user cancel intent (idempotent); the cycle converges the Run."""
         self.runtime.get_run(run_id)  # an unknown id is a NotFound, not a silent no-op
         return self.runtime.cancel(run_id, "user", now_ms=self.now_ms())
+
+
+def attempt_log(
+    named: LogAttempt,
+    chunks: list[LogChunk],
+    open_stream: str | None,
+    after: int,
+    *,
+    following: bool,
+) -> AttemptLog:
+    """`named`'s part of `chunks` as lines (`following`: a live tail's poll)."""
+    own = [c for c in chunks if c.attempt_id == named.attempt_id]
+    ended = named.status in ATTEMPT_TERMINAL
+    log = named.log
+    return AttemptLog(
+        run_id=named.run_id,
+        step_key=named.step_key,
+        attempt_number=named.attempt_number,
+        attempt_id=named.attempt_id,
+        status=named.status,
+        # a follower polls once more after the end: output stored as it ended
+        live=not ended or (following and bool(own)),
+        lines=tuple(lines(own, open_stream)),
+        after=own[-1].seq if own else after,
+        written_bytes=log.written_bytes if log else 0,
+        dropped_bytes=log.dropped_bytes if log else 0,
+        last_at_ms=log.last_at_ms if log else None,
+    )
 
 
 def denied_errors(runtime: Runtime) -> tuple[type[BaseException], ...]:

@@ -25,6 +25,15 @@ def step_url(run_id: str, step_key: str) -> str:
     return f"{run_url(run_id)}/steps/{quote(step_key, safe='')}"
 
 
+def tail_url(run_id: str, attempt_id: str) -> str:
+    """Where a live tail polls for an Attempt's new log lines."""
+    return f"{run_url(run_id)}/attempts/{quote(attempt_id, safe=':')}/log"
+
+
+# how the step page marks each stream of a log
+STREAM_LABELS = {"stdout": "out", "stderr": "err", "qlflow": "qlflow", "dropped": "…"}
+
+
 def runs_url(**params: object) -> str:
     """/runs with the given filters (empty values left out)."""
     kept = {k: str(v) for k, v in params.items() if v not in (None, "")}
@@ -60,6 +69,8 @@ def environment() -> jinja2.Environment:
     )
     env.globals.update(
         step_url=step_url,
+        tail_url=tail_url,
+        stream_labels=STREAM_LABELS,
         runs_url=runs_url,
         run_statuses=RUN_STATUSES,
         page_sizes=PAGE_SIZES,

@@ -1,5 +1,6 @@
-// qlflow dashboard: local times, relative hints, the time zone for the filters, and
-// the live refresh of a running Run's page (polls a fragment once a second).
+// qlflow dashboard: local times, relative hints, the time zone for the filters, the
+// live refresh of a running Run's page (polls a fragment once a second), and the live
+// tail of a running Attempt's log (polls for the lines after the last one it has).
 (function () {
   "use strict";
 
@@ -70,6 +71,52 @@
     setInterval(tick, 1000);
   }
 
+  function tail(el) {
+    var busy = false;
+    var body = el.querySelector("tbody");
+    var timer = setInterval(tick, 1000);
+    function tick() {
+      if (busy) return;
+      if (el.dataset.live !== "1") { clearInterval(timer); return; }
+      busy = true;
+      var last = body.lastElementChild;
+      var url = el.dataset.tailUrl + "?after=" + encodeURIComponent(el.dataset.after || "0");
+      if (last && last.dataset.end === "0") url += "&open=" + encodeURIComponent(last.dataset.stream);
+      fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" }, cache: "no-store" })
+        .then(function (response) {
+          if (response.status !== 200) return null;
+          el.dataset.after = response.headers.get("X-Qlflow-After") || el.dataset.after;
+          el.dataset.live = response.headers.get("X-Qlflow-Live") || "0";
+          var status = response.headers.get("X-Qlflow-Status");
+          var badge = el.querySelector("[data-role=status]");
+          if (status && badge) { badge.textContent = status; badge.className = "badge st-" + status; }
+          if (el.dataset.live !== "1") el.querySelectorAll(".tailing").forEach(function (t) { t.hidden = true; });
+          return response.text();
+        })
+        .then(function (html) {
+          if (!html || !html.trim()) return;
+          var rows = document.createElement("tbody");
+          rows.innerHTML = html; // rendered and escaped by the server
+          var first = rows.firstElementChild;
+          last = body.lastElementChild;
+          if (first && first.dataset.continues === "1" && last && last.dataset.end === "0") {
+            last.querySelector(".x").textContent += first.querySelector(".x").textContent;
+            last.dataset.end = first.dataset.end;
+            last.dataset.seq = first.dataset.seq;
+            first.remove();
+          }
+          decorate(rows);
+          var atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+          while (rows.firstChild) body.appendChild(rows.firstChild);
+          el.querySelectorAll(".log-empty").forEach(function (p) { p.hidden = true; });
+          if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+          el.dispatchEvent(new CustomEvent("qlflow:log", { bubbles: true }));
+        })
+        .catch(function () { /* the next tick tries again */ })
+        .finally(function () { busy = false; });
+    }
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     decorate(document);
     setInterval(function () { refreshRelative(document); }, 5000);
@@ -77,5 +124,6 @@
       input.value = String(new Date().getTimezoneOffset());
     });
     document.querySelectorAll("[data-live-url]").forEach(live);
+    document.querySelectorAll("[data-tail-url]").forEach(tail);
   });
 })();
