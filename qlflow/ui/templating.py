@@ -64,6 +64,7 @@ def environment() -> jinja2.Environment:
         iso=times.iso,
         duration=times.duration,
         relative=times.relative,
+        instants=times.readable_instants,
         short_id=short_id,
         run_url=run_url,
     )

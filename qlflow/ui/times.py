@@ -7,6 +7,8 @@ import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
+from markupsafe import Markup, escape
+
 from domain.errors import InvalidInput
 
 _DIGITS = re.compile(r"[0-9]{1,16}")
@@ -93,3 +95,25 @@ def parse_offset(text: str | None) -> int | None:
         return None
     minutes = int(text)
     return minutes if -1440 < minutes < 1440 else None
+
+
+# An epoch-ms instant standing alone in a timeline sentence ("until 1796182277397"):
+# 13 digits, 2001 to 2286; ids are hex words, so a number inside one never matches.
+_EPOCH_MS = re.compile(r"\b[12][0-9]{12}\b")
+
+
+def readable_instants(sentence: str) -> Markup:
+    """`sentence` HTML-escaped, each epoch-ms instant in it shown as a local time (the
+    number kept in the element's title)."""
+    parts: list[str] = []
+    position = 0
+    for match in _EPOCH_MS.finditer(sentence):
+        ms = int(match.group())
+        parts.append(str(escape(sentence[position : match.start()])))
+        parts.append(
+            f'<time class="local" datetime="{iso(ms)}" data-ms="{ms}" title="{ms}">'
+            f"{local(ms)}</time>"
+        )
+        position = match.end()
+    parts.append(str(escape(sentence[position:])))
+    return Markup("".join(parts))

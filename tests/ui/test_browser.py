@@ -34,6 +34,7 @@ ARGS = [
     "--no-first-run",
 ]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "bench" / "results" / "ui-run.png"
+LAST_LINE = "error: <script>alert(1)</script> could not write the archive"
 WAIT_MS = 10_000  # the page must converge well within this; the live poll is 1 s
 
 
@@ -88,6 +89,10 @@ def test_a_person_finds_the_failure_and_cancels_a_running_run(sqlite_url):
         rt.publish(manifest(DIAMOND, package="backup", workflow="nightly"), now_ms=now - 600_000)
         failed = rt.start("backup", "nightly", admission_key="last-night", now_ms=now - 540_000)
         drive(rt, now - 540_000, outcomes={"c": "failed"})
+        (failing,) = rt.log_attempts(failed.run_id, "c")
+        output = b"copying /var/backups\n<b>disk full</b>: 0 bytes left\n"
+        rt.append_log(failing.attempt_id, [("stdout", now - 539_000, output)])
+        rt.append_log(failing.attempt_id, [("stderr", now - 539_000, LAST_LINE.encode() + b"\n")])
         running = rt.start("backup", "nightly", admission_key="now", now_ms=now - 30_000)
         rt.cycle(now_ms=now - 30_000)
         (lease,) = rt.lease_attempts("worker-7", ttl_ms=600_000, now_ms=now - 29_000)
@@ -114,10 +119,30 @@ def test_a_person_finds_the_failure_and_cancels_a_running_run(sqlite_url):
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT), full_page=True)
 
-            failed_node.click()  # the node opens the step: its attempts and its logs
-            page.wait_for_url(f"**/runs/{failed.run_id}/steps/c")
+            failure = page.locator('.failure[data-step="c"]')
+            expect(failure.locator("pre.last-lines")).to_contain_text(LAST_LINE)
+            failure.locator("a.log-link").click()  # the failure links the step's log
+            page.wait_for_url(f"**/runs/{failed.run_id}/steps/c#attempt-1")
             expect(page.locator('tr[data-status="failed"]')).to_contain_text("execution_failed")
-            expect(page.locator("#logs")).to_be_visible()
+            log = page.locator("#attempt-1 table.log tr.line")
+            expect(log).to_have_count(3)
+            expect(log.last).to_have_attribute("data-stream", "stderr")
+            expect(log.last.locator("td.x")).to_have_text(LAST_LINE)  # shown, not run
+            expect(log.nth(1).locator("td.x")).to_have_text("<b>disk full</b>: 0 bytes left")
+
+            # a running step's log grows on its page as the worker writes
+            page.goto(f"{base}/runs/{running.run_id}/steps/a")
+            tailing = page.locator("#attempt-1")
+            expect(tailing).to_have_attribute("data-live", "1")
+            rt.append_log(lease.attempt_id, [("stdout", wall_clock_ms(), b"step 1 of 2\nstep 2")])
+            expect(tailing.locator("tr.line td.x").first).to_have_text(
+                "step 1 of 2", timeout=WAIT_MS
+            )
+            rt.append_log(lease.attempt_id, [("stdout", wall_clock_ms(), b" of 2\n")])
+            expect(tailing.locator("tr.line td.x").last).to_have_text(
+                "step 2 of 2", timeout=WAIT_MS
+            )
+            expect(tailing.locator("tr.line")).to_have_count(2)
 
             page.goto(f"{base}/runs/{running.run_id}")
             expect(page.locator(".why")).to_contain_text("worker-7")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from qlflow.ui.times import iso
 from tests.ui.support import T0, manifest, scenario
 
 
@@ -135,6 +136,10 @@ def test_run_page_of_a_running_run(client, ids):
     assert 'data-live="1"' in html and 'data-action="cancel"' in html
     assert re.search(r'data-step="a" data-status="running" data-attempts="1"', html)
     assert re.search(r'data-step="d" data-status="pending" data-attempts="0"', html)
+    # the timeline's sentences show instants as local times, not epoch milliseconds
+    expires = T0 + 2000 + 600_000
+    assert f'until <time class="local" datetime="{iso(expires)}" data-ms="{expires}"' in html
+    assert f"until {expires}" not in html
 
 
 def test_run_page_of_a_cancelled_run_names_the_intent(client, ids):
