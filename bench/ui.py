@@ -20,9 +20,10 @@ Then, for each variant of the page (newest, filtered by status / package+workflo
 a one-hour window / an id prefix, a deep page, 200 a page), `--rounds` GETs through
 the whole ASGI app (routing, the adapter's queries, Jinja2 rendering), after two
 warm-ups; the figure is the median. The adapter's query alone is timed beside it.
-The same runs on a copy that has the index the runs list asks for (the `runs` read
-model has none on admitted_at_ms: see qlflow/ui/data.py), and on PostgreSQL (a copy
-of the same rows in a fresh schema, dropped after) with `--pg` or QLFLOW_TEST_PG_URL.
+The `runs` read model's own indexes serve every variant (newest first, by status,
+by package and workflow: see projections/runs.py). The same runs on PostgreSQL (a
+copy of the same rows in a fresh schema, dropped after) with `--pg` or
+QLFLOW_TEST_PG_URL.
 Target: under 200 ms a page. Prints a table, writes bench/results/ui.json.
 """
 
@@ -49,7 +50,6 @@ COHORT = 2_000  # Runs appended per transaction
 DIGEST = "sha256:" + "0" * 64
 PACKAGES = ("backup", "etl", "reports")
 WORKFLOWS = {"nightly": [("fetch", []), ("store", ["fetch"])], "hourly": [("sync", [])]}
-NEWEST_INDEX = "CREATE INDEX bench_runs_newest ON runs (admitted_at_ms DESC, run_id)"
 
 
 # --- seeding ---------------------------------------------------------------------------
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.runs, args.logged, args.rounds = 5_000, 1_000, 5
     console = Console(width=150)
-    from bench.cycle import PgSchemas, clone_sqlite
+    from bench.cycle import PgSchemas
 
     results: dict = {"runs": args.runs, "rounds": args.rounds, "target_ms": TARGET_MS}
     results["load_average_before"] = os.getloadavg()  # the machine may be shared
@@ -370,12 +370,6 @@ def main(argv: list[str] | None = None) -> dict:
         console.print(f"store ready: {results['seed']}")
         stores = results["stores"] = {}
         stores["sqlite"] = time_store(f"sqlite:///{path}", args.rounds)
-        indexed = clone_sqlite(path, Path(scratch) / "indexed.db")
-        import sqlite3
-
-        with sqlite3.connect(indexed.removeprefix("sqlite:///")) as conn:
-            conn.execute(NEWEST_INDEX)
-        stores["sqlite+index"] = time_store(indexed, args.rounds)
         if args.pg:
             schemas = PgSchemas(args.pg)
             try:

@@ -134,10 +134,26 @@ class Pages:
         )
 
     async def step(self, request: Request) -> Response:
-        detail = await run_in_threadpool(
-            self.dashboard.step, request.path_params["run_id"], request.path_params["step_key"]
+        """The step page; with `live=1` its body if the step changed since `stamp`
+        (else 204), what the page polls while the step has not ended."""
+        run_id, step_key = request.path_params["run_id"], request.path_params["step_key"]
+        if request.query_params.get("live") != "1":
+            detail = await run_in_threadpool(self.dashboard.step, run_id, step_key)
+            return self.render(request, "step.html", {"d": detail})
+        known = request.query_params.get("stamp", "")
+        if known and known == await run_in_threadpool(self.dashboard.step_stamp, run_id, step_key):
+            return Response(status_code=204, headers=SECURITY_HEADERS)
+        detail = await run_in_threadpool(self.dashboard.step, run_id, step_key)
+        return self.render(
+            request,
+            "_step_body.html",
+            {"d": detail},
+            headers={
+                "x-qlflow-stamp": detail.stamp,
+                "x-qlflow-live": "1" if detail.live else "0",
+                "cache-control": "no-store",
+            },
         )
-        return self.render(request, "step.html", {"d": detail})
 
     async def log_tail(self, request: Request) -> Response:
         """An Attempt's log lines after seq `after`, as table rows (none: still 200).

@@ -17,7 +17,7 @@ from typing import Any
 
 import eventstore
 from domain.errors import InvalidInput, NotFound
-from domain.transitions import ATTEMPT_TERMINAL, RUN_RUNNING, RUN_TERMINAL
+from domain.transitions import ATTEMPT_TERMINAL, RUN_RUNNING, RUN_TERMINAL, STEP_TERMINAL
 from projections.audit import TimelineEntry, WhyReport
 from projections.package_views import PackageView
 from projections.run_search import RunCursor
@@ -178,12 +178,14 @@ class StepDetail:
     dependants: tuple[str, ...]
     history: tuple[TimelineEntry, ...]
     logs: tuple[AttemptLog, ...]  # one per Attempt, in claim order
+    stamp: str
     now_ms: int
 
     @property
     def live(self) -> bool:
-        """Whether some Attempt's log may still grow."""
-        return any(log.live for log in self.logs)
+        """Whether the step may still change (a new Attempt, an Attempt ending): its
+        page polls until it has ended. Each Attempt's log is tailed on its own."""
+        return self.step.status not in STEP_TERMINAL
 
 
 # --- packages --------------------------------------------------------------------------------
@@ -286,8 +288,18 @@ class Dashboard:
             dependants=tuple(k for k, s in sorted(run.steps.items()) if step_key in s.needs),
             history=tuple(self.runtime.step_history(run_id, step_key)),
             logs=tuple(attempt_log(a, chunks, None, 0, following=False) for a in named),
+            stamp=step_stamp(run, step),
             now_ms=self.now_ms(),
         )
+
+    def step_stamp(self, run_id: str, step_key: str) -> str:
+        """A short value that changes whenever the step's page would, but for its logs
+        (see `step_stamp`)."""
+        run = self.runtime.get_run(run_id)
+        step = run.steps.get(step_key)
+        if step is None:
+            raise NotFound(f"run {run_id!r} has no step {step_key!r}")
+        return step_stamp(run, step)
 
     def tail(
         self, run_id: str, attempt_id: str, after: int, open_stream: str | None = None
@@ -358,6 +370,16 @@ def stamp(run: RunView) -> str:
     for key in sorted(run.steps):
         for attempt in run.steps[key].attempts:
             parts += [attempt.attempt_id, attempt.lease_version, attempt.expires_at_ms]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def step_stamp(run: RunView, step: StepView) -> str:
+    """Changes with the step's status and epoch, its Attempts' states and leases, and
+    the Run's status; not with log output (each Attempt's log is tailed on its own)."""
+    parts: list[object] = [run.run_id, run.status, step.step_key, step.status, step.epoch]
+    for attempt in step.attempts:
+        parts += [attempt.attempt_id, attempt.status, attempt.lease_version]
+        parts += [attempt.expires_at_ms, attempt.ended_at_ms]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 

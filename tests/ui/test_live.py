@@ -56,3 +56,33 @@ def test_the_fragment_follows_every_change_until_the_run_ends(rt, client):
     assert last.status_code == 200
     assert last.headers["x-qlflow-live"] == "0"
     assert node_status(last.text, "b") == "succeeded" and "Root cause" in last.text
+
+
+def test_the_step_page_polls_its_body_until_the_step_ends(rt, client):
+    rt.publish(manifest([("a", [])]), now_ms=T0)
+    run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
+    url = f"/runs/{run_id}/steps/a"
+    page = client.get(url).text
+    assert f'data-live-url="{url}?live=1"' in page and 'data-live="1"' in page
+    stamp = re.search(r'id="step-body"[^>]*data-stamp="([0-9a-f]+)"', page).group(1)
+
+    def step_poll(known: str):
+        return client.get(url, params={"live": "1", "stamp": known})
+
+    assert step_poll(stamp).status_code == 204
+    rt.cycle(now_ms=T0 + 1)  # a claimed: a new Attempt
+    claimed = step_poll(stamp)
+    assert claimed.status_code == 200 and claimed.headers["x-qlflow-live"] == "1"
+    assert "<html" not in claimed.text and 'id="attempt-1"' in claimed.text
+    stamp = claimed.headers["x-qlflow-stamp"]
+    (lease,) = rt.lease_attempts("w1", now_ms=T0 + 2)
+    lease = rt.mark_running(lease, now_ms=T0 + 3)
+    stamp = step_poll(stamp).headers["x-qlflow-stamp"]
+    rt.append_log(lease.attempt_id, [("stdout", T0 + 4, b"hello\n")])
+    assert step_poll(stamp).status_code == 204, "log output is the tail's, not the body's"
+    rt.complete(lease, "succeeded", now_ms=T0 + 5)
+    rt.cycle(now_ms=T0 + 6)
+    done = step_poll(stamp)
+    assert done.status_code == 200 and done.headers["x-qlflow-live"] == "0"
+    assert 'data-role="status">succeeded<' in done.text and "hello" in done.text
+    assert client.get(f"/runs/{run_id}/steps/zz", params={"live": "1"}).status_code == 404

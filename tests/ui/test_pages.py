@@ -164,6 +164,8 @@ def test_step_page_shows_attempts_result_codes_and_a_logs_section(client, ids):
 def test_packages_page_shows_generations_heads_and_trust(rt, client, ids):
     second = rt.publish(manifest([("a", [])]), now_ms=T0 + 5000)
     rt.withdraw(second.publication_id, now_ms=T0 + 5001)
+    (other,) = rt.packages("other")
+    rt.quarantine(other.head.publication_id, now_ms=T0 + 5001)
     rt.revoke_publisher("acme", now_ms=T0 + 5002)
     response = client.get("/packages")
     assert response.status_code == 200
@@ -173,6 +175,9 @@ def test_packages_page_shows_generations_heads_and_trust(rt, client, ids):
     assert '<tr data-generation="1" data-status="active">' in demo
     assert "head generation <b>2</b>" in demo
     assert "revoked" in demo and 'data-workflow="flow"' in demo
+    rest = html[html.index('data-installation="other"') :]
+    assert '<tr data-generation="1" data-status="quarantined">' in rest
+    assert "the head is quarantined; starting is refused" in rest
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,9 @@
     function tick() {
       if (busy || el.dataset.live !== "1") return;
       busy = true;
-      var url = el.dataset.liveUrl + "?stamp=" + encodeURIComponent(el.dataset.stamp || "");
+      var base = el.dataset.liveUrl;
+      var url = base + (base.indexOf("?") < 0 ? "?" : "&") + "stamp=" +
+        encodeURIComponent(el.dataset.stamp || "");
       fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" }, cache: "no-store" })
         .then(function (response) {
           if (response.status !== 200) return null;
@@ -63,6 +65,7 @@
           if (html === null) return;
           el.innerHTML = html; // rendered and escaped by the server
           decorate(el);
+          el.querySelectorAll("[data-tail-url]").forEach(tail); // logs of a new body
           el.dispatchEvent(new CustomEvent("qlflow:updated", { bubbles: true }));
         })
         .catch(function () { /* the next tick tries again */ })
@@ -77,7 +80,8 @@
     var timer = setInterval(tick, 1000);
     function tick() {
       if (busy) return;
-      if (el.dataset.live !== "1") { clearInterval(timer); return; }
+      // stops when its Attempt ended, or when a new body of the page replaced it
+      if (el.dataset.live !== "1" || !el.isConnected) { clearInterval(timer); return; }
       busy = true;
       var last = body.lastElementChild;
       var url = el.dataset.tailUrl + "?after=" + encodeURIComponent(el.dataset.after || "0");
