@@ -134,20 +134,22 @@ class Pages:
         )
 
     async def step(self, request: Request) -> Response:
-        """The step page; with `live=1` its body if the step changed since `stamp`
-        (else 204), what the page polls while the step has not ended."""
+        """The step page (`lines=all`: every stored log line); with `live=1` its body
+        if the step changed since `stamp` (else 204), what the page polls while the
+        step has not ended."""
         run_id, step_key = request.path_params["run_id"], request.path_params["step_key"]
+        all_lines = request.query_params.get("lines") == "all"
         if request.query_params.get("live") != "1":
-            detail = await run_in_threadpool(self.dashboard.step, run_id, step_key)
-            return self.render(request, "step.html", {"d": detail})
+            detail = await run_in_threadpool(self.dashboard.step, run_id, step_key, all_lines)
+            return self.render(request, "step.html", {"d": detail, "all_lines": all_lines})
         known = request.query_params.get("stamp", "")
         if known and known == await run_in_threadpool(self.dashboard.step_stamp, run_id, step_key):
             return Response(status_code=204, headers=SECURITY_HEADERS)
-        detail = await run_in_threadpool(self.dashboard.step, run_id, step_key)
+        detail = await run_in_threadpool(self.dashboard.step, run_id, step_key, all_lines)
         return self.render(
             request,
             "_step_body.html",
-            {"d": detail},
+            {"d": detail, "all_lines": all_lines},
             headers={
                 "x-qlflow-stamp": detail.stamp,
                 "x-qlflow-live": "1" if detail.live else "0",

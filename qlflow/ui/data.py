@@ -32,6 +32,7 @@ RUN_STATUSES = (RUN_RUNNING, *sorted(RUN_TERMINAL))
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_PAGE_SIZE = 50
 COUNT_CAP = 10_000  # the runs page counts matches up to this, then says "10,000+"
+LOG_LINES = 2_000  # the step page shows each Attempt's last this many lines (unless asked all)
 
 # --- the runs list -----------------------------------------------------------------------
 
@@ -160,6 +161,7 @@ class AttemptLog:
     live: bool  # more may come: the Attempt has not ended (or its last poll found lines)
     lines: tuple[LogLine, ...]
     after: int  # the last seq read: a follower's place (0: nothing yet)
+    earlier: int  # lines before `lines` that the page leaves out (see LOG_LINES)
     written_bytes: int
     dropped_bytes: int
     last_at_ms: int | None
@@ -274,8 +276,9 @@ class Dashboard:
         """A short value that changes whenever the Run's page would (see `stamp`)."""
         return stamp(self.runtime.get_run(run_id))
 
-    def step(self, run_id: str, step_key: str) -> StepDetail:
-        """One step of a Run: its Attempts, its history, the steps that need it."""
+    def step(self, run_id: str, step_key: str, all_lines: bool = False) -> StepDetail:
+        """One step of a Run: its Attempts with their logs (the last LOG_LINES lines of
+        each unless `all_lines`), its history, the steps that need it."""
         run = self.runtime.get_run(run_id)
         step = run.steps.get(step_key)
         if step is None:
@@ -287,7 +290,12 @@ class Dashboard:
             step=step,
             dependants=tuple(k for k, s in sorted(run.steps.items()) if step_key in s.needs),
             history=tuple(self.runtime.step_history(run_id, step_key)),
-            logs=tuple(attempt_log(a, chunks, None, 0, following=False) for a in named),
+            logs=tuple(
+                attempt_log(
+                    a, chunks, None, 0, following=False, keep=None if all_lines else LOG_LINES
+                )
+                for a in named
+            ),
             stamp=step_stamp(run, step),
             now_ms=self.now_ms(),
         )
@@ -336,9 +344,12 @@ def attempt_log(
     after: int,
     *,
     following: bool,
+    keep: int | None = None,
 ) -> AttemptLog:
-    """`named`'s part of `chunks` as lines (`following`: a live tail's poll)."""
+    """`named`'s part of `chunks` as lines, the last `keep` of them (None: all);
+    `following`: a live tail's poll."""
     own = [c for c in chunks if c.attempt_id == named.attempt_id]
+    found = lines(own, open_stream)
     ended = named.status in ATTEMPT_TERMINAL
     log = named.log
     return AttemptLog(
@@ -349,8 +360,9 @@ def attempt_log(
         status=named.status,
         # a follower polls once more after the end: output stored as it ended
         live=not ended or (following and bool(own)),
-        lines=tuple(lines(own, open_stream)),
+        lines=tuple(found[-keep:] if keep is not None else found),
         after=own[-1].seq if own else after,
+        earlier=max(0, len(found) - keep) if keep is not None else 0,
         written_bytes=log.written_bytes if log else 0,
         dropped_bytes=log.dropped_bytes if log else 0,
         last_at_ms=log.last_at_ms if log else None,

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from qlflow.ui.data import LOG_LINES
 from qlflow.ui.times import local
 from tests.ui.support import T0, manifest, scenario
 
@@ -153,3 +154,19 @@ def test_a_lost_attempt_keeps_its_log_on_the_page(rt, client):
     page = client.get(f"/runs/{run_id}/steps/a").text
     assert ("stdout", "1", "first try") in rows(page)
     assert re.search(r'id="attempt-1".*?data-live="0".*?data-role="status">lost<', page, re.S)
+
+
+def test_a_long_log_shows_its_last_lines_and_every_line_on_request(rt, client, ids):
+    run_id = ids["failed"]
+    attempt_id = attempt_of(rt, run_id, "b")
+    total = LOG_LINES + 100
+    output = b"".join(b"n%d\n" % i for i in range(total))
+    rt.append_log(attempt_id, [("stdout", T0 + 777, output)])
+    page = client.get(f"/runs/{run_id}/steps/b").text
+    shown = rows(page)
+    assert len(shown) == LOG_LINES and shown[0][2] == "n100" and shown[-1][2] == f"n{total - 1}"
+    assert "100 earlier lines not shown" in page
+    assert page.count('<td class="t"><time') == 1  # one read: its time once
+    every = client.get(f"/runs/{run_id}/steps/b", params={"lines": "all"}).text
+    assert len(rows(every)) == total and "earlier line" not in every
+    assert "?live=1&amp;lines=all" in every
