@@ -129,6 +129,7 @@ class RunsPage:
     older: Cursor | None  # the cursor of the next (older) page, if there is one
     newer: Cursor | None  # the cursor of the previous (newer) page, if there is one
     matching: int  # Runs that match the filters, counted up to COUNT_CAP (+1)
+    short_ids: dict[str, str]  # each row's shortest unique prefix, as `qlflow runs` shows it
 
     @property
     def matching_capped(self) -> bool:
@@ -238,7 +239,8 @@ class Dashboard:
             older = rows[-1].cursor if more else None
             newer = rows[0].cursor if query.before is not None and rows else None
         matching = self.runtime.count_runs(at_most=COUNT_CAP, **filters)
-        return RunsPage(tuple(rows), older, newer, matching)
+        short = self.runtime.short_run_ids([row.run_id for row in rows]) if rows else {}
+        return RunsPage(tuple(rows), older, newer, matching, short)
 
     def names(self) -> tuple[list[str], list[str]]:
         """Package and workflow names ever published, for the filter boxes' suggestions.

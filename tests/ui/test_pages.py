@@ -36,7 +36,8 @@ def test_runs_page_lists_newest_first_with_short_ids(client, ids):
         ids["failed"],
     ]
     failed = ids["failed"]
-    assert f'title="{failed}">{failed[:12]}</a>' in response.text  # "run:" + 8 hex digits
+    # the shortest unique prefix, as `qlflow runs` shows it: 8 hex digits here
+    assert f'title="{failed}">{failed[4:12]}</a>' in response.text
     assert 'data-matching="4"' in response.text
     assert "workflow_step_failed" in response.text
 
