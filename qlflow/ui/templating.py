@@ -30,6 +30,10 @@ def tail_url(run_id: str, attempt_id: str) -> str:
     return f"{run_url(run_id)}/attempts/{quote(attempt_id, safe=':')}/log"
 
 
+# the header's pages: (the `nav` a page renders with, its label, its address);
+# a new page (schedules) is a route, a template and an entry here
+NAV_ITEMS = (("runs", "Runs", "/runs"), ("packages", "Packages", "/packages"))
+
 # how the step page marks each stream of a log
 STREAM_LABELS = {"stdout": "out", "stderr": "err", "qlflow": "qlflow", "dropped": "…"}
 
@@ -72,6 +76,7 @@ def environment() -> jinja2.Environment:
         step_url=step_url,
         tail_url=tail_url,
         stream_labels=STREAM_LABELS,
+        nav_items=NAV_ITEMS,
         runs_url=runs_url,
         run_statuses=RUN_STATUSES,
         page_sizes=PAGE_SIZES,

@@ -34,6 +34,7 @@ ARGS = [
     "--no-first-run",
 ]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "bench" / "results" / "ui-run.png"
+LOG_SCREENSHOT = SCREENSHOT.with_name("ui-step-log.png")
 LAST_LINE = "error: <script>alert(1)</script> could not write the archive"
 WAIT_MS = 10_000  # the page must converge well within this; the live poll is 1 s
 
@@ -129,6 +130,7 @@ def test_a_person_finds_the_failure_and_cancels_a_running_run(sqlite_url):
             expect(log.last).to_have_attribute("data-stream", "stderr")
             expect(log.last.locator("td.x")).to_have_text(LAST_LINE)  # shown, not run
             expect(log.nth(1).locator("td.x")).to_have_text("<b>disk full</b>: 0 bytes left")
+            page.screenshot(path=str(LOG_SCREENSHOT), full_page=True)
 
             # a running step's log grows on its page as the worker writes
             page.goto(f"{base}/runs/{running.run_id}/steps/a")
