@@ -30,6 +30,7 @@ def roles(pg_server_url: str) -> Iterator[tuple[pg_roles.RoleUrls, dict]]:
         )
         with qlflow.open(urls.owner) as owner:
             ids = scenario(owner)
+            owner.append_log(ids["lease"].attempt_id, [("stdout", T0 + 2100, b"hello from a\n")])
         yield urls, ids
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
@@ -58,6 +59,11 @@ def test_the_audit_role_reads_every_page_and_may_not_act(roles):
             "/packages",
         ):
             assert client.get(path).status_code == 200, path
+        step = client.get(f"/runs/{ids['running']}/steps/a")  # its log, from the store
+        assert step.status_code == 200 and "hello from a" in step.text
+        attempt_id = ids["lease"].attempt_id
+        tail = client.get(f"/runs/{ids['running']}/attempts/{attempt_id}/log?after=0")
+        assert tail.status_code == 200 and "hello from a" in tail.text
         token = csrf_of(client.get(f"/runs/{ids['running']}").text)
         refused = client.post(f"/runs/{ids['running']}/cancel", data={"csrf": token})
         assert refused.status_code == 403
