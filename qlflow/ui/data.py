@@ -167,12 +167,6 @@ class AttemptLog:
     dropped_bytes: int
     last_at_ms: int | None
 
-    @property
-    def open_stream(self) -> str | None:
-        """The stream of the last line if it has not ended yet (the next read may
-        continue it)."""
-        return self.lines[-1].stream if self.lines and not self.lines[-1].ends else None
-
 
 @dataclass(frozen=True, slots=True)
 class StepDetail:

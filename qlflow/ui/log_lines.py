@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from eventstore.logs import DROPPED
 from projections.step_logs import LogChunk
 
 
@@ -34,6 +35,10 @@ def lines(chunks: Iterable[LogChunk], open_stream: str | None = None) -> list[Lo
     line of the same stream continues."""
     found: list[LogLine] = []
     for chunk in chunks:
+        if chunk.stream == DROPPED:  # the marker: one line of its own, however written
+            said = " ".join(chunk.text.split())
+            found.append(LogLine(chunk.seq, chunk.at_ms, chunk.stream, said, True))
+            continue
         for piece in chunk.text.splitlines(keepends=True):
             body = piece.rstrip("\r\n")
             ends = body != piece

@@ -170,3 +170,17 @@ def test_a_long_log_shows_its_last_lines_and_every_line_on_request(rt, client, i
     every = client.get(f"/runs/{run_id}/steps/b", params={"lines": "all"}).text
     assert len(rows(every)) == total and "earlier line" not in every
     assert "?live=1&amp;lines=all" in every
+
+
+def test_the_marker_of_dropped_output_is_one_line_between_head_and_tail(rt, client, ids):
+    run_id = ids["failed"]
+    attempt_id = attempt_of(rt, run_id, "b")
+    rt.log_cap_bytes = 4096  # a small cap: most of what follows is dropped from the middle
+    output = b"".join(b"%-39d\n" % i for i in range(1000))
+    rt.append_log(attempt_id, [("stdout", T0 + 10, output)])
+    shown = rows(client.get(f"/runs/{run_id}/steps/b").text)
+    streams = [stream for stream, _end, _text in shown]
+    marker = streams.index("dropped")
+    assert streams.count("dropped") == 1 and 0 < marker < len(shown) - 1
+    assert "bytes of output dropped here" in shown[marker][2]
+    assert shown[0][2].strip() == "0" and shown[-1][2].strip() == "999"
