@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from actors.admission import admit_in_tx
 from actors.authority import Units
 from domain.errors import InvalidInput, NotFound, StartGuardError, VersionConflict
+from domain.event_types import SCHEDULE_SKIPPED
 from domain.schedule_heads import decide_turn
-from domain.schedules import ScheduleDecision, pause, resume
+from domain.schedules import RETIRED, ScheduleDecision, pause, resume
 from domain.streams import schedule_stream
 from eventstore.api import Transaction
 from projections import schedules as read_model
@@ -46,43 +47,57 @@ class ScheduleOutcome:
 
 
 def turn(tx: Transaction, schedule_id: str, now_ms: int, grace_ms: int) -> ScheduleOutcome:
-    """One schedule's turn in the open transaction `tx` (see the module docstring)."""
+    """One schedule's turn in the open transaction `tx` (see the module docstring).
+    A schedule armed in this turn whose first occurrence is already due fires in it
+    too: at most two decisions, one after the other."""
     if tx.lock_heads([schedule_stream(schedule_id)], wait=False) is None:
         return ScheduleOutcome(schedule_id, blocked=True)
-    row = read_model.row(tx, schedule_id)
-    if row is None:
-        return ScheduleOutcome(schedule_id)
+    outcome = ScheduleOutcome(schedule_id)
+    for _ in range(2):
+        row = read_model.row(tx, schedule_id)
+        if row is None:
+            return outcome
+        armed_now = row.declared and (row.state is None or row.state.status == RETIRED)
+        decision, run_id = _decide(tx, row, now_ms, grace_ms)
+        if decision.noop:
+            return outcome
+        commit(tx, decision.appends)
+        outcome = ScheduleOutcome(
+            schedule_id,
+            changed=True,
+            fired=outcome.fired or run_id is not None,
+            skipped=outcome.skipped or any(e.type == SCHEDULE_SKIPPED for e in decision.events),
+            run_id=run_id or outcome.run_id,
+        )
+        if not armed_now:
+            return outcome
+    return outcome
+
+
+def _decide(
+    tx: Transaction, row: read_model.ScheduleRow, now_ms: int, grace_ms: int
+) -> tuple[ScheduleDecision, str | None]:
     decision = decide_turn(row.state, row.declaration, row.declared, now_ms, grace_ms)
-    run_id = None
-    if decision.admit is not None:
-        occurrence = decision.admit
-        try:
-            # the Workflow's own parameters come with plan v2: the schedule's
-            # `params` (row.declaration.spec.params_dict()) are bound here then
-            receipt = admit_in_tx(
-                tx,
-                row.declaration.publication_id,
-                row.declaration.workflow,
-                occurrence.admission_key,
-                occurrence.run_id,
-                None,
-                now_ms,
-            )
-            run_id = receipt.run_id
-        except StartGuardError as refused:
-            decision = _refused(row, now_ms, grace_ms, refused.reason or "refused")
-        except NotFound:
-            decision = _refused(row, now_ms, grace_ms, "not_published")
-    if decision.noop:
-        return ScheduleOutcome(schedule_id)
-    commit(tx, decision.appends)
-    return ScheduleOutcome(
-        schedule_id,
-        changed=True,
-        fired=run_id is not None,
-        skipped=any(e.type == "schedule.skipped" for e in decision.events),
-        run_id=run_id,
-    )
+    if decision.admit is None:
+        return decision, None
+    occurrence = decision.admit
+    try:
+        # the Workflow's own parameters come with plan v2: the schedule's `params`
+        # (row.declaration.spec.params_dict()) are bound here then
+        receipt = admit_in_tx(
+            tx,
+            row.declaration.publication_id,
+            row.declaration.workflow,
+            occurrence.admission_key,
+            occurrence.run_id,
+            None,
+            now_ms,
+        )
+    except StartGuardError as refused:
+        return _refused(row, now_ms, grace_ms, refused.reason or "refused"), None
+    except NotFound:
+        return _refused(row, now_ms, grace_ms, "not_published"), None
+    return decision, receipt.run_id
 
 
 def _refused(
