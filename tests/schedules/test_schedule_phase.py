@@ -290,3 +290,13 @@ def test_the_cycle_reports_the_schedule_phase(rt):
     assert due.frontier.scanned + due.admission.scanned >= 1  # its Run moved on at once
     idle = rt.cycle(now_ms=DAY0 + MINUTE).schedule
     assert (idle.scanned, idle.changed) == (0, 0)
+
+
+def test_the_edge_profile_has_a_30_second_grace(sqlite_url):
+    with qlflow.open(sqlite_url, "edge") as edge:
+        edge.publish(manifest(schedule("0 * * * *")), now_ms=DAY0 - MINUTE)
+        edge.cycle(now_ms=DAY0 - MINUTE)
+        edge.cycle(now_ms=DAY0 + 29_000)  # within 30 s: fires
+        edge.cycle(now_ms=DAY0 + HOUR + 31_000)  # 31 s late: skipped
+        assert fired(edge) == [DAY0]
+        assert [s["reason"] for s in skipped(edge)] == ["late"]
