@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from domain.errors import CorruptionError
+from domain.errors import CorruptionError, PlanError
 from domain.publication import publication_from_json
 from domain.records import Record
 from domain.revision import revision_from_json
@@ -104,10 +104,14 @@ def apply(tx: Transaction, records: Sequence[Record]) -> None:
 
 
 def _published(tx: Transaction, record: Record) -> None:
-    publication = publication_from_json(record.data["publication"])
-    found = declarations(
-        publication, revision_from_json(record.data["revision"]), record.data["published_at_ms"]
-    )
+    try:
+        publication = publication_from_json(record.data["publication"])
+        revision = revision_from_json(record.data["revision"])
+    except PlanError:
+        # a recorded publication that does not check (tampered with) starts nothing:
+        # admission refuses it, and here it declares no schedules
+        return
+    found = declarations(publication, revision, record.data["published_at_ms"])
     # only rows that change: a publish of an installation without schedules writes none
     tx.execute(
         """UPDATE schedules SET declared = 0 WHERE project = ? AND installation = ?
