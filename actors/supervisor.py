@@ -1,10 +1,12 @@
 """The page supervisor and the caller-driven cycle (docs/DESIGN.md "The cycle").
 
-A cycle walks the phases in order — recovery, cancellation, frontier (with
-terminal aggregation), attempt admission — and for each takes up to
+A cycle walks the phases in order — recovery, cancellation, schedule, frontier
+(with terminal aggregation), attempt admission — and for each takes up to
 `pages_per_phase` bounded pages of candidates from the projection indexes. For
-a page the supervisor spawns one Workflow actor per candidate Run, collects
-every outcome, and stops every actor before it returns.
+a page of Runs the supervisor spawns one Workflow actor per candidate Run,
+collects every outcome, and stops every actor before it returns. A page of due
+schedules is turned one schedule after another (`actors.schedules`), each its own
+transaction: a turn is short and admission serializes on the publisher anyway.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from dataclasses import dataclass, field
 
 import pykka
 
+from actors import schedules
 from actors.authority import Units
 from actors.workflow import WorkflowActor, WorkflowOutcome
+from domain.phases import PHASES, SCHEDULE
 from projections import candidates
 
 log = logging.getLogger("qlflow.cycle")
@@ -33,6 +37,8 @@ class PageResult:
     changed: int = 0
     errors: tuple[str, ...] = ()
     pages: int = 0
+    fired: int = 0  # schedule phase: occurrences admitted as Runs
+    skipped: int = 0  # schedule phase: occurrences skipped (late, or refused by the guard)
 
     def __add__(self, other: PageResult) -> PageResult:
         return PageResult(
@@ -44,6 +50,8 @@ class PageResult:
             self.changed + other.changed,
             self.errors + other.errors,
             self.pages + other.pages,
+            self.fired + other.fired,
+            self.skipped + other.skipped,
         )
 
     @classmethod
@@ -59,6 +67,19 @@ class PageResult:
             pages=1,
         )
 
+    @classmethod
+    def of_schedules(cls, outcomes: list[schedules.ScheduleOutcome]) -> PageResult:
+        return cls(
+            scanned=len(outcomes),
+            blocked=sum(o.blocked for o in outcomes),
+            conflicts=sum(o.conflict for o in outcomes),
+            changed=sum(o.changed for o in outcomes),
+            errors=tuple(f"{o.schedule_id}: {o.error}" for o in outcomes if o.error),
+            pages=1,
+            fired=sum(o.fired for o in outcomes),
+            skipped=sum(o.skipped for o in outcomes),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class CycleResult:
@@ -66,13 +87,14 @@ class CycleResult:
 
     recovery: PageResult = field(default_factory=PageResult)
     cancellation: PageResult = field(default_factory=PageResult)
+    schedule: PageResult = field(default_factory=PageResult)
     frontier: PageResult = field(default_factory=PageResult)
     admission: PageResult = field(default_factory=PageResult)
 
     @property
     def changed(self) -> int:
-        """Runs that got new records in this cycle (0 means the cycle was idle)."""
-        return sum(getattr(self, phase).changed for phase in candidates.PHASES)
+        """Runs and schedules that got new records in this cycle (0: the cycle was idle)."""
+        return sum(getattr(self, phase).changed for phase in PHASES)
 
 
 def run_page(
@@ -94,16 +116,28 @@ class Cycle:
     """Runs cycles for one runtime. Remembers, per phase, where the last page
     ended, so a long candidate list is walked fairly across cycles."""
 
-    def __init__(self, authority: Units, page_size: int, pages_per_phase: int) -> None:
+    def __init__(
+        self,
+        authority: Units,
+        page_size: int,
+        pages_per_phase: int,
+        schedule_page_size: int = 16,
+        schedule_grace_ms: int = 300_000,
+    ) -> None:
         self._authority = authority
         self._page_size = page_size
         self._pages_per_phase = pages_per_phase
+        self._schedule_page_size = schedule_page_size
+        self._schedule_grace_ms = schedule_grace_ms
         self._cursor = dict.fromkeys(candidates.PHASES, "")
 
     def run(self, now_ms: int) -> CycleResult:
-        results = {phase: self._phase(phase, now_ms) for phase in candidates.PHASES}
+        results = {
+            phase: self._schedules(now_ms) if phase == SCHEDULE else self._phase(phase, now_ms)
+            for phase in PHASES
+        }
         result = CycleResult(**results)
-        for phase in candidates.PHASES:
+        for phase in PHASES:
             phase_result = results[phase]
             if phase_result.scanned:
                 log.info(
@@ -120,6 +154,26 @@ class Cycle:
             for error in phase_result.errors:
                 log.error("cycle %s: %s", phase, error)
         return result
+
+    def _schedules(self, now_ms: int) -> PageResult:
+        """Up to `pages_per_phase` pages of due schedules, keyset-paged in this cycle by
+        (work_at_ms, id), so a schedule that could not be turned (blocked, in conflict)
+        does not hide the ones after it."""
+        total = PageResult()
+        after: tuple[int, str] | None = None
+        for _ in range(self._pages_per_phase):
+            page = schedules.due_page(self._authority, now_ms, self._schedule_page_size, after)
+            if not page:
+                break
+            outcomes = [
+                schedules.run_turn(self._authority, sid, now_ms, self._schedule_grace_ms)
+                for _, sid in page
+            ]
+            total += PageResult.of_schedules(outcomes)
+            if len(page) < self._schedule_page_size:
+                break
+            after = page[-1]
+        return total
 
     def _phase(self, phase: str, now_ms: int) -> PageResult:
         total = PageResult()

@@ -106,7 +106,7 @@ PACKAGE = "crashflow"
 PUBLISHER = "crashlab"
 MANIFEST: dict[str, Any] = {
     "package": {"name": PACKAGE, "publisher": PUBLISHER},
-    "tasks": {key: {"command": ["true"]} for key in ("a", "b", "c", "d", "x", "y", "z")},
+    "tasks": {key: {"command": ["true"]} for key in ("a", "b", "c", "d", "t", "x", "y", "z")},
     "workflows": {
         "diamond": {
             "steps": [
@@ -118,6 +118,12 @@ MANIFEST: dict[str, Any] = {
         },
         "pair": {"steps": [{"key": "x", "task": "x"}, {"key": "y", "task": "y", "needs": ["x"]}]},
         "solo": {"steps": [{"key": "z", "task": "z"}]},
+        # every minute: armed by the cycle at 10 s for 22:14:00 (40 s), fired by the one
+        # at 46 s, skipped (publisher revoked) by the one at 101 s
+        "tick": {
+            "steps": [{"key": "t", "task": "t"}],
+            "schedules": [{"cron": "* * * * *", "timezone": "UTC"}],
+        },
     },
 }
 
@@ -213,6 +219,7 @@ def scenario() -> tuple[Op, ...]:
         (59, "quarantine", None, None, {}),
         (60, "revoke", None, None, {}),
         (61, "cycle", None, None, {}),
+        (101, "cycle", None, None, {}),  # the schedule's 22:15:00 is skipped: revoked
     ]
     return tuple(
         Op(T0 + seconds * SECOND, kind, key, step, args)
@@ -266,7 +273,7 @@ class Driver:
         result = self.rt.cycle(now_ms=op.at_ms)
         errors = [
             e
-            for phase in ("recovery", "cancellation", "frontier", "admission")
+            for phase in ("recovery", "cancellation", "schedule", "frontier", "admission")
             for e in getattr(result, phase).errors
         ]
         if errors:

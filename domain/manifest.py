@@ -41,6 +41,7 @@ from domain.manifest_checks import (
     text_at,
 )
 from domain.revision import MaterializedRevision, materialize_revision
+from domain.schedule_spec import ScheduleSpec, validate_schedules
 from domain.tasks import define_task
 from domain.workflows import MAX_WORKFLOW_STEPS, WorkflowDefinition, WorkflowStepDefinition
 
@@ -52,7 +53,7 @@ DICT_SOURCE = "<manifest dict>"
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
 TASK_KEYS = ("command", "env", "files", "enabled")
-WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled")
+WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules")
 STEP_KEYS = ("key", "task", "needs")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
@@ -97,6 +98,7 @@ class WorkflowSpec:
     steps: tuple[StepSpec, ...]
     timeout_ms: int | None
     enabled: bool
+    schedules: tuple[ScheduleSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,7 @@ def revision_from_manifest(
             ),
             timeout_ms=workflow.timeout_ms,
             enabled=workflow.enabled,
+            schedules=workflow.schedules,
         )
         for workflow in manifest.workflows
     ]
@@ -361,7 +364,20 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
             source, table, "timeout_ms", f"must be a positive integer, not {describe(timeout)}"
         )
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
-    return WorkflowSpec(key=key, steps=tuple(steps), timeout_ms=timeout, enabled=enabled)
+    schedules = validate_schedules(raw.get("schedules", []), source, table, "schedules")
+    _check_schedule_params(source, table, schedules)
+    return WorkflowSpec(
+        key=key, steps=tuple(steps), timeout_ms=timeout, enabled=enabled, schedules=schedules
+    )
+
+
+def _check_schedule_params(source: str, table: str, schedules: tuple[ScheduleSpec, ...]) -> None:
+    """The hook for a Workflow's parameter declarations: a schedule's `params` must
+    bind them as a start's would. Workflows declare no parameters yet, so a schedule's
+    params are only checked as values (`domain.schedule_spec`) and stored; once they
+    do, refuse here an unknown name, a missing required one or a wrong type, naming
+    `schedules[i].params.<name>`."""
+    del source, table, schedules
 
 
 def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ...]) -> StepSpec:

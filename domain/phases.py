@@ -4,7 +4,8 @@ from __future__ import annotations
 
 RECOVERY = "recovery"
 CANCELLATION = "cancellation"
+SCHEDULE = "schedule"  # due schedules admit their Runs (docs/DESIGN.md, "Schedules")
 FRONTIER = "frontier"
 ADMISSION = "admission"
 
-PHASES = (RECOVERY, CANCELLATION, FRONTIER, ADMISSION)
+PHASES = (RECOVERY, CANCELLATION, SCHEDULE, FRONTIER, ADMISSION)

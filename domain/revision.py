@@ -31,6 +31,7 @@ from domain.fields import (
     refuse_type,
 )
 from domain.ids import REVISION_ID
+from domain.schedule_spec import ScheduleSpec, ScheduleSpecError, validate_schedules
 from domain.tasks import TaskDefinition
 from domain.workflows import WorkflowDefinition, WorkflowStepDefinition, check_workflow
 
@@ -139,7 +140,7 @@ def _task_document(task: TaskDefinition) -> dict[str, Any]:
 
 
 def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
-    return {
+    document: dict[str, Any] = {
         "enabled": workflow.enabled,
         "timeout_ms": workflow.timeout_ms,
         "steps": [
@@ -147,6 +148,10 @@ def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
             for step in workflow.steps
         ],
     }
+    # only when there are some, so a revision without schedules keeps its digest
+    if workflow.schedules:
+        document["schedules"] = [schedule_document(spec) for spec in workflow.schedules]
+    return document
 
 
 def _content_document(
@@ -216,6 +221,7 @@ _REVISION_FIELDS = (
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
+_WORKFLOW_OPTIONAL_FIELDS = ("schedules",)
 _STEP_FIELDS = ("key", "task", "needs")
 
 
@@ -261,7 +267,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
     for key, raw in check_mapping(document["workflows"], "revision workflows").items():
         what = f"revision Workflow {key!r}"
         workflow = check_mapping(raw, what)
-        check_fields(workflow, _WORKFLOW_FIELDS, what)
+        check_fields(workflow, _WORKFLOW_FIELDS, what, _WORKFLOW_OPTIONAL_FIELDS)
         steps = []
         for raw_step in check_list(workflow["steps"], f"{what} steps"):
             step = check_mapping(raw_step, f"{what} step")
@@ -273,6 +279,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 steps=tuple(steps),
                 timeout_ms=workflow["timeout_ms"],
                 enabled=workflow["enabled"],
+                schedules=_schedules_from_json(workflow.get("schedules", []), what),
             )
         )
     revision = materialize_revision(
@@ -289,3 +296,20 @@ def revision_from_json(value: object) -> MaterializedRevision:
     if revision_to_json(revision) != document:
         raise PlanError("revision", "revision JSON is not in its canonical form")
     return revision
+
+
+def schedule_document(spec: ScheduleSpec) -> dict[str, Any]:
+    """One schedule of a Workflow as the revision JSON holds it."""
+    return {
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "misfire": spec.misfire,
+        "params": dict(spec.params),
+    }
+
+
+def _schedules_from_json(value: object, what: str) -> tuple[ScheduleSpec, ...]:
+    try:
+        return validate_schedules(value, "revision", None, f"{what} schedules")
+    except ScheduleSpecError as error:
+        raise PlanError("schedule", str(error)) from None

@@ -16,6 +16,7 @@ from domain.canonical import domain_digest
 from domain.errors import PlanError
 from domain.fields import check_bool, check_list, check_name, check_positive_int, refuse_type
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.schedule_spec import ScheduleSpec
 from domain.tasks import TaskDefinition
 
 MAX_WORKFLOW_STEPS = 128
@@ -41,12 +42,14 @@ class WorkflowStepDefinition:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowDefinition:
-    """A Workflow of a revision: a DAG of Steps, an optional aggregate timeout."""
+    """A Workflow of a revision: a DAG of Steps, an optional aggregate timeout, and
+    the schedules that start it (docs/DESIGN.md, "Schedules")."""
 
     key: str
     steps: tuple[WorkflowStepDefinition, ...]
     timeout_ms: int | None = None
     enabled: bool = True
+    schedules: tuple[ScheduleSpec, ...] = ()
 
     def __post_init__(self) -> None:
         check_name(self.key, "workflow_key", "Workflow key")
@@ -58,6 +61,11 @@ class WorkflowDefinition:
         if self.timeout_ms is not None:
             check_positive_int(self.timeout_ms, "timeout_ms", f"Workflow {self.key!r} timeout_ms")
         check_bool(self.enabled, f"Workflow {self.key!r} enabled")
+        schedules = check_list(self.schedules, f"Workflow {self.key!r} schedules")
+        for schedule in schedules:
+            if not isinstance(schedule, ScheduleSpec):
+                refuse_type(schedule, f"Workflow {self.key!r} schedule", "a ScheduleSpec")
+        object.__setattr__(self, "schedules", tuple(schedules))
 
     @property
     def step_keys(self) -> tuple[str, ...]:

@@ -31,9 +31,9 @@ from eventstore.validation import encode_appends
 
 def modules() -> tuple[ModuleType, ...]:
     """All projection modules, in the order their records are applied."""
-    from projections import publications, runs
+    from projections import publications, runs, schedules
 
-    return (publications, runs)
+    return (publications, runs, schedules)
 
 
 def functions() -> tuple[ServerFunction, ...]:

@@ -32,6 +32,7 @@ from projections.audit import (
 from projections.package_views import PackageView
 from projections.rebuild import RebuildSummary
 from projections.run_search import RunCursor
+from projections.schedule_views import ScheduleView
 from projections.step_logs import LogAttempt, LogChunk
 from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
@@ -66,6 +67,7 @@ __all__ = [
     "RunState",
     "RunView",
     "Runtime",
+    "ScheduleView",
     "StepRunState",
     "StepFailure",
     "StepView",

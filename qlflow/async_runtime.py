@@ -20,6 +20,7 @@ from projections.audit import TimelineEntry, WhyReport
 from projections.package_views import PackageView
 from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
+from projections.schedule_views import ScheduleView
 from projections.step_logs import LAST_LINES, LogAttempt, LogChunk
 from projections.verify import VerifyReport
 from projections.views import RunView
@@ -91,8 +92,24 @@ class AsyncRuntime:
         return await asyncio.to_thread(self.runtime.cancel, run_id, reason, now_ms)
 
     async def cycle(self, now_ms: int | None = None) -> CycleResult:
-        """One bounded pass of every phase: recovery, cancellation, frontier, admission."""
+        """One bounded pass of every phase: recovery, cancellation, schedule, frontier,
+        admission."""
         return await asyncio.to_thread(self.runtime.cycle, now_ms)
+
+    async def schedules(self) -> list[ScheduleView]:
+        """Every schedule of a head publication that is not retired, by package,
+        Workflow and id, with its cursor (next fire, last fire, paused)."""
+        return await asyncio.to_thread(self.runtime.schedules)
+
+    async def pause_schedule(self, schedule_id: str, now_ms: int | None = None) -> bool:
+        """Stop a schedule's fires until it is resumed. True if this call paused it
+        (False: it was paused already). NotFound for an unknown id."""
+        return await asyncio.to_thread(self.runtime.pause_schedule, schedule_id, now_ms)
+
+    async def resume_schedule(self, schedule_id: str, now_ms: int | None = None) -> bool:
+        """Fire a paused schedule again, from its first occurrence after `now_ms`:
+        what it missed while paused is not fired. True if this call resumed it."""
+        return await asyncio.to_thread(self.runtime.resume_schedule, schedule_id, now_ms)
 
     async def lease_attempts(
         self,

@@ -30,6 +30,7 @@ from qlflow import packages
 from qlflow.arguments import instant, lease_of, optional_text, positive, text, texts
 from qlflow.clock import wall_clock_ms
 from qlflow.inspection import Inspection
+from qlflow.scheduling import Scheduling
 
 log = logging.getLogger("qlflow")
 
@@ -47,10 +48,12 @@ class Profile:
     page_size: int
     pages_per_phase: int
     log_cap_bytes: int = 1024 * 1024  # of one Attempt's output, head and tail kept
+    schedule_page_size: int = 16  # due schedules per page of the schedule phase
+    schedule_grace_ms: int = 300_000  # how late an occurrence may still fire on time
 
 
 PROFILES = {
-    "edge": Profile("edge", eventstore.SQLITE, 8, 1, 64 * 1024),
+    "edge": Profile("edge", eventstore.SQLITE, 8, 1, 64 * 1024, 4, 30_000),
     "standalone": Profile("standalone", eventstore.SQLITE, 32, 4),
     "cluster": Profile("cluster", eventstore.POSTGRESQL, 32, 4),
 }
@@ -95,7 +98,7 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
     return chosen
 
 
-class Runtime(Inspection):
+class Runtime(Inspection, Scheduling):
     """An opened qlflow runtime. Every method is one or a few short transactions;
     nothing runs between calls (the host drives `cycle`)."""
 
@@ -119,7 +122,13 @@ class Runtime(Inspection):
         except BaseException:
             self.store.close()
             raise
-        self._cycle = Cycle(self._authority, self.profile.page_size, self.profile.pages_per_phase)
+        self._cycle = Cycle(
+            self._authority,
+            self.profile.page_size,
+            self.profile.pages_per_phase,
+            self.profile.schedule_page_size,
+            self.profile.schedule_grace_ms,
+        )
         self._closed = False
         self._close_lock = threading.Lock()
         # a host that never calls close() (an exception out of its loop, say) still
@@ -209,7 +218,8 @@ class Runtime(Inspection):
         return workers.cancel(self._authority, run_id, reason, _now(now_ms))
 
     def cycle(self, now_ms: int | None = None) -> CycleResult:
-        """One bounded pass of every phase: recovery, cancellation, frontier, admission."""
+        """One bounded pass of every phase: recovery, cancellation, schedule, frontier,
+        admission."""
         return self._cycle.run(_now(now_ms))
 
     # -- workers -----------------------------------------------------------

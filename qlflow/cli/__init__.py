@@ -6,10 +6,10 @@ Every command opens the runtime on `--db` (default `$QLFLOW_DB`, else
 
 The commands, by what a person does with them (and so in `--help`):
 - run and host (`running`, `hosting`): start, run, cancel, cycle, worker, serve;
-- inspect (`inspecting`, `step_logs`, `packages`): runs, show, events, why, logs,
-  packages;
+- inspect (`inspecting`, `step_logs`, `packages`, `schedules`): runs, show, events,
+  why, logs, packages, schedules;
 - administer (`administering`, `step_logs`, `export`): publish, rebuild, verify,
-  pg-roles, prune, export.
+  pg-roles, prune, export, schedule pause|resume.
 
 Exit status (`exits`): 0 ok (for `run`: the Run succeeded); 1 the Run failed (or
 `verify` found differences); 2 bad input (any qlflow error, a missing path, a bad
@@ -33,6 +33,9 @@ from qlflow.cli import step_logs
 from qlflow.cli import packages
 
 # isort: split
+from qlflow.cli import schedules
+
+# isort: split
 from qlflow.cli import administering
 
 # isort: split
@@ -51,5 +54,6 @@ __all__ = [
     "main",
     "packages",
     "running",
+    "schedules",
     "step_logs",
 ]

@@ -27,6 +27,7 @@ QUICK = {
         ("cancellation.after_begin", 2),
         ("recovery.after_commit", 2),
         ("renew.after_commit", 2),
+        ("schedule.after_append", 2),  # the scheduled Run admitted, its cursor not moved
     ],
     "standalone": [
         ("publish.after_commit", 1),
@@ -34,6 +35,7 @@ QUICK = {
         ("frontier.after_commit", 3),
         ("cancel.after_commit", 1),
         ("running.before_begin", 3),
+        ("schedule.after_commit", 2),  # the fire committed, its answer lost
     ],
     "cluster": [
         ("admission.before_commit", 3),
@@ -41,6 +43,7 @@ QUICK = {
         ("cancellation.before_commit", 3),
         ("recovery.before_commit", 1),
         ("start.after_commit", 2),
+        ("schedule.before_commit", 3),  # the skip of a revoked publisher's occurrence
     ],
 }
 WRITE_PATHS = (
@@ -58,6 +61,7 @@ WRITE_PATHS = (
     "withdraw",
     "quarantine",
     "revoke",
+    "schedule",
 )
 WINDOWS = ("before_begin", "after_begin", "before_commit", "after_commit")
 

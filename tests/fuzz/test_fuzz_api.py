@@ -193,6 +193,9 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
         "packages": call(either(None)),
         "step_history": call(either(p.run_id), either("x")),
         "aggregate_at": call(either(p.run_id), either(None)),
+        "schedules": call(),
+        "pause_schedule": call(either("sch:" + "0" * 32), now_ms=either(NOW)),
+        "resume_schedule": call(either("sch:" + "0" * 32), now_ms=either(NOW)),
     }
 
 
@@ -202,6 +205,7 @@ METHODS = [
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages",
+    "schedules", "pause_schedule", "resume_schedule",
 ]  # fmt: skip
 
 

@@ -1,0 +1,40 @@
+"""The Runtime's calls about schedules: list them, pause one, resume one
+(docs/DESIGN.md, "Schedules"). The cycle's schedule phase fires them."""
+
+from __future__ import annotations
+
+from actors import schedules
+from actors.authority import OperationAuthority
+from eventstore import BaseStore
+from projections import schedule_views
+from projections.schedule_views import ScheduleView
+from qlflow.arguments import instant, text
+from qlflow.clock import wall_clock_ms
+
+
+def _now(now_ms: int | None) -> int:
+    return wall_clock_ms() if now_ms is None else instant("now_ms", now_ms)
+
+
+class Scheduling:
+    """Mixed into `Runtime`: what it needs is its store and its authority."""
+
+    store: BaseStore
+    _authority: OperationAuthority
+
+    def schedules(self) -> list[ScheduleView]:
+        """Every schedule of a head publication that is not retired, by package,
+        Workflow and id, with its cursor (next fire, last fire, paused)."""
+        return schedule_views.list_schedules(self.store)
+
+    def pause_schedule(self, schedule_id: str, now_ms: int | None = None) -> bool:
+        """Stop a schedule's fires until it is resumed. True if this call paused it
+        (False: it was paused already). NotFound for an unknown id."""
+        schedule_id, now = text("schedule_id", schedule_id), _now(now_ms)
+        return schedules.set_paused(self._authority, schedule_id, True, now)
+
+    def resume_schedule(self, schedule_id: str, now_ms: int | None = None) -> bool:
+        """Fire a paused schedule again, from its first occurrence after `now_ms`:
+        what it missed while paused is not fired. True if this call resumed it."""
+        schedule_id, now = text("schedule_id", schedule_id), _now(now_ms)
+        return schedules.set_paused(self._authority, schedule_id, False, now)
