@@ -706,7 +706,7 @@ def _fields(state: Any) -> dict[str, Any]:
 
 # --- plan ------------------------------------------------------------------------------
 
-_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f != "steps")
+_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params"))
 
 
 def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
@@ -727,10 +727,12 @@ def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
                 source_digest=s["source_digest"],
                 needs=tuple(s["needs"]),
                 initial_status=s["initial_status"],
+                **_retry_of(s),
             )
             for s in value["steps"]
         )
-        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps)
+        params = tuple(sorted(value.get("params", {}).items()))
+        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps, params=params)
     except (KeyError, TypeError) as error:
         raise _corrupt(record, f"the plan is missing a field: {error!r}") from None
     if not steps:
@@ -747,6 +749,13 @@ def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
         if step.initial_status != expected:
             raise _corrupt(record, f"plan step {step.key!r} must start {expected!r}")
     return plan
+
+
+def _retry_of(step: Mapping[str, Any]) -> dict[str, int]:
+    retry = step.get("retry")
+    if retry is None:
+        return {}
+    return {"max_attempts": retry["max_attempts"], "backoff_ms": retry["backoff_ms"]}
 
 
 def _topological_order(plan: ExecutionPlan, record: Record) -> tuple[str, ...]:

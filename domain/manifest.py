@@ -40,6 +40,9 @@ from domain.manifest_checks import (
     table_at,
     text_at,
 )
+from domain.manifest_v2 import params_at, retry_at
+from domain.params import ParamDefinition
+from domain.retry import RetryPolicy
 from domain.revision import MaterializedRevision, materialize_revision
 from domain.tasks import define_task
 from domain.workflows import MAX_WORKFLOW_STEPS, WorkflowDefinition, WorkflowStepDefinition
@@ -52,8 +55,8 @@ DICT_SOURCE = "<manifest dict>"
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
 TASK_KEYS = ("command", "env", "files", "enabled")
-WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled")
-STEP_KEYS = ("key", "task", "needs")
+WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "params")
+STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
 
@@ -87,6 +90,7 @@ class StepSpec:
     key: str
     task: str
     needs: tuple[str, ...]
+    retry: RetryPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,7 @@ class WorkflowSpec:
     steps: tuple[StepSpec, ...]
     timeout_ms: int | None
     enabled: bool
+    params: tuple[ParamDefinition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +205,14 @@ def revision_from_manifest(
         WorkflowDefinition(
             key=workflow.key,
             steps=tuple(
-                WorkflowStepDefinition(key=step.key, task=step.task, needs=step.needs)
+                WorkflowStepDefinition(
+                    key=step.key, task=step.task, needs=step.needs, retry=step.retry
+                )
                 for step in workflow.steps
             ),
             timeout_ms=workflow.timeout_ms,
             enabled=workflow.enabled,
+            params=workflow.params,
         )
         for workflow in manifest.workflows
     ]
@@ -361,7 +369,10 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
             source, table, "timeout_ms", f"must be a positive integer, not {describe(timeout)}"
         )
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
-    return WorkflowSpec(key=key, steps=tuple(steps), timeout_ms=timeout, enabled=enabled)
+    params = params_at(source, table, raw["params"]) if "params" in raw else ()
+    return WorkflowSpec(
+        key=key, steps=tuple(steps), timeout_ms=timeout, enabled=enabled, params=params
+    )
 
 
 def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ...]) -> StepSpec:
@@ -397,7 +408,8 @@ def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ..
         text_at(source, table, f"{where}.needs[{position}]", need)
     if len(set(needs)) != len(needs):
         raise manifest_error(source, table, f"{where}.needs", "names a step twice")
-    return StepSpec(key=key, task=task, needs=tuple(sorted(needs)))
+    retry = retry_at(source, table, where, raw["retry"]) if "retry" in raw else None
+    return StepSpec(key=key, task=task, needs=tuple(sorted(needs)), retry=retry)
 
 
 def _check_graph(source: str, table: str, steps: list[StepSpec], indexes: dict[str, int]) -> None:

@@ -31,8 +31,15 @@ from domain.fields import (
     refuse_type,
 )
 from domain.ids import REVISION_ID
+from domain.params import params_document, params_from_document
+from domain.retry import RetryPolicy
 from domain.tasks import TaskDefinition
-from domain.workflows import WorkflowDefinition, WorkflowStepDefinition, check_workflow
+from domain.workflows import (
+    WorkflowDefinition,
+    WorkflowStepDefinition,
+    check_workflow,
+    retry_document,
+)
 
 REVISION_SCHEMA = "qlflow/materialized-revision@v1"
 LOCK_DOMAIN = "qlflow/package-lock@v1"
@@ -139,14 +146,22 @@ def _task_document(task: TaskDefinition) -> dict[str, Any]:
 
 
 def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
-    return {
+    # params and retry appear only where declared: content without them keeps its digests
+    document: dict[str, Any] = {
         "enabled": workflow.enabled,
         "timeout_ms": workflow.timeout_ms,
-        "steps": [
-            {"key": step.key, "task": step.task, "needs": list(step.needs)}
-            for step in workflow.steps
-        ],
+        "steps": [_step_document(step) for step in workflow.steps],
     }
+    if workflow.params:
+        document["params"] = params_document(workflow.params)
+    return document
+
+
+def _step_document(step: WorkflowStepDefinition) -> dict[str, Any]:
+    document: dict[str, Any] = {"key": step.key, "task": step.task, "needs": list(step.needs)}
+    if step.retry is not None:
+        document["retry"] = retry_document(step.retry)
+    return document
 
 
 def _content_document(
@@ -261,18 +276,24 @@ def revision_from_json(value: object) -> MaterializedRevision:
     for key, raw in check_mapping(document["workflows"], "revision workflows").items():
         what = f"revision Workflow {key!r}"
         workflow = check_mapping(raw, what)
-        check_fields(workflow, _WORKFLOW_FIELDS, what)
+        check_fields(workflow, _WORKFLOW_FIELDS, what, optional=("params",))
         steps = []
         for raw_step in check_list(workflow["steps"], f"{what} steps"):
             step = check_mapping(raw_step, f"{what} step")
-            check_fields(step, _STEP_FIELDS, f"{what} step")
-            steps.append(WorkflowStepDefinition(step["key"], step["task"], step["needs"]))
+            check_fields(step, _STEP_FIELDS, f"{what} step", optional=("retry",))
+            retry = None
+            if "retry" in step:
+                policy = check_mapping(step["retry"], f"{what} step retry")
+                check_fields(policy, ("max_attempts", "backoff_ms"), f"{what} step retry")
+                retry = RetryPolicy(policy["max_attempts"], policy["backoff_ms"])
+            steps.append(WorkflowStepDefinition(step["key"], step["task"], step["needs"], retry))
         workflows.append(
             WorkflowDefinition(
                 key=key,
                 steps=tuple(steps),
                 timeout_ms=workflow["timeout_ms"],
                 enabled=workflow["enabled"],
+                params=params_from_document(workflow.get("params", {}), what),
             )
         )
     revision = materialize_revision(
