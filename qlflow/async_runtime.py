@@ -65,6 +65,7 @@ class AsyncRuntime:
         admission_key: str | None = None,
         run_id: str | None = None,
         timeout_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
         """Admit a Workflow Run durably; an exact replay returns status "existing"."""
@@ -75,6 +76,7 @@ class AsyncRuntime:
             admission_key=admission_key,
             run_id=run_id,
             timeout_ms=timeout_ms,
+            params=params,
             now_ms=now_ms,
         )
 

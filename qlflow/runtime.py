@@ -176,9 +176,13 @@ class Runtime(Inspection):
         admission_key: str | None = None,
         run_id: str | None = None,
         timeout_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
-        """Admit a Workflow Run durably; an exact replay returns status "existing"."""
+        """Admit a Workflow Run durably; an exact replay returns status "existing".
+
+        `params` gives the Workflow's declared parameters (name -> str, int or
+        bool); defaults fill the rest and the plan binds them all."""
         package, workflow = text("package", package), text("workflow", workflow)
         if timeout_ms is not None:
             positive("timeout_ms", timeout_ms)
@@ -189,6 +193,7 @@ class Runtime(Inspection):
             admission_key=admission_key,
             run_id=run_id,
             timeout_ms=timeout_ms,
+            params=params,
             now_ms=_now(now_ms),
         )
 
