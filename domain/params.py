@@ -24,6 +24,11 @@ MAX_STRING_CHARS = 4096
 ParamValue = str | int | bool
 
 
+class ParamText(str):
+    """A value given as text (a command line's `-p name=value`): `bind_params` reads
+    it as the declared type (integers in decimal, booleans as true/false)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ParamDefinition:
     """One declared parameter. `default` is None when the parameter is required."""
@@ -91,6 +96,8 @@ def bind_params(
     for name, param in sorted(by_name.items()):
         if name in values:
             value = values[name]
+            if isinstance(value, ParamText):
+                value = _from_text(param, str(value))
             problem = type_problem(param.type, value)
             if problem is not None:
                 raise InvalidInput(
@@ -110,38 +117,39 @@ def bind_params(
     return bound
 
 
-def parse_param_text(declared: tuple[ParamDefinition, ...], text: str) -> tuple[str, ParamValue]:
-    """Read one `name=value` the command line gave, typed by its declaration
-    (integers in decimal, booleans as true/false)."""
-    name, sep, raw = text.partition("=")
-    if not sep or not name:
-        raise InvalidInput("params", "name_value", f"{text!r} is not name=value")
-    by_name = {param.name: param for param in declared}
-    param = by_name.get(name)
-    if param is None:
-        known = ", ".join(sorted(by_name)) or "none"
-        raise InvalidInput(
-            f"params.{name}",
-            "unknown_param",
-            f"unknown parameter {name!r} (this Workflow declares: {known})",
-        )
+def param_texts(pairs: list[str] | tuple[str, ...]) -> dict[str, ParamText]:
+    """`name=value` texts (a command line's `-p`, repeatable) as values for `bind_params`;
+    a name given twice or a text without `=` is refused."""
+    values: dict[str, ParamText] = {}
+    for text in pairs:
+        name, sep, raw = text.partition("=")
+        if not sep or not name:
+            raise InvalidInput("params", "name_value", f"-p {text!r} is not name=value")
+        if name in values:
+            raise InvalidInput(f"params.{name}", "duplicate", f"parameter {name!r} given twice")
+        values[name] = ParamText(raw)
+    return values
+
+
+def _from_text(param: ParamDefinition, raw: str) -> ParamValue:
     if param.type == "string":
-        return name, raw
+        return raw
     if param.type == "boolean":
         if raw in ("true", "false"):
-            return name, raw == "true"
+            return raw == "true"
         raise InvalidInput(
-            f"params.{name}", "param_type", f"parameter {name!r} is a boolean: give true or false"
+            f"params.{param.name}",
+            "param_type",
+            f"parameter {param.name!r} is a boolean: give true or false, not {raw!r}",
         )
     try:
-        number = int(raw, 10)
+        return int(raw, 10)
     except ValueError:
         raise InvalidInput(
-            f"params.{name}",
+            f"params.{param.name}",
             "param_type",
-            f"parameter {name!r} is an integer: {raw!r} is not one",
+            f"parameter {param.name!r} is an integer: {raw!r} is not one",
         ) from None
-    return name, number
 
 
 def params_document(declared: tuple[ParamDefinition, ...]) -> dict[str, Any]:

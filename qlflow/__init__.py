@@ -33,6 +33,7 @@ from projections.package_views import PackageView
 from projections.rebuild import RebuildSummary
 from projections.run_search import RunCursor
 from projections.step_logs import LogAttempt, LogChunk
+from projections.task_io import TaskDefinitionView
 from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
@@ -40,6 +41,7 @@ from qlflow.async_runtime import AsyncRuntime
 from qlflow.runtime import Lease, Profile, Runtime
 
 __all__ = [
+    "TaskDefinitionView",
     "AdmissionReceipt",
     "AsyncRuntime",
     "AttemptBlock",
