@@ -4,14 +4,12 @@ succeeds. The step's retry policy (3 attempts, 200 ms doubling) absorbs it."""
 import json
 import os
 import sys
-import tempfile
 
 with open(os.environ["QLFLOW_INPUTS"]) as handle:
     inputs = json.load(handle)
 count = inputs["needs"]["count"]
-tries_file = os.path.join(
-    tempfile.gettempdir(), "qlflow-handoff-" + os.environ["QLFLOW_RUN_ID"].replace(":", "_")
-)
+# how often it ran for this Run: a scratch file beside the Run's step outputs
+tries_file = os.path.join(os.path.dirname(os.environ["QLFLOW_OUTPUT"]), "upload.tries")
 tries = 0
 if os.path.exists(tries_file):
     with open(tries_file) as handle:

@@ -17,6 +17,7 @@ from domain.values import AdmissionReceipt, Publication
 from projections.rebuild import RebuildSummary
 from projections.views import AttemptView, RunView, StepView
 from qlflow.cli.output import jsonable
+from qlflow.cli.retry_words import attempt_cell, params_text
 from qlflow.cli.times import duration, when
 from qlflow.clock import wall_clock_ms
 
@@ -133,6 +134,8 @@ def run_header(run: RunView, now_ms: int) -> Table:
         ("version", f"{run.version} (see a past state with --at VERSION)"),
         ("admitted", when(run.admitted_at_ms, now_ms)),
     ]
+    if run.params:
+        rows.append(("params", params_text(run.params)))
     if run.deadline_ms is not None:
         rows.append(("deadline", when(run.deadline_ms, now_ms)))
     if run.cancel_requested_at_ms is not None:
@@ -166,7 +169,7 @@ def steps_table(run: RunView, now_ms: int | None = None, *, detail: bool = True)
         if detail:
             row.append(", ".join(step.needs) or "-")
         row.append(status_text(step.status))
-        row.append(f"#{attempt.attempt_number} {attempt.status}" if attempt else "-")
+        row.append(attempt_cell(step, attempt, now_ms))
         row.append(duration(_attempt_duration(attempt, now_ms)))
         row.append(_result(step, attempt))
         if detail:
