@@ -69,7 +69,10 @@ class AsyncRuntime:
         params: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
-        """Admit a Workflow Run durably; an exact replay returns status "existing"."""
+        """Admit a Workflow Run durably; an exact replay returns status "existing".
+
+        `params` gives the Workflow's declared parameters (name -> str, int or
+        bool); defaults fill the rest and the plan binds them all."""
         return await asyncio.to_thread(
             self.runtime.start,
             package,
