@@ -234,8 +234,10 @@ def _attempt_duration(attempt: AttemptView | None, now_ms: int) -> int | None:
 
 def _result(step: StepView, attempt: AttemptView | None) -> str:
     parts = []
-    if step.result_code:
-        parts.append(code_text(step.result_code))
+    # a step waiting for its retry has no code of its own: its failed Attempt's says why
+    code = step.result_code or (attempt.result_code if attempt else None)
+    if code:
+        parts.append(code_text(code))
     output = (attempt.output or {}) if attempt else {}
     if output.get("signal"):
         parts.append(str(output["signal"]))  # "SIGTERM", not "exit -15"
