@@ -29,6 +29,7 @@ from domain.fields import (
 )
 from domain.ids import STEP_RUN_ID, derive_id
 from domain.params import bind_params
+from domain.plan_binding import check_binding, check_revision_integrity, check_step_run_ids
 from domain.plan_v2 import (
     PLAN_SCHEMA_V1,
     PLAN_SCHEMA_V2,
@@ -44,7 +45,7 @@ from domain.plan_v2 import (
     schema_for,
 )
 from domain.publication import PublicationRef, check_publication
-from domain.revision import MaterializedRevision, revision_digest, revision_id_for
+from domain.revision import MaterializedRevision
 from domain.start_guard import task_disabled, workflow_disabled
 from domain.transitions import STEP_PENDING, STEP_READY
 from domain.workflows import (
@@ -157,8 +158,8 @@ def build_plan(
         check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
 
     check_publication(publication)
-    _check_revision_integrity(revision)
-    _check_binding(publication, revision)
+    check_revision_integrity(revision)
+    check_binding(publication, revision)
 
     workflow = revision.workflow(workflow_key)
     refusal = workflow_disabled(workflow_key, workflow)
@@ -176,7 +177,7 @@ def build_plan(
             f"publication's digest of Workflow {workflow_key!r} is {published!r}, "
             f"the revision gives {workflow_digest!r}",
         )
-    ids = _check_step_run_ids(step_run_ids, [step.key for step in workflow.steps])
+    ids = check_step_run_ids(step_run_ids, [step.key for step in workflow.steps])
     bound = tuple(sorted(bind_params(workflow.params, params).items()))
 
     steps = tuple(
@@ -215,55 +216,6 @@ def build_plan(
     if schema == PLAN_SCHEMA_V2:
         document["params"] = dict(bound)
     return _seal(document, steps)
-
-
-def _check_revision_integrity(revision: MaterializedRevision) -> None:
-    computed = revision_digest(revision)
-    if revision.revision_digest != computed:
-        raise PlanError(
-            "revision_digest",
-            f"revision states digest {revision.revision_digest}, its content gives {computed}",
-        )
-    if revision.revision_id != revision_id_for(computed):
-        raise PlanError(
-            "revision_id", f"revision id {revision.revision_id!r} does not match its digest"
-        )
-
-
-_BINDING_FIELDS = (
-    "project", "package", "installation", "lock_digest", "generation",
-    "revision_id", "revision_digest",
-)  # fmt: skip
-
-
-def _check_binding(publication: PublicationRef, revision: MaterializedRevision) -> None:
-    for field in _BINDING_FIELDS:
-        published, materialized = getattr(publication, field), getattr(revision, field)
-        if published != materialized:
-            raise PlanError(
-                f"{field}_drift",
-                f"publication has {field} {published!r} but the revision has {materialized!r}",
-            )
-
-
-def _check_step_run_ids(step_run_ids: object, step_keys: list[str]) -> dict[str, str]:
-    ids = check_mapping(step_run_ids, "step_run_ids")
-    missing = sorted(set(step_keys) - ids.keys())
-    if missing:
-        raise PlanError("step_run_id_missing", f"no StepRun id for Step(s) {', '.join(missing)}")
-    extra = sorted(ids.keys() - set(step_keys))
-    if extra:
-        raise PlanError("step_run_id_extra", f"StepRun ids for unknown Step(s) {', '.join(extra)}")
-    owners: dict[str, str] = {}
-    for key in sorted(ids):
-        step_run_id = check_id(ids[key], "step_run_id", f"StepRun id of Step {key!r}")
-        if step_run_id in owners:
-            raise PlanError(
-                "step_run_id_duplicate",
-                f"Steps {owners[step_run_id]!r} and {key!r} share StepRun id {step_run_id!r}",
-            )
-        owners[step_run_id] = key
-    return dict(ids)
 
 
 # --- encoding -------------------------------------------------------------------------

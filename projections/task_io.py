@@ -8,7 +8,7 @@ the way it reads (today the publication's log record) can change in one spot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from domain import event_types
 from domain.errors import NotFound
@@ -56,7 +56,15 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
     raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
 
 
-def task_inputs(store: EventStore, run_id: str, step_key: str) -> dict[str, Any]:
+class TaskInputs(TypedDict):
+    """What a step is given: the Run's bound parameters, and the succeeded output of
+    each step it needs (None for a need that wrote none)."""
+
+    params: dict[str, str | int | bool]
+    needs: dict[str, dict[str, Any] | None]
+
+
+def task_inputs(store: EventStore, run_id: str, step_key: str) -> TaskInputs:
     """`{"params": {...}, "needs": {"<step key>": <output or null>}}` for one step: the
     Run's bound parameters and each need's succeeded output."""
     run = views.get_run(store, run_id)

@@ -33,7 +33,7 @@ from projections.package_views import PackageView
 from projections.rebuild import RebuildSummary
 from projections.run_search import RunCursor
 from projections.step_logs import LogAttempt, LogChunk
-from projections.task_io import TaskDefinitionView
+from projections.task_io import TaskDefinitionView, TaskInputs
 from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
@@ -42,6 +42,7 @@ from qlflow.runtime import Lease, Profile, Runtime
 
 __all__ = [
     "TaskDefinitionView",
+    "TaskInputs",
     "AdmissionReceipt",
     "AsyncRuntime",
     "AttemptBlock",

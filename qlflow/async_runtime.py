@@ -21,7 +21,7 @@ from projections.package_views import PackageView
 from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
 from projections.step_logs import LAST_LINES, LogAttempt, LogChunk
-from projections.task_io import TaskDefinitionView
+from projections.task_io import TaskDefinitionView, TaskInputs
 from projections.verify import VerifyReport
 from projections.views import RunView
 from qlflow.runtime import Lease, Runtime
@@ -151,7 +151,7 @@ class AsyncRuntime:
         """The Run with its steps and Attempts, from the read models."""
         return await asyncio.to_thread(self.runtime.get_run, run_id)
 
-    async def task_inputs(self, lease: Lease) -> dict[str, Any]:
+    async def task_inputs(self, lease: Lease) -> TaskInputs:
         """What the leased step is given: `{"params": {...}, "needs": {key: output or
         None}}` (the Run's parameters, the succeeded output of each step it needs)."""
         return await asyncio.to_thread(self.runtime.task_inputs, lease)

@@ -288,7 +288,7 @@ class Runtime(Inspection):
         """The Run with its steps and Attempts, from the read models."""
         return views.get_run(self.store, text("run_id", run_id))
 
-    def task_inputs(self, lease: Lease) -> dict[str, Any]:
+    def task_inputs(self, lease: Lease) -> task_io.TaskInputs:
         """What the leased step is given: `{"params": {...}, "needs": {key: output or
         None}}` (the Run's parameters, the succeeded output of each step it needs)."""
         lease = lease_of(lease)

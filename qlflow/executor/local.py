@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import FenceError, QlflowError
+from projections.task_io import TaskInputs
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
@@ -143,7 +144,7 @@ class LocalProcessExecutor:
         (0 -> succeeded, anything else -> failed)."""
         log_path = self._log_path(lease)
         command: TaskCommand | None = None
-        inputs: dict[str, Any] = {"params": {}, "needs": {}}
+        inputs: TaskInputs = {"params": {}, "needs": {}}
         problem, code = None, START_FAILED
         try:
             command = self._resolve(lease)
@@ -204,7 +205,7 @@ class LocalProcessExecutor:
                 self._supervised.pop(lease.attempt_id, None)
 
     def _spawn(
-        self, lease: Lease, command: TaskCommand, inputs: dict[str, Any], log_path: Path
+        self, lease: Lease, command: TaskCommand, inputs: TaskInputs, log_path: Path
     ) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update(command.env)

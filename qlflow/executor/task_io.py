@@ -13,6 +13,7 @@ import orjson
 
 from domain.errors import InvalidInput
 from domain.json_values import MAX_OUTPUT_BYTES, check_finite, check_output_size
+from projections.task_io import TaskInputs
 
 OUTPUT_INVALID = "output_invalid"  # the task wrote an output that is not a JSON object
 
@@ -21,9 +22,7 @@ class OutputInvalid(Exception):
     """What the task wrote to QLFLOW_OUTPUT cannot be its output."""
 
 
-def task_environment(
-    inputs: dict[str, Any], inputs_path: Path, output_path: Path
-) -> dict[str, str]:
+def task_environment(inputs: TaskInputs, inputs_path: Path, output_path: Path) -> dict[str, str]:
     """The variables for one Attempt; writes the inputs file (and clears an old output)."""
     inputs_path.parent.mkdir(parents=True, exist_ok=True)
     inputs_path.write_bytes(orjson.dumps(inputs, option=orjson.OPT_SORT_KEYS))
