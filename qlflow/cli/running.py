@@ -30,6 +30,7 @@ ParamOption = Annotated[
     typer.Option(
         "--param",
         "-p",
+        metavar="NAME=VALUE",
         help="A Workflow parameter as name=value (repeatable); typed as the manifest declares.",
     ),
 ]
