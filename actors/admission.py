@@ -35,6 +35,8 @@ does not turn a retry into a collision.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from actors.authority import Units
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
@@ -126,6 +128,7 @@ def start(
     admission_key: str | None = None,
     run_id: str | None = None,
     timeout_ms: int | None = None,
+    params: Mapping[str, Any] | None = None,
     now_ms: int,
 ) -> AdmissionReceipt:
     """Admit through an operation authority (`authority.execute(fn, name)`).
@@ -138,7 +141,9 @@ def start(
     admission_key, run_id = admission_identity(admission_key, run_id)
 
     def unit(tx: Transaction) -> AdmissionReceipt:
-        return admit_in_tx(tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms)
+        return admit_in_tx(
+            tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params
+        )
 
     try:
         return authority.execute(unit, name="admission")
@@ -156,11 +161,13 @@ def admit_in_tx(
     run_id: str | None,
     timeout_ms: int | None,
     now_ms: int,
+    params: Mapping[str, Any] | None = None,
 ) -> AdmissionReceipt:
     """Admit one Run of `workflow_key` from `package` in the open transaction `tx`.
 
     `package` is an installation name, a package name (when exactly one head has
-    it) or an explicit publication id ("pub:..."). Returns the receipt with status
+    it) or an explicit publication id ("pub:..."); `params` are the Workflow's
+    parameter values (the plan binds them). Returns the receipt with status
     "created", or "existing" for an exact replay. Raises StartGuardError (with
     `.reason`), AdmissionCollision, PlanError, NotFound or InvalidInput, writing
     nothing. Call `admission_identity` first when retrying with a generated key.
@@ -170,7 +177,7 @@ def admit_in_tx(
     publication = reads.resolve_and_serialize(package)
 
     replayed = _exact_replay(
-        tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms
+        tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params
     )
     if replayed is not None:
         return replayed
@@ -191,6 +198,7 @@ def admit_in_tx(
         run_id,
         step_run_ids_for(run_id, _step_keys(revision, workflow_key)),
         timeout_ms,
+        params,
     )
     decision = admission_records(plan, admission_key, now_ms)
     run_events = decision.events(run_stream(run_id))
@@ -382,6 +390,7 @@ def _exact_replay(
     run_id: str,
     workflow_key: str,
     timeout_ms: int | None,
+    params: Mapping[str, Any] | None,
 ) -> AdmissionReceipt | None:
     records = tx.read_stream(receipt_stream_id(admission_key))
     if not records:
@@ -397,7 +406,9 @@ def _exact_replay(
         try:
             ref, revision = reads.published_revision(receipt.publication_id)
             ids = step_run_ids_for(run_id, _step_keys(revision, workflow_key))
-            digest = build_plan(ref, revision, workflow_key, run_id, ids, timeout_ms).plan_digest
+            digest = build_plan(
+                ref, revision, workflow_key, run_id, ids, timeout_ms, params
+            ).plan_digest
         except PlanError:
             digest = None
     if digest == receipt.plan_digest:
@@ -405,8 +416,8 @@ def _exact_replay(
     raise AdmissionCollision(
         f"admission key {admission_key!r} already admitted run {receipt.run_id!r} "
         f"({receipt.package} {receipt.workflow_key}, plan {receipt.plan_digest}); this request "
-        "(package, workflow, run id or timeout) gives a different plan. Use a new admission "
-        "key, or inspect_admission(admission_key=...) to read the admitted Run"
+        "(package, workflow, run id, timeout or parameters) gives a different plan. Use a new "
+        "admission key, or inspect_admission(admission_key=...) to read the admitted Run"
     )
 
 

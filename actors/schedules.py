@@ -82,8 +82,6 @@ def _decide(
         return decision, None
     occurrence = decision.admit
     try:
-        # the Workflow's own parameters come with plan v2: the schedule's `params`
-        # (row.declaration.spec.params_dict()) are bound here then
         receipt = admit_in_tx(
             tx,
             row.declaration.publication_id,
@@ -92,6 +90,7 @@ def _decide(
             occurrence.run_id,
             None,
             now_ms,
+            params=row.declaration.spec.params_dict(),
         )
     except StartGuardError as refused:
         return _refused(row, now_ms, grace_ms, refused.reason or "refused"), None

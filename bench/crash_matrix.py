@@ -3,8 +3,8 @@
     python -m bench.crash_matrix --profile edge|standalone|cluster|all [--full] [--jobs N]
                                  [--pg URL] [--no-limits]
 
-The scenario. One package with three Workflows (a diamond, a pair, a single
-step) and eight Runs (a full edge page), driven with explicit `now_ms` through
+The scenario. One package with four Workflows (a diamond, a pair, a single
+step, a retried step) and eight Runs (a full edge page), driven with explicit `now_ms` through
 the public API: publish; start the Runs; cycles; leases, start barrier, running,
 renewals, completions that succeed and fail; a user cancellation while a worker
 runs (its renewal answers stop_requested, its completion is recorded
@@ -12,8 +12,10 @@ cancelled); claims nobody leased, cancelled (reasons user and shutdown); a claim
 whose lease expires before start (recovery: lost, requeued, leased again); a
 started Attempt whose lease expires (lost, then failed: lease_expired); a Run
 deadline (timed_out); a refused start; withdraw, quarantine and publisher
-revocation. The reference run checks every scripted answer and the final
-statuses (`EXPECTED`).
+revocation; and (plan v2) a ninth Run, started after the first page, whose step
+fails once with an attempt left, goes back to ready, waits out its backoff through
+a cycle that may not claim it, and succeeds on its second Attempt. The reference
+run checks every scripted answer and the final statuses (`EXPECTED`).
 
 One case. A point is `(fault point name, n)`: the n-th hit of that point in the
 scenario, enumerated by running the scenario once with hit counting on. A fresh
@@ -106,7 +108,7 @@ PACKAGE = "crashflow"
 PUBLISHER = "crashlab"
 MANIFEST: dict[str, Any] = {
     "package": {"name": PACKAGE, "publisher": PUBLISHER},
-    "tasks": {key: {"command": ["true"]} for key in ("a", "b", "c", "d", "t", "x", "y", "z")},
+    "tasks": {key: {"command": ["true"]} for key in ("a", "b", "c", "d", "r", "t", "x", "y", "z")},
     "workflows": {
         "diamond": {
             "steps": [
@@ -124,6 +126,12 @@ MANIFEST: dict[str, Any] = {
             "steps": [{"key": "t", "task": "t"}],
             "schedules": [{"cron": "* * * * *", "timezone": "UTC"}],
         },
+        # plan v2: a reported failure is retried after its backoff
+        "retried": {
+            "steps": [
+                {"key": "r", "task": "r", "retry": {"max_attempts": 2, "backoff_ms": 10 * SECOND}}
+            ]
+        },
     },
 }
 
@@ -140,6 +148,7 @@ EXPECTED: dict[str, tuple[str, dict[str, str]]] = {
     "backlog": ("cancelled", {"x": "cancelled", "y": "cancelled"}),
     "quick": ("succeeded", {"z": "succeeded"}),
     "shutdown": ("cancelled", {"z": "cancelled"}),
+    "retry": ("succeeded", {"r": "succeeded"}),
 }
 DEADLINE_TIMEOUT_MS = 30 * SECOND  # admitted at 5 s: the deadline is 35 s
 
@@ -157,7 +166,7 @@ class Op:
 
 def scenario() -> tuple[Op, ...]:
     """The scripted operations, one instant each (seconds after T0)."""
-    script: list[tuple[int, str, str | None, str | None, dict[str, Any]]] = [
+    script: list[tuple[float, str, str | None, str | None, dict[str, Any]]] = [
         (1, "publish", None, None, {}),
         (2, "start", "ok", None, {"workflow": "diamond"}),
         (3, "start", "fail", None, {"workflow": "diamond"}),
@@ -173,6 +182,7 @@ def scenario() -> tuple[Op, ...]:
         (13, "lease", "quick", "z", {"worker": "w6", "ttl_ms": 30 * SECOND}),
         (14, "running", "quick", "z", {}),
         (15, "complete", "quick", "z", {"outcome": "succeeded", "recorded": "succeeded"}),
+        (15.5, "start", "retry", None, {"workflow": "retried"}),
         (16, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
         (17, "starting", "ok", "a", {}),
         (18, "running", "ok", "a", {}),
@@ -187,13 +197,17 @@ def scenario() -> tuple[Op, ...]:
         (27, "lease", "lost", "x", {"worker": "w4", "ttl_ms": 5 * SECOND}),  # expires at 32
         (28, "running", "lost", "x", {}),
         (29, "cycle", None, None, {}),  # frontier: ok and fail b, c; backlog converges
+        (29.5, "lease", "retry", "r", {"worker": "w7", "ttl_ms": 30 * SECOND}),
         (30, "cancel", "cancel", None, {}),  # while w2 runs x
+        (30.5, "running", "retry", "r", {}),
         (31, "lease", "ok", "b", {"worker": "w1", "ttl_ms": 10 * SECOND}),
+        # a reported failure with an attempt left: r is ready again, its retry at 41.5 s
+        (31.5, "complete", "retry", "r", {"outcome": "failed", "recorded": "failed"}),
         (32, "running", "ok", "b", {}),
         (33, "lease", "ok", "c", {"worker": "w5", "ttl_ms": 5 * SECOND}),  # never starts
         (34, "renew", "ok", "b", {"ttl_ms": 10 * SECOND, "stop": False}),
         (35, "renew", "cancel", "x", {"ttl_ms": 60 * SECOND, "stop": True}),
-        (36, "cycle", None, None, {}),  # lost/x expired: failed; deadline reached
+        (36, "cycle", None, None, {}),  # lost/x expired: failed; deadline reached; r waits
         (37, "lease", "fail", "b", {"worker": "w1", "ttl_ms": 30 * SECOND}),
         (38, "running", "fail", "b", {}),
         (39, "complete", "fail", "b", {"outcome": "succeeded", "recorded": "succeeded"}),
@@ -204,8 +218,12 @@ def scenario() -> tuple[Op, ...]:
         (44, "complete", "cancel", "x", {"outcome": "succeeded", "recorded": "cancelled"}),
         (45, "complete", "deadline", "z", {"outcome": "succeeded", "recorded": "timed_out"}),
         (46, "cycle", None, None, {}),  # ok/c's claim expired: lost, requeued, claimed again
+        # (and r's retry is due: its second Attempt is claimed)
+        (46.5, "lease", "retry", "r", {"worker": "w7", "ttl_ms": 30 * SECOND}),
         (47, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (47.5, "running", "retry", "r", {}),
         (48, "starting", "ok", "c", {}),
+        (48.5, "complete", "retry", "r", {"outcome": "succeeded", "recorded": "succeeded"}),
         (49, "running", "ok", "c", {}),
         (50, "complete", "ok", "c", {"outcome": "succeeded", "recorded": "succeeded"}),
         (51, "cycle", None, None, {}),  # ok/d ready and claimed
@@ -222,7 +240,7 @@ def scenario() -> tuple[Op, ...]:
         (101, "cycle", None, None, {}),  # the schedule's 22:15:00 is skipped: revoked
     ]
     return tuple(
-        Op(T0 + seconds * SECOND, kind, key, step, args)
+        Op(T0 + int(seconds * SECOND), kind, key, step, args)
         for seconds, kind, key, step, args in script
     )
 

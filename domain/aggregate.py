@@ -124,6 +124,7 @@ class StepRunState:
     task_ref: str
     source_digest: str
     attempt_ids: tuple[str, ...] = ()
+    retry_at_ms: int | None = None  # a ready StepRun waiting for its retry (plan v2)
 
     @property
     def is_terminal(self) -> bool:
@@ -461,6 +462,7 @@ class _Folder:
             "task_ref": planned.task_ref,
             "source_digest": planned.source_digest,
             "attempt_ids": (),
+            "retry_at_ms": None,
         }
         self.created += 1
         self.unmatched.append(
@@ -484,7 +486,15 @@ class _Folder:
             raise _corrupt(
                 record, f"says StepRun {key!r} was {data['from']!r}, but it is {from_status!r}"
             )
-        if not step_change_allowed(from_status, to_status):
+        retry_at_ms = data.get("retry_at_ms")
+        retry = retry_at_ms is not None
+        if retry and (
+            not _is_int(retry_at_ms)
+            or to_status != STEP_READY
+            or self.planned[key].max_attempts < 2
+        ):
+            raise _corrupt(record, f"StepRun {key!r} retries without a retry policy")
+        if not step_change_allowed(from_status, to_status, retry=retry):
             raise _corrupt(record, f"StepRun {key!r}: {from_status} -> {to_status} is not allowed")
         epoch = data["epoch"]
         if epoch != step["epoch"] + 1:
@@ -502,6 +512,7 @@ class _Folder:
         step["status"] = to_status
         step["epoch"] = epoch
         step["result_code"] = result_code
+        step["retry_at_ms"] = retry_at_ms
         self.unmatched.append(
             _StepEvent(
                 record.stream_version, record.event_id, step["step_run_id"], key, from_status,
@@ -706,7 +717,7 @@ def _fields(state: Any) -> dict[str, Any]:
 
 # --- plan ------------------------------------------------------------------------------
 
-_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f != "steps")
+_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params"))
 
 
 def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
@@ -727,10 +738,12 @@ def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
                 source_digest=s["source_digest"],
                 needs=tuple(s["needs"]),
                 initial_status=s["initial_status"],
+                **_retry_of(s),
             )
             for s in value["steps"]
         )
-        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps)
+        params = tuple(sorted(value.get("params", {}).items()))
+        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps, params=params)
     except (KeyError, TypeError) as error:
         raise _corrupt(record, f"the plan is missing a field: {error!r}") from None
     if not steps:
@@ -747,6 +760,13 @@ def _plan_from_data(value: Any, record: Record) -> ExecutionPlan:
         if step.initial_status != expected:
             raise _corrupt(record, f"plan step {step.key!r} must start {expected!r}")
     return plan
+
+
+def _retry_of(step: Mapping[str, Any]) -> dict[str, int]:
+    retry = step.get("retry")
+    if retry is None:
+        return {}
+    return {"max_attempts": retry["max_attempts"], "backoff_ms": retry["backoff_ms"]}
 
 
 def _topological_order(plan: ExecutionPlan, record: Record) -> tuple[str, ...]:

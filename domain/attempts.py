@@ -14,6 +14,7 @@ from domain.aggregate import RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now, sibling_id
 from domain.errors import InvalidInput
 from domain.ids import FRONTIER_MUTATION, TASK_ATTEMPT, TASK_ATTEMPT_EVENT, derive_id
+from domain.retries import waiting_retry
 from domain.transitions import (
     ATTEMPTS_EXHAUSTED,
     EXECUTORS,
@@ -34,7 +35,8 @@ def attempt_id_for(plan_digest: str, step_run_id: str, step_epoch: int) -> str:
 def decide_attempt_admission(
     aggregate: RunAggregate, now_ms: int, executor: str = "local_process"
 ) -> Decision:
-    """Claim one Attempt for every ready StepRun that has no active Attempt."""
+    """Claim one Attempt for every ready StepRun that has no active Attempt and is
+    not waiting for its retry (`retry_at_ms` after `now_ms`)."""
     check_now(now_ms)
     if executor not in EXECUTORS:
         raise InvalidInput(
@@ -48,7 +50,7 @@ def decide_attempt_admission(
     attempts = aggregate.attempts
     run_total = len(attempts)
     for key, step in aggregate.steps.items():
-        if step.status != STEP_READY:
+        if step.status != STEP_READY or waiting_retry(step, now_ms):
             continue
         if any(
             attempts[a].is_active or attempts[a].step_epoch == step.epoch for a in step.attempt_ids

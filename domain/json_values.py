@@ -6,7 +6,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from domain.errors import InvalidInput
+
+MAX_OUTPUT_BYTES = 64 * 1024  # a step's output, encoded as JSON
 
 
 def check_finite(value: Any, field: str) -> None:
@@ -26,3 +30,20 @@ def check_finite(value: Any, field: str) -> None:
             pending.extend((f"{path}.{key}", inner) for key, inner in item.items())
         elif isinstance(item, (list, tuple)):
             pending.extend((f"{path}[{index}]", inner) for index, inner in enumerate(item))
+
+
+def check_output_size(value: Any, field: str) -> None:
+    """Refuse a value whose JSON encoding passes MAX_OUTPUT_BYTES (InvalidInput, rule
+    "output_size"), or that JSON cannot encode at all (rule "json")."""
+    if value is None:
+        return
+    try:
+        size = len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError) as error:
+        raise InvalidInput(field, "json", f"{field} is not JSON: {error}") from None
+    if size > MAX_OUTPUT_BYTES:
+        raise InvalidInput(
+            field,
+            "output_size",
+            f"{field} is {size} bytes as JSON; at most {MAX_OUTPUT_BYTES} (64 KiB)",
+        )

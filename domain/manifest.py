@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.canonical import MAX_SAFE_INTEGER, is_digest
-from domain.errors import PlanError
+from domain.errors import InvalidInput, PlanError
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.manifest_checks import (
     IDENTIFIER_RULE,
@@ -40,6 +40,9 @@ from domain.manifest_checks import (
     table_at,
     text_at,
 )
+from domain.manifest_v2 import params_at, retry_at
+from domain.params import ParamDefinition, bind_params
+from domain.retry import RetryPolicy
 from domain.revision import MaterializedRevision, materialize_revision
 from domain.schedule_spec import ScheduleSpec, validate_schedules
 from domain.tasks import define_task
@@ -53,8 +56,8 @@ DICT_SOURCE = "<manifest dict>"
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
 TASK_KEYS = ("command", "env", "files", "enabled")
-WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules")
-STEP_KEYS = ("key", "task", "needs")
+WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params")
+STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
 
@@ -88,6 +91,7 @@ class StepSpec:
     key: str
     task: str
     needs: tuple[str, ...]
+    retry: RetryPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,7 @@ class WorkflowSpec:
     timeout_ms: int | None
     enabled: bool
     schedules: tuple[ScheduleSpec, ...] = ()
+    params: tuple[ParamDefinition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +207,15 @@ def revision_from_manifest(
         WorkflowDefinition(
             key=workflow.key,
             steps=tuple(
-                WorkflowStepDefinition(key=step.key, task=step.task, needs=step.needs)
+                WorkflowStepDefinition(
+                    key=step.key, task=step.task, needs=step.needs, retry=step.retry
+                )
                 for step in workflow.steps
             ),
             timeout_ms=workflow.timeout_ms,
             enabled=workflow.enabled,
             schedules=workflow.schedules,
+            params=workflow.params,
         )
         for workflow in manifest.workflows
     ]
@@ -364,20 +372,34 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
             source, table, "timeout_ms", f"must be a positive integer, not {describe(timeout)}"
         )
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
+    params = params_at(source, table, raw["params"]) if "params" in raw else ()
     schedules = validate_schedules(raw.get("schedules", []), source, table, "schedules")
-    _check_schedule_params(source, table, schedules)
+    _check_schedule_params(source, table, schedules, params)
     return WorkflowSpec(
-        key=key, steps=tuple(steps), timeout_ms=timeout, enabled=enabled, schedules=schedules
+        key=key,
+        steps=tuple(steps),
+        timeout_ms=timeout,
+        enabled=enabled,
+        schedules=schedules,
+        params=params,
     )
 
 
-def _check_schedule_params(source: str, table: str, schedules: tuple[ScheduleSpec, ...]) -> None:
-    """The hook for a Workflow's parameter declarations: a schedule's `params` must
-    bind them as a start's would. Workflows declare no parameters yet, so a schedule's
-    params are only checked as values (`domain.schedule_spec`) and stored; once they
-    do, refuse here an unknown name, a missing required one or a wrong type, naming
-    `schedules[i].params.<name>`."""
-    del source, table, schedules
+def _check_schedule_params(
+    source: str,
+    table: str,
+    schedules: tuple[ScheduleSpec, ...],
+    declared: tuple[ParamDefinition, ...],
+) -> None:
+    """A schedule's `params` must bind the Workflow's declarations as a start's would:
+    an unknown name, a missing required one or a wrong type is refused at publish,
+    naming `schedules[i].params.<name>`."""
+    for index, schedule in enumerate(schedules):
+        try:
+            bind_params(declared, schedule.params_dict())
+        except InvalidInput as error:
+            key = f"schedules[{index}].{error.field}"
+            raise manifest_error(source, table, key, str(error)) from None
 
 
 def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ...]) -> StepSpec:
@@ -413,7 +435,8 @@ def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ..
         text_at(source, table, f"{where}.needs[{position}]", need)
     if len(set(needs)) != len(needs):
         raise manifest_error(source, table, f"{where}.needs", "names a step twice")
-    return StepSpec(key=key, task=task, needs=tuple(sorted(needs)))
+    retry = retry_at(source, table, where, raw["retry"]) if "retry" in raw else None
+    return StepSpec(key=key, task=task, needs=tuple(sorted(needs)), retry=retry)
 
 
 def _check_graph(source: str, table: str, steps: list[StepSpec], indexes: dict[str, int]) -> None:

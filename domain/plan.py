@@ -28,8 +28,24 @@ from domain.fields import (
     refuse_type,
 )
 from domain.ids import STEP_RUN_ID, derive_id
+from domain.params import bind_params
+from domain.plan_binding import check_binding, check_revision_integrity, check_step_run_ids
+from domain.plan_v2 import (
+    PLAN_SCHEMA_V1,
+    PLAN_SCHEMA_V2,
+    V2_PLAN_FIELDS,
+    V2_STEP_FIELDS,
+    Params,
+    check_schema,
+    check_uses_v2,
+    normalize_params,
+    normalize_retry,
+    refuse_v2_fields,
+    retry_field,
+    schema_for,
+)
 from domain.publication import PublicationRef, check_publication
-from domain.revision import MaterializedRevision, revision_digest, revision_id_for
+from domain.revision import MaterializedRevision
 from domain.start_guard import task_disabled, workflow_disabled
 from domain.transitions import STEP_PENDING, STEP_READY
 from domain.workflows import (
@@ -39,7 +55,7 @@ from domain.workflows import (
     workflow_semantic_digest,
 )
 
-PLAN_SCHEMA = "qinglong/plugin-package-workflow-execution-plan@v1"
+PLAN_SCHEMA = PLAN_SCHEMA_V1
 MAX_STEPS = MAX_WORKFLOW_STEPS
 MAX_PLAN_BYTES = 256 * 1024
 
@@ -55,6 +71,8 @@ class PlanStep:
     source_digest: str
     needs: tuple[str, ...]
     initial_status: str
+    max_attempts: int = 1  # plan v2: the retry policy (1: no retry)
+    backoff_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +95,16 @@ class ExecutionPlan:
     timeout_ms: int | None
     steps: tuple[PlanStep, ...]
     plan_digest: str
+    params: Params = ()  # plan v2: bound parameter values, sorted by name
+
+    @property
+    def is_v2(self) -> bool:
+        return self.schema == PLAN_SCHEMA_V2
+
+    @property
+    def param_values(self) -> dict[str, str | int | bool]:
+        """The bound parameter values as a dict (empty for a v1 plan)."""
+        return dict(self.params)
 
     def step(self, key: str) -> PlanStep:
         for step in self.steps:
@@ -111,12 +139,14 @@ def build_plan(
     run_id: str,
     step_run_ids: Mapping[str, str],
     timeout_ms: int | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> ExecutionPlan:
     """Plan one Run of `workflow_key` from `publication` and the revision it names.
 
     `step_run_ids` maps every Step key to its StepRun id (see `step_run_ids_for`).
-    `timeout_ms` overrides the Workflow's own timeout. Raises PlanError naming the
-    first rule the inputs break.
+    `timeout_ms` overrides the Workflow's own timeout. `params` are the start's
+    parameter values (InvalidInput for an unknown name, a wrong type or a missing
+    required one). Raises PlanError naming the first rule the inputs break.
     """
     if not isinstance(publication, PublicationRef):
         refuse_type(publication, "publication", "a PublicationRef")
@@ -128,8 +158,8 @@ def build_plan(
         check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
 
     check_publication(publication)
-    _check_revision_integrity(revision)
-    _check_binding(publication, revision)
+    check_revision_integrity(revision)
+    check_binding(publication, revision)
 
     workflow = revision.workflow(workflow_key)
     refusal = workflow_disabled(workflow_key, workflow)
@@ -147,7 +177,8 @@ def build_plan(
             f"publication's digest of Workflow {workflow_key!r} is {published!r}, "
             f"the revision gives {workflow_digest!r}",
         )
-    ids = _check_step_run_ids(step_run_ids, [step.key for step in workflow.steps])
+    ids = check_step_run_ids(step_run_ids, [step.key for step in workflow.steps])
+    bound = tuple(sorted(bind_params(workflow.params, params).items()))
 
     steps = tuple(
         PlanStep(
@@ -158,11 +189,15 @@ def build_plan(
             source_digest=revision.tasks[step.task].source_digest,
             needs=tuple(sorted(step.needs)),
             initial_status=STEP_PENDING if step.needs else STEP_READY,
+            max_attempts=step.retry.max_attempts if step.retry else 1,
+            # a step that never retries has no backoff (so v1 and v2 read back equal)
+            backoff_ms=step.retry.backoff_ms if step.retry and step.retry.retries else 0,
         )
         for step in sorted(workflow.steps, key=lambda step: step.key)
     )
-    document = {
-        "schema": PLAN_SCHEMA,
+    schema = schema_for(bound, (step.max_attempts for step in steps))
+    document: dict[str, Any] = {
+        "schema": schema,
         "project": revision.project,
         "package": revision.package,
         "installation": revision.installation,
@@ -176,65 +211,18 @@ def build_plan(
         "workflow_digest": workflow_digest,
         "run_id": run_id,
         "timeout_ms": timeout_ms if timeout_ms is not None else workflow.timeout_ms,
-        "steps": [_step_document(step) for step in steps],
+        "steps": [_step_document(step, schema) for step in steps],
     }
+    if schema == PLAN_SCHEMA_V2:
+        document["params"] = dict(bound)
     return _seal(document, steps)
-
-
-def _check_revision_integrity(revision: MaterializedRevision) -> None:
-    computed = revision_digest(revision)
-    if revision.revision_digest != computed:
-        raise PlanError(
-            "revision_digest",
-            f"revision states digest {revision.revision_digest}, its content gives {computed}",
-        )
-    if revision.revision_id != revision_id_for(computed):
-        raise PlanError(
-            "revision_id", f"revision id {revision.revision_id!r} does not match its digest"
-        )
-
-
-_BINDING_FIELDS = (
-    "project", "package", "installation", "lock_digest", "generation",
-    "revision_id", "revision_digest",
-)  # fmt: skip
-
-
-def _check_binding(publication: PublicationRef, revision: MaterializedRevision) -> None:
-    for field in _BINDING_FIELDS:
-        published, materialized = getattr(publication, field), getattr(revision, field)
-        if published != materialized:
-            raise PlanError(
-                f"{field}_drift",
-                f"publication has {field} {published!r} but the revision has {materialized!r}",
-            )
-
-
-def _check_step_run_ids(step_run_ids: object, step_keys: list[str]) -> dict[str, str]:
-    ids = check_mapping(step_run_ids, "step_run_ids")
-    missing = sorted(set(step_keys) - ids.keys())
-    if missing:
-        raise PlanError("step_run_id_missing", f"no StepRun id for Step(s) {', '.join(missing)}")
-    extra = sorted(ids.keys() - set(step_keys))
-    if extra:
-        raise PlanError("step_run_id_extra", f"StepRun ids for unknown Step(s) {', '.join(extra)}")
-    owners: dict[str, str] = {}
-    for key in sorted(ids):
-        step_run_id = check_id(ids[key], "step_run_id", f"StepRun id of Step {key!r}")
-        if step_run_id in owners:
-            raise PlanError(
-                "step_run_id_duplicate",
-                f"Steps {owners[step_run_id]!r} and {key!r} share StepRun id {step_run_id!r}",
-            )
-        owners[step_run_id] = key
-    return dict(ids)
 
 
 # --- encoding -------------------------------------------------------------------------
 
 
-def _step_document(step: PlanStep) -> dict[str, Any]:
-    return {
+def _step_document(step: PlanStep, schema: str) -> dict[str, Any]:
+    document: dict[str, Any] = {
         "key": step.key,
         "step_run_id": step.step_run_id,
         "task_id": step.task_id,
@@ -243,11 +231,14 @@ def _step_document(step: PlanStep) -> dict[str, Any]:
         "needs": list(step.needs),
         "initial_status": step.initial_status,
     }
+    if schema == PLAN_SCHEMA_V2:
+        document["retry"] = retry_field(step.max_attempts, step.backoff_ms)
+    return document
 
 
 def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
     """The plan as a JSON-able dict, `plan_digest` included; `normalize` reads it back."""
-    return {
+    document = {
         "schema": plan.schema,
         "project": plan.project,
         "package": plan.package,
@@ -262,27 +253,31 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         "workflow_digest": plan.workflow_digest,
         "run_id": plan.run_id,
         "timeout_ms": plan.timeout_ms,
-        "steps": [_step_document(step) for step in plan.steps],
+        "steps": [_step_document(step, plan.schema) for step in plan.steps],
         "plan_digest": plan.plan_digest,
     }
+    if plan.schema == PLAN_SCHEMA_V2:
+        document["params"] = dict(plan.params)
+    return document
 
 
 def plan_digest(plan_without_digest: Mapping[str, Any]) -> str:
-    """SHA-256 over the schema string, a NUL and the canonical JSON of the plan
+    """SHA-256 over the plan's schema string, a NUL and the canonical JSON of the plan
     without `plan_digest` (a `plan_digest` key, if present, is left out)."""
     document = {key: value for key, value in plan_without_digest.items() if key != "plan_digest"}
-    return domain_digest(PLAN_SCHEMA, document)
+    return domain_digest(check_schema(document.get("schema")), document)
 
 
 def _seal(document: dict[str, Any], steps: tuple[PlanStep, ...]) -> ExecutionPlan:
     encoded = canonical_bytes(document)
-    digest = digest_of_canonical(PLAN_SCHEMA, encoded)
+    digest = digest_of_canonical(document["schema"], encoded)
     # The stated digest adds one member, `,"plan_digest":"sha256:<64 hex>"`, to the encoding.
     size = len(encoded) + len(',"plan_digest":""') + len(digest)
     if size > MAX_PLAN_BYTES:
         raise PlanError("plan_size", f"encoded plan is {size} bytes; at most {MAX_PLAN_BYTES}")
-    fields = {key: value for key, value in document.items() if key != "steps"}
-    return ExecutionPlan(**fields, steps=steps, plan_digest=digest)
+    fields = {key: value for key, value in document.items() if key not in ("steps", "params")}
+    params = tuple(sorted(document.get("params", {}).items()))
+    return ExecutionPlan(**fields, steps=steps, plan_digest=digest, params=params)
 
 
 # --- normalizing ----------------------------------------------------------------------
@@ -308,16 +303,22 @@ def normalize(value: object) -> ExecutionPlan:
     if isinstance(value, ExecutionPlan):
         value = plan_to_dict(value)
     plan = check_mapping(value, "plan")
-    check_fields(plan, _PLAN_FIELDS, "plan", optional=("plan_digest",))
-    if plan["schema"] != PLAN_SCHEMA:
-        raise PlanError("schema", f"plan schema must be {PLAN_SCHEMA!r}, not {plan['schema']!r}")
+    if "schema" in plan:
+        check_schema(plan["schema"])
+    v2 = plan.get("schema") == PLAN_SCHEMA_V2
+    if not v2:
+        refuse_v2_fields(plan, V2_PLAN_FIELDS, "plan")
+    check_fields(
+        plan, (*_PLAN_FIELDS, *(V2_PLAN_FIELDS if v2 else ())), "plan", optional=("plan_digest",)
+    )
+    schema = check_schema(plan["schema"])
     package = check_name(plan["package"], "package", "package")
     generation = check_positive_int(plan["generation"], "generation", "generation")
     timeout_ms = plan["timeout_ms"]
     if timeout_ms is not None:
         check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
-    document = {
-        "schema": PLAN_SCHEMA,
+    document: dict[str, Any] = {
+        "schema": schema,
         "project": check_text(plan["project"], IDENTIFIER_PATTERN, "project", "project"),
         "package": package,
         "installation": check_text(
@@ -344,10 +345,14 @@ def normalize(value: object) -> ExecutionPlan:
     if len(raw_steps) > MAX_STEPS:
         raise PlanError("too_many_steps", f"plan has {len(raw_steps)} Steps; at most {MAX_STEPS}")
     steps = tuple(
-        _normalize_step(raw, index, package, generation) for index, raw in enumerate(raw_steps)
+        _normalize_step(raw, index, package, generation, v2) for index, raw in enumerate(raw_steps)
     )
     _check_plan_steps(steps)
-    document["steps"] = [_step_document(step) for step in steps]
+    document["steps"] = [_step_document(step, schema) for step in steps]
+    if v2:
+        params = normalize_params(plan["params"])
+        check_uses_v2(schema, params, (step.max_attempts for step in steps))
+        document["params"] = dict(params)
     normalized = _seal(document, steps)
     if "plan_digest" in plan:
         stated = plan["plan_digest"]
@@ -361,10 +366,12 @@ def normalize(value: object) -> ExecutionPlan:
     return normalized
 
 
-def _normalize_step(raw: object, index: int, package: str, generation: int) -> PlanStep:
+def _normalize_step(raw: object, index: int, package: str, generation: int, v2: bool) -> PlanStep:
     what = f"plan step {index}"
     step = check_mapping(raw, what)
-    check_fields(step, _STEP_FIELDS, what)
+    if not v2:
+        refuse_v2_fields(step, V2_STEP_FIELDS, what)
+    check_fields(step, (*_STEP_FIELDS, *(V2_STEP_FIELDS if v2 else ())), what)
     key = check_name(step["key"], "step_key", f"{what} key")
     what = f"plan step {key!r}"
     task_id = check_name(step["task_id"], "task_id", f"{what} task_id")
@@ -387,6 +394,7 @@ def _normalize_step(raw: object, index: int, package: str, generation: int) -> P
         raise PlanError(
             "initial_status", f"{what}: initial_status must be {expected_status!r}, not {status!r}"
         )
+    max_attempts, backoff_ms = normalize_retry(step["retry"], what) if v2 else (1, 0)
     return PlanStep(
         key=key,
         step_run_id=check_id(step["step_run_id"], "step_run_id", f"{what} step_run_id"),
@@ -395,6 +403,8 @@ def _normalize_step(raw: object, index: int, package: str, generation: int) -> P
         source_digest=check_digest(step["source_digest"], "source_digest", f"{what} source"),
         needs=needs,
         initial_status=expected_status,
+        max_attempts=max_attempts,
+        backoff_ms=backoff_ms,
     )
 
 

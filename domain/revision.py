@@ -31,9 +31,16 @@ from domain.fields import (
     refuse_type,
 )
 from domain.ids import REVISION_ID
+from domain.params import params_document, params_from_document
+from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec, ScheduleSpecError, validate_schedules
 from domain.tasks import TaskDefinition
-from domain.workflows import WorkflowDefinition, WorkflowStepDefinition, check_workflow
+from domain.workflows import (
+    WorkflowDefinition,
+    WorkflowStepDefinition,
+    check_workflow,
+    retry_document,
+)
 
 REVISION_SCHEMA = "qlflow/materialized-revision@v1"
 LOCK_DOMAIN = "qlflow/package-lock@v1"
@@ -140,17 +147,24 @@ def _task_document(task: TaskDefinition) -> dict[str, Any]:
 
 
 def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
+    # params and retry appear only where declared: content without them keeps its digests
     document: dict[str, Any] = {
         "enabled": workflow.enabled,
         "timeout_ms": workflow.timeout_ms,
-        "steps": [
-            {"key": step.key, "task": step.task, "needs": list(step.needs)}
-            for step in workflow.steps
-        ],
+        "steps": [_step_document(step) for step in workflow.steps],
     }
+    if workflow.params:
+        document["params"] = params_document(workflow.params)
     # only when there are some, so a revision without schedules keeps its digest
     if workflow.schedules:
         document["schedules"] = [schedule_document(spec) for spec in workflow.schedules]
+    return document
+
+
+def _step_document(step: WorkflowStepDefinition) -> dict[str, Any]:
+    document: dict[str, Any] = {"key": step.key, "task": step.task, "needs": list(step.needs)}
+    if step.retry is not None:
+        document["retry"] = retry_document(step.retry)
     return document
 
 
@@ -221,7 +235,7 @@ _REVISION_FIELDS = (
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
-_WORKFLOW_OPTIONAL_FIELDS = ("schedules",)
+_WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params")
 _STEP_FIELDS = ("key", "task", "needs")
 
 
@@ -271,8 +285,13 @@ def revision_from_json(value: object) -> MaterializedRevision:
         steps = []
         for raw_step in check_list(workflow["steps"], f"{what} steps"):
             step = check_mapping(raw_step, f"{what} step")
-            check_fields(step, _STEP_FIELDS, f"{what} step")
-            steps.append(WorkflowStepDefinition(step["key"], step["task"], step["needs"]))
+            check_fields(step, _STEP_FIELDS, f"{what} step", optional=("retry",))
+            retry = None
+            if "retry" in step:
+                policy = check_mapping(step["retry"], f"{what} step retry")
+                check_fields(policy, ("max_attempts", "backoff_ms"), f"{what} step retry")
+                retry = RetryPolicy(policy["max_attempts"], policy["backoff_ms"])
+            steps.append(WorkflowStepDefinition(step["key"], step["task"], step["needs"], retry))
         workflows.append(
             WorkflowDefinition(
                 key=key,
@@ -280,6 +299,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 timeout_ms=workflow["timeout_ms"],
                 enabled=workflow["enabled"],
                 schedules=_schedules_from_json(workflow.get("schedules", []), what),
+                params=params_from_document(workflow.get("params", {}), what),
             )
         )
     revision = materialize_revision(

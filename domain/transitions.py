@@ -83,8 +83,15 @@ WORKFLOW_CANCELLED = "workflow_cancelled"
 WORKFLOW_TIMED_OUT = "workflow_timed_out"
 
 
-def step_change_allowed(from_status: str, to_status: str) -> bool:
-    """True when SPEC §5 allows a StepRun to go from `from_status` to `to_status`."""
+# Under a plan v2 retry policy a reported failure sends the StepRun back to ready.
+RETRY_CHANGE = (STEP_RUNNING, STEP_READY)
+
+
+def step_change_allowed(from_status: str, to_status: str, *, retry: bool = False) -> bool:
+    """True when a StepRun may go from `from_status` to `to_status`; `retry` allows
+    running -> ready (a reported failure with attempts left, docs/DESIGN.md)."""
+    if retry and (from_status, to_status) == RETRY_CHANGE:
+        return True
     return to_status in STEP_TRANSITIONS.get(from_status, ())
 
 

@@ -23,8 +23,9 @@ from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_i
 from domain.decision import Decision, DecisionBuilder, LeaseGrant, check_now
 from domain.errors import FenceError, InvalidInput, NotFound
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
-from domain.json_values import check_finite
+from domain.json_values import check_finite, check_output_size
 from domain.lease_terms import lease_expiry
+from domain.retries import retry_after_failure
 from domain.transitions import (
     ATTEMPT_CLAIMED,
     ATTEMPT_RUNNING,
@@ -257,6 +258,7 @@ def complete(
     if output is not None and not isinstance(output, Mapping):
         raise InvalidInput("output", "object", "output must be a JSON object (a mapping) or None")
     check_finite(output, "output")
+    check_output_size(output, "output")
     attempt = _attempt(aggregate, attempt_id)
     lease = attempt.lease
     if (
@@ -292,6 +294,8 @@ def complete(
         status, code = "succeeded", None
     else:
         status, code = "failed", result_code or EXECUTION_FAILED
+    # a reported failure with attempts left goes back to ready (plan v2 retry)
+    retry_at = retry_after_failure(aggregate, step.key, now_ms) if status == "failed" else None
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     completed_id = derive_id(WORKER_EVENT, attempt_id, "completed", lease_id)
     builder.event(
@@ -306,13 +310,22 @@ def complete(
         },
     )
     builder.settled_attempts += 1
-    builder.change_step(
-        step.key,
-        status,
-        _step_ids(step.step_run_id, step.epoch, status),
-        result_code=code,
-        attempt_id=attempt_id,
-    )
+    if retry_at is not None:
+        builder.change_step(
+            step.key,
+            STEP_READY,
+            _step_ids(step.step_run_id, step.epoch, STEP_READY),
+            attempt_id=attempt_id,
+            retry_at_ms=retry_at,
+        )
+    else:
+        builder.change_step(
+            step.key,
+            status,
+            _step_ids(step.step_run_id, step.epoch, status),
+            result_code=code,
+            attempt_id=attempt_id,
+        )
     builder.lease_event(
         attempt_id,
         "lease.completed",

@@ -16,6 +16,8 @@ from domain.canonical import domain_digest
 from domain.errors import PlanError
 from domain.fields import check_bool, check_list, check_name, check_positive_int, refuse_type
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.params import ParamDefinition, params_document
+from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec
 from domain.tasks import TaskDefinition
 
@@ -25,11 +27,13 @@ WORKFLOW_DOMAIN = "qlflow/workflow-semantic@v1"
 
 @dataclass(frozen=True, slots=True)
 class WorkflowStepDefinition:
-    """A Step of a Workflow: runs `task` after every Step in `needs` succeeded."""
+    """A Step of a Workflow: runs `task` after every Step in `needs` succeeded;
+    `retry` (None: not declared) says how often a reported failure is retried."""
 
     key: str
     task: str
     needs: tuple[str, ...] = ()
+    retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         check_name(self.key, "step_key", "Step key")
@@ -38,18 +42,22 @@ class WorkflowStepDefinition:
         for need in needs:
             check_name(need, "step_key", f"Step {self.key!r} need")
         object.__setattr__(self, "needs", tuple(needs))
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            refuse_type(self.retry, f"Step {self.key!r} retry", "a RetryPolicy")
 
 
 @dataclass(frozen=True, slots=True)
 class WorkflowDefinition:
-    """A Workflow of a revision: a DAG of Steps, an optional aggregate timeout, and
-    the schedules that start it (docs/DESIGN.md, "Schedules")."""
+    """A Workflow of a revision: a DAG of Steps, an optional aggregate timeout, the
+    parameters a start gives (sorted by name) and the schedules that start it
+    (docs/DESIGN.md, "Schedules")."""
 
     key: str
     steps: tuple[WorkflowStepDefinition, ...]
     timeout_ms: int | None = None
     enabled: bool = True
     schedules: tuple[ScheduleSpec, ...] = ()
+    params: tuple[ParamDefinition, ...] = ()
 
     def __post_init__(self) -> None:
         check_name(self.key, "workflow_key", "Workflow key")
@@ -66,6 +74,11 @@ class WorkflowDefinition:
             if not isinstance(schedule, ScheduleSpec):
                 refuse_type(schedule, f"Workflow {self.key!r} schedule", "a ScheduleSpec")
         object.__setattr__(self, "schedules", tuple(schedules))
+        params = check_list(self.params, f"Workflow {self.key!r} params")
+        for param in params:
+            if not isinstance(param, ParamDefinition):
+                refuse_type(param, f"Workflow {self.key!r} param", "a ParamDefinition")
+        object.__setattr__(self, "params", tuple(sorted(params, key=lambda p: p.name)))
 
     @property
     def step_keys(self) -> tuple[str, ...]:
@@ -98,19 +111,34 @@ def workflow_semantic_digest(
 ) -> str:
     """Digest of what a Workflow does: its key, timeout, Steps (key, Task, sorted
     needs) and the source digest of each Task it uses (null for a missing Task).
-    Step order and the enabled flag do not change it."""
-    steps = [
-        {
+    Step order and the enabled flag do not change it. Parameters and retry
+    policies count only where declared, so a Workflow without them keeps its v1
+    digest."""
+    steps = []
+    for step in workflow.steps:
+        entry: dict[str, object] = {
             "key": step.key,
             "task": step.task,
             "needs": sorted(step.needs),
             "source_digest": tasks[step.task].source_digest if step.task in tasks else None,
         }
-        for step in workflow.steps
-    ]
+        if step.retry is not None:
+            entry["retry"] = retry_document(step.retry)
+        steps.append(entry)
     steps.sort(key=lambda step: (step["key"], orjson.dumps(step, option=orjson.OPT_SORT_KEYS)))
-    document = {"key": workflow.key, "timeout_ms": workflow.timeout_ms, "steps": steps}
+    document: dict[str, object] = {
+        "key": workflow.key,
+        "timeout_ms": workflow.timeout_ms,
+        "steps": steps,
+    }
+    if workflow.params:
+        document["params"] = params_document(workflow.params)
     return domain_digest(WORKFLOW_DOMAIN, document)
+
+
+def retry_document(policy: RetryPolicy) -> dict[str, int]:
+    """A retry policy as JSON."""
+    return {"max_attempts": policy.max_attempts, "backoff_ms": policy.backoff_ms}
 
 
 def check_step_graph(steps: Sequence[tuple[str, Sequence[str]]], what: str) -> None:

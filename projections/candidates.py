@@ -55,11 +55,22 @@ def _progress(flag: str):
     return query
 
 
+def _admission(now_ms: int):
+    # a Run whose only admissible StepRuns wait for a retry is left out until then
+    return (
+        """SELECT run_id FROM runs WHERE status = 'running' AND needs_admission = 1
+              AND cancel_requested_at_ms IS NULL
+              AND (deadline_ms IS NULL OR deadline_ms > ?)
+              AND (admission_at_ms IS NULL OR admission_at_ms <= ?)""",
+        (now_ms, now_ms),
+    )
+
+
 _QUERIES = {
     "recovery": _recovery,
     "cancellation": _cancellation,
     "frontier": _progress("needs_frontier"),
-    "admission": _progress("needs_admission"),
+    "admission": _admission,
 }
 
 

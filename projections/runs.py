@@ -30,6 +30,7 @@ import orjson
 
 from domain.errors import CorruptionError
 from domain.records import Record
+from domain.retries import next_admission_at_ms
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.runs"
@@ -131,6 +132,21 @@ _SEARCH_INDEXES = [
     "CREATE INDEX runs_workflow_newest ON runs (workflow_key, admitted_at_ms DESC, run_id)",
 ]
 MIGRATIONS.append({"sqlite": _SEARCH_INDEXES, "postgresql": _SEARCH_INDEXES})
+# Step 3 (plan v2): a Run's bound parameters (JSON, NULL for a v1 plan); a StepRun's
+# retry policy and the instant its retry may start; `admission_at_ms`, the earliest
+# instant a Run flagged for admission has a StepRun it may admit (NULL: now).
+_PLAN_V2_COLUMNS = [
+    "ALTER TABLE runs ADD COLUMN params TEXT",
+    "ALTER TABLE runs ADD COLUMN admission_at_ms INTEGER",
+    "ALTER TABLE step_runs ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE step_runs ADD COLUMN retry_at_ms INTEGER",
+]
+MIGRATIONS.append(
+    {
+        "sqlite": _PLAN_V2_COLUMNS,
+        "postgresql": [stmt.replace("INTEGER", "BIGINT") for stmt in _PLAN_V2_COLUMNS],
+    }
+)
 
 
 TABLES = {
@@ -185,14 +201,15 @@ RUNS = _Table(
         "status", "version", "steps_version", "step_count", "open_steps", "admitted_at_ms",
         "timeout_ms", "deadline_ms", "cancel_requested_at_ms", "cancel_reason", "result_code",
         "error_code", "terminal_at_ms", "needs_frontier", "needs_admission",
-        "needs_cancellation",
+        "needs_cancellation", "params", "admission_at_ms",
     ),
 )  # fmt: skip
 STEP_RUNS = _Table(
     "step_runs",
     (
         "run_id", "step_key", "step_run_id", "task_ref", "needs", "status", "epoch",
-        "result_code", "live_attempt_id", "attempt_count", "updated_at_ms",
+        "result_code", "live_attempt_id", "attempt_count", "updated_at_ms", "max_attempts",
+        "retry_at_ms",
     ),
 )  # fmt: skip
 ATTEMPTS = _Table(
@@ -394,6 +411,8 @@ def _admit(rows: _Rows, run_id: str, record: Record) -> None:
             "needs_frontier": 0,
             "needs_admission": 0,
             "needs_cancellation": 0,
+            "params": _json(plan["params"]) if "params" in plan else None,
+            "admission_at_ms": None,
         },
     )
     for step in steps:
@@ -413,6 +432,8 @@ def _admit(rows: _Rows, run_id: str, record: Record) -> None:
                 "live_attempt_id": None,
                 "attempt_count": 0,
                 "updated_at_ms": admitted,
+                "max_attempts": step["retry"]["max_attempts"] if "retry" in step else 1,
+                "retry_at_ms": None,
             },
         )
 
@@ -431,6 +452,7 @@ def _move_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> Non
         epoch=data["epoch"],
         result_code=data.get("result_code"),
         updated_at_ms=record.metadata.get("at_ms"),
+        retry_at_ms=data.get("retry_at_ms"),
     )
     if run is not None and to in TERMINAL_STEP and data["from"] not in TERMINAL_STEP:
         run["open_steps"] -= 1
@@ -551,13 +573,24 @@ def _refresh_candidate_flags(rows: _Rows, run_id: str) -> None:
     if run is None:
         return
     if run["status"] != "running":
-        run.update(needs_frontier=0, needs_admission=0, needs_cancellation=0)
+        run.update(needs_frontier=0, needs_admission=0, needs_cancellation=0, admission_at_ms=None)
         return
     frontier, admission, cancellation = _phases_with_work(rows, run_id, run["open_steps"])
     run.update(
         needs_frontier=int(frontier),
         needs_admission=int(admission),
         needs_cancellation=int(cancellation and run["cancel_requested_at_ms"] is not None),
+        admission_at_ms=_admission_at_ms(rows, run_id) if admission else None,
+    )
+
+
+def _admission_at_ms(rows: _Rows, run_id: str) -> int | None:
+    """When the first ready StepRun without an Attempt may get one (None: now); a
+    StepRun waiting for its retry waits until its `retry_at_ms` (domain.retries)."""
+    return next_admission_at_ms(
+        step["retry_at_ms"]
+        for step in rows.steps.get(run_id, {}).values()
+        if step["status"] == "ready" and step["live_attempt_id"] is None
     )
 
 

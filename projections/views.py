@@ -42,7 +42,9 @@ class AttemptView:
 @dataclass(frozen=True, slots=True)
 class StepView:
     """One step of a Run: its StepRun's status, result code and epoch (bumped by every
-    change), what it needs, and its Attempts in claim order."""
+    change), what it needs, and its Attempts in claim order. `output` is the
+    succeeded Attempt's output; `retry_at_ms` is set while the step waits for a
+    retry (plan v2), of at most `max_attempts` Attempts a worker reports failed."""
 
     step_key: str
     step_run_id: str
@@ -52,6 +54,21 @@ class StepView:
     result_code: str | None
     epoch: int
     attempts: list[AttemptView] = field(default_factory=list)
+    max_attempts: int = 1
+    retry_at_ms: int | None = None
+
+    @property
+    def output(self) -> dict[str, Any] | None:
+        """The output of the step's succeeded Attempt, or None."""
+        for attempt in self.attempts:
+            if attempt.status == "succeeded":
+                return attempt.output
+        return None
+
+    @property
+    def failed_attempts(self) -> int:
+        """Attempts a worker reported failed (lost ones are not counted)."""
+        return sum(1 for attempt in self.attempts if attempt.status == "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +94,7 @@ class RunView:
     terminal_at_ms: int | None
     step_count: int = 0
     open_steps: int = 0  # steps not terminal yet
+    params: dict[str, Any] = field(default_factory=dict)  # bound by a plan v2
     steps: dict[str, StepView] = field(default_factory=dict)
 
     @property
@@ -88,8 +106,14 @@ class RunView:
 _RUN_COLUMNS = (
     "run_id, package, workflow_key, publication_id, plan_digest, admission_key, status, "
     "version, admitted_at_ms, deadline_ms, cancel_requested_at_ms, cancel_reason, "
-    "result_code, error_code, terminal_at_ms, step_count, open_steps"
+    "result_code, error_code, terminal_at_ms, step_count, open_steps, params"
 )
+
+
+def _run_view(row: tuple[Any, ...]) -> RunView:
+    *values, params = row
+    return replace(RunView(*values), params=orjson.loads(params) if params else {})
+
 
 _ATTEMPT_COLUMNS = tuple(f.name for f in fields(AttemptView))  # the attempts table's names
 
@@ -110,9 +134,20 @@ def get_run(store: EventStore, run_id: str) -> RunView:
             columns["output"] = orjson.loads(columns["output"])
         attempts.setdefault(step_key, []).append(AttemptView(**columns))
     steps = {}
-    for key, step_run_id, task_ref, needs, status, result_code, epoch in store.query(
-        """SELECT step_key, step_run_id, task_ref, needs, status, result_code, epoch
-           FROM step_runs WHERE run_id = ? ORDER BY step_key""",
+    for (
+        key,
+        step_run_id,
+        task_ref,
+        needs,
+        status,
+        result_code,
+        epoch,
+        limit,
+        retry_at,
+    ) in store.query(
+        """SELECT step_key, step_run_id, task_ref, needs, status, result_code, epoch,
+                      max_attempts, retry_at_ms
+               FROM step_runs WHERE run_id = ? ORDER BY step_key""",
         (run_id,),
     ):
         steps[key] = StepView(
@@ -124,8 +159,10 @@ def get_run(store: EventStore, run_id: str) -> RunView:
             result_code,
             epoch,
             attempts.get(key, []),
+            max_attempts=limit,
+            retry_at_ms=retry_at if status == "ready" else None,
         )
-    return replace(RunView(*rows[0]), steps=steps)
+    return replace(_run_view(rows[0]), steps=steps)
 
 
 def list_runs(
@@ -141,7 +178,7 @@ def list_runs(
     rows = run_search.list_runs(
         store, _RUN_COLUMNS, run_filter or RunFilter(), before=before, after=after, limit=limit
     )
-    return [RunView(*row) for row in rows]
+    return [_run_view(row) for row in rows]
 
 
 def cursor_of(run: RunView) -> RunCursor:
@@ -256,6 +293,8 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
             result_code=step.result_code,
             epoch=step.epoch,
             attempts=attempts,
+            max_attempts=plan.step(key).max_attempts,
+            retry_at_ms=step.retry_at_ms if step.status == "ready" else None,
         )
     return RunView(
         run_id=run.run_id,
@@ -275,5 +314,6 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
         terminal_at_ms=None,
         step_count=len(steps),
         open_steps=sum(1 for step in steps.values() if step.status not in STEP_TERMINAL),
+        params=plan.param_values,
         steps=steps,
     )

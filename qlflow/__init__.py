@@ -34,6 +34,7 @@ from projections.rebuild import RebuildSummary
 from projections.run_search import RunCursor
 from projections.schedule_views import ScheduleView
 from projections.step_logs import LogAttempt, LogChunk
+from projections.task_io import TaskDefinitionView, TaskInputs
 from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
@@ -41,6 +42,8 @@ from qlflow.async_runtime import AsyncRuntime
 from qlflow.runtime import Lease, Profile, Runtime
 
 __all__ = [
+    "TaskDefinitionView",
+    "TaskInputs",
     "AdmissionReceipt",
     "AsyncRuntime",
     "AttemptBlock",

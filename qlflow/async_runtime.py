@@ -22,6 +22,7 @@ from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
 from projections.schedule_views import ScheduleView
 from projections.step_logs import LAST_LINES, LogAttempt, LogChunk
+from projections.task_io import TaskDefinitionView, TaskInputs
 from projections.verify import VerifyReport
 from projections.views import RunView
 from qlflow.runtime import Lease, Runtime
@@ -66,9 +67,13 @@ class AsyncRuntime:
         admission_key: str | None = None,
         run_id: str | None = None,
         timeout_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
-        """Admit a Workflow Run durably; an exact replay returns status "existing"."""
+        """Admit a Workflow Run durably; an exact replay returns status "existing".
+
+        `params` gives the Workflow's declared parameters (name -> str, int or
+        bool); defaults fill the rest and the plan binds them all."""
         return await asyncio.to_thread(
             self.runtime.start,
             package,
@@ -76,6 +81,7 @@ class AsyncRuntime:
             admission_key=admission_key,
             run_id=run_id,
             timeout_ms=timeout_ms,
+            params=params,
             now_ms=now_ms,
         )
 
@@ -161,6 +167,16 @@ class AsyncRuntime:
     async def get_run(self, run_id: str) -> RunView:
         """The Run with its steps and Attempts, from the read models."""
         return await asyncio.to_thread(self.runtime.get_run, run_id)
+
+    async def task_inputs(self, lease: Lease) -> TaskInputs:
+        """What the leased step is given: `{"params": {...}, "needs": {key: output or
+        None}}` (the Run's parameters, the succeeded output of each step it needs)."""
+        return await asyncio.to_thread(self.runtime.task_inputs, lease)
+
+    async def task_definition(self, lease: Lease) -> TaskDefinitionView:
+        """The leased Task's command, env, files and package folder, from the revision
+        the Run was admitted with."""
+        return await asyncio.to_thread(self.runtime.task_definition, lease)
 
     async def runs(
         self,

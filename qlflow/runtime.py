@@ -21,7 +21,7 @@ from domain.errors import InvalidInput
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
-from projections import audit, rebuild, registry, verify, views
+from projections import audit, rebuild, registry, task_io, verify, views
 from projections.audit import TimelineEntry, WhyReport
 from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
@@ -185,9 +185,13 @@ class Runtime(Inspection, Scheduling):
         admission_key: str | None = None,
         run_id: str | None = None,
         timeout_ms: int | None = None,
+        params: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
-        """Admit a Workflow Run durably; an exact replay returns status "existing"."""
+        """Admit a Workflow Run durably; an exact replay returns status "existing".
+
+        `params` gives the Workflow's declared parameters (name -> str, int or
+        bool); defaults fill the rest and the plan binds them all."""
         package, workflow = text("package", package), text("workflow", workflow)
         if timeout_ms is not None:
             positive("timeout_ms", timeout_ms)
@@ -198,6 +202,7 @@ class Runtime(Inspection, Scheduling):
             admission_key=admission_key,
             run_id=run_id,
             timeout_ms=timeout_ms,
+            params=params,
             now_ms=_now(now_ms),
         )
 
@@ -292,6 +297,18 @@ class Runtime(Inspection, Scheduling):
     def get_run(self, run_id: str) -> views.RunView:
         """The Run with its steps and Attempts, from the read models."""
         return views.get_run(self.store, text("run_id", run_id))
+
+    def task_inputs(self, lease: Lease) -> task_io.TaskInputs:
+        """What the leased step is given: `{"params": {...}, "needs": {key: output or
+        None}}` (the Run's parameters, the succeeded output of each step it needs)."""
+        lease = lease_of(lease)
+        return task_io.task_inputs(self.store, lease.run_id, lease.step_key)
+
+    def task_definition(self, lease: Lease) -> task_io.TaskDefinitionView:
+        """The leased Task's command, env, files and package folder, from the revision
+        the Run was admitted with."""
+        lease = lease_of(lease)
+        return task_io.task_definition(self.store, lease.run_id, lease.task_ref)
 
     def runs(
         self,

@@ -28,6 +28,12 @@ def failures(
     never ran); each with the last `log_lines` lines of its Attempt's log."""
     found: list[StepFailure] = []
     with_attempt: set[str] = set()
+    retried = {  # attempt id -> the instant its step's retry may start
+        record.data["attempt_id"]: record.data["retry_at_ms"]
+        for record in log.run
+        if record.type == event_types.of(event_types.STEP, "ready") and "retry_at_ms" in record.data
+    }
+    reported: dict[str, int] = {}  # step key -> failures reported so far
     for record in log.run:
         family, end = event_types.family(record.type), event_types.name(record.type)
         data = record.data
@@ -37,6 +43,9 @@ def failures(
                 continue
             output: Mapping[str, Any] = data.get("output") or {}
             with_attempt.add(attempt.step_key)
+            if end == "failed":
+                reported[attempt.step_key] = reported.get(attempt.step_key, 0) + 1
+            retry_at = retried.get(attempt.attempt_id)
             found.append(
                 StepFailure(
                     step_key=attempt.step_key,
@@ -50,6 +59,9 @@ def failures(
                     or (attempt.lease.worker_id if attempt.lease else None),
                     exit_code=_int(output.get("exit_code")),
                     signal=_text(output.get("signal")),
+                    retry=None if retry_at is None else reported[attempt.step_key] + 1,
+                    max_attempts=aggregate.plan.step(attempt.step_key).max_attempts,
+                    retry_at_ms=retry_at,
                 )
             )
         elif (

@@ -11,6 +11,7 @@ from domain import event_types
 from domain.aggregate import AttemptState, RunAggregate, StepRunState, effective_intent, fold
 from domain.decision import check_now
 from domain.frontier import aggregate_outcome
+from domain.retries import retry_number
 from domain.transitions import (
     ATTEMPT_CLAIMED,
     STEP_LOST,
@@ -122,6 +123,14 @@ def _step_wait(aggregate: RunAggregate, step: StepRunState, intent: Intent | Non
             next_step = f"it waits for {described} to succeed"
         else:
             next_step = "every need succeeded: the next cycle's frontier makes it ready"
+    elif step.status == STEP_READY and step.retry_at_ms is not None:
+        number, limit = retry_number(aggregate, step.key)
+        next_step = (
+            f"the next cycle's cancellation ends it as {ending_as} (it waits for no retry)"
+            if intent
+            else "the first cycle from then on claims its next Attempt"
+        )
+        return StepWait(step.key, step.status, (), next_step, number, limit, step.retry_at_ms)
     elif step.status in (STEP_READY, STEP_WAITING_APPROVAL):
         next_step = (
             f"the next cycle's cancellation ends it as {ending_as}"

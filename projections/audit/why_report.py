@@ -55,6 +55,15 @@ class StepWait:
     status: str
     waiting_on: tuple[str, ...]  # needs that have not succeeded (pending steps)
     next: str
+    retry: int | None = None  # a ready step waiting for its retry: the next Attempt's number
+    max_attempts: int | None = None  # ... of at most this many
+    retry_at_ms: int | None = None  # ... claimed at or after this instant
+
+    def retry_words(self, when: When = epoch) -> str:
+        """ "retry 2 of 3 at <time>", or "" when the step waits for no retry."""
+        if self.retry_at_ms is None:
+            return ""
+        return f"retry {self.retry} of {self.max_attempts} at {when(self.retry_at_ms)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,9 @@ class StepFailure:
     exit_code: int | None = None
     signal: str | None = None
     last_lines: tuple[str, ...] = ()
+    retry: int | None = None  # the failure was retried: the next Attempt's number,
+    max_attempts: int | None = None  # of at most this many,
+    retry_at_ms: int | None = None  # claimed at or after this instant
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +169,8 @@ class WhyReport:
                 f"without a live lease; {attempt_next(block, self.intent, when)}"
             )
         for wait in self.steps:
-            lines.append(f"step {wait.step_key!r} is {wait.status}; {wait.next}")
+            retry = f" (waiting: {wait.retry_words(when)})" if wait.retry_at_ms is not None else ""
+            lines.append(f"step {wait.step_key!r} is {wait.status}{retry}; {wait.next}")
         if self.next_cycle:
             lines.append(self.next_cycle)
         return [*lines, *failure_lines(self.failures, when, self.run_id)]
@@ -183,8 +196,14 @@ def failure_lines(
         )
         worker = f" on {failure.worker_id}" if failure.worker_id else ""
         said = f" ({', '.join(details)})" if details else ""
+        retried = (
+            f"; retry {failure.retry} of {failure.max_attempts} at {when(failure.retry_at_ms)}"
+            if failure.retry_at_ms is not None
+            else ""
+        )
         lines.append(
             f"step {failure.step_key!r} {how}{said} at {when(failure.at_ms)}{attempt}{worker}"
+            f"{retried}"
         )
         if failure.last_lines:
             lines.append(f"  last lines of its log (qlflow logs {run_id} {failure.step_key}):")

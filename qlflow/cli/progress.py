@@ -15,6 +15,7 @@ from rich.text import Text
 from projections.rebuild import Progress as ReplayProgress
 from projections.views import RunView
 from qlflow.cli.output import stderr_console
+from qlflow.cli.retry_words import waiting_retry
 from qlflow.cli.tables import code_text, status_text, steps_table
 from qlflow.cli.times import clock
 from qlflow.clock import wall_clock_ms
@@ -30,7 +31,7 @@ class RunProgress:
         self.enabled = enabled
         self.live_mode = enabled and console.is_terminal
         self._live: Live | None = None
-        self._seen: dict[str, tuple[str, int]] = {}
+        self._seen: dict[str, tuple[str, int, bool]] = {}
         self.notices: list[str] = []
         self._lock = threading.Lock()
 
@@ -74,17 +75,21 @@ class RunProgress:
                 title.append(f"  cancelling ({run.cancel_reason})", style="yellow")
             self._live.update(Group(title, steps_table(run, detail=False)), refresh=True)
             return
+        now_ms = wall_clock_ms()
         for step in run.steps.values():
             attempt = step.attempts[-1] if step.attempts else None
-            state = (step.status, attempt.attempt_number if attempt else 0)
+            retry = waiting_retry(step, now_ms)
+            state = (step.status, attempt.attempt_number if attempt else 0, bool(retry))
             if self._seen.get(step.step_key) != state:
                 self._seen[step.step_key] = state
                 said = [f"attempt {state[1]}"] if attempt else []
+                if retry and attempt is not None:
+                    said = [f"attempt {state[1]} {attempt.status}", retry]
                 if step.result_code:
                     said.append(code_text(step.result_code))
                 words = f" ({', '.join(said)})" if said else ""
                 status = step.status.replace("_", " ")
-                self.console.print(f"{clock(wall_clock_ms())}  {step.step_key}: {status}{words}")
+                self.console.print(f"{clock(now_ms)}  {step.step_key}: {status}{words}")
 
 
 @contextlib.contextmanager

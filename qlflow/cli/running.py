@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from domain.params import param_texts
 from domain.transitions import CANCEL_REASONS
 from domain.values import CREATED
 from qlflow.cli.app import RUN_AND_HOST, JsonOption, app, wants_json
@@ -23,6 +24,16 @@ from qlflow.cli.signals import SignalRelay
 from qlflow.cli.tables import cycle_document, cycle_table, receipt_table
 from qlflow.driver import DEFAULT_RUN_INTERVAL_MS, Driver
 from qlflow.executor import DEFAULT_KILL_AFTER_S, PublishedTasks
+
+ParamOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        "-p",
+        metavar="NAME=VALUE",
+        help="A Workflow parameter as name=value (repeatable); typed as the manifest declares.",
+    ),
+]
 
 
 @app.command(
@@ -42,13 +53,20 @@ def start(
     timeout_ms: Annotated[
         int | None, typer.Option(help="Aggregate timeout of the Run (ms).")
     ] = None,
+    param: ParamOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Admit a Workflow Run of the package's current publication (no host needed)."""
     at_least("--timeout-ms", timeout_ms)
+    params = param_texts(param or [])
     with opened(ctx) as rt:
         receipt = rt.start(
-            package, workflow, admission_key=admission_key, run_id=run_id, timeout_ms=timeout_ms
+            package,
+            workflow,
+            admission_key=admission_key,
+            run_id=run_id,
+            timeout_ms=timeout_ms,
+            params=params,
         )
     if wants_json(ctx, json_out):
         write_json(receipt)
@@ -93,6 +111,7 @@ def run(
         Path | None,
         typer.Option(help="Where step logs go (default: .qlflow-logs next to the database)."),
     ] = None,
+    param: ParamOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Publish, start and drive a Workflow until its Run is terminal, with live progress."""
@@ -101,6 +120,7 @@ def run(
     at_least("--timeout-ms", timeout_ms)
     check_ttl(ttl_ms)
     at_least("--kill-after-ms", kill_after_ms, 0)
+    params = param_texts(param or [])
     folder = package_folder(path)
     _check_workflow(folder, workflow)
     as_json = wants_json(ctx, json_out)
@@ -113,6 +133,7 @@ def run(
             admission_key=admission_key,
             run_id=run_id,
             timeout_ms=timeout_ms,
+            params=params,
         )
         if not as_json:
             console.print(

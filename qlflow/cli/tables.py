@@ -17,6 +17,7 @@ from domain.values import AdmissionReceipt, Publication
 from projections.rebuild import RebuildSummary
 from projections.views import AttemptView, RunView, StepView
 from qlflow.cli.output import jsonable
+from qlflow.cli.retry_words import attempt_cell, params_text
 from qlflow.cli.times import duration, when
 from qlflow.clock import wall_clock_ms
 
@@ -133,6 +134,8 @@ def run_header(run: RunView, now_ms: int) -> Table:
         ("version", f"{run.version} (see a past state with --at VERSION)"),
         ("admitted", when(run.admitted_at_ms, now_ms)),
     ]
+    if run.params:
+        rows.append(("params", params_text(run.params)))
     if run.deadline_ms is not None:
         rows.append(("deadline", when(run.deadline_ms, now_ms)))
     if run.cancel_requested_at_ms is not None:
@@ -166,7 +169,7 @@ def steps_table(run: RunView, now_ms: int | None = None, *, detail: bool = True)
         if detail:
             row.append(", ".join(step.needs) or "-")
         row.append(status_text(step.status))
-        row.append(f"#{attempt.attempt_number} {attempt.status}" if attempt else "-")
+        row.append(attempt_cell(step, attempt, now_ms))
         row.append(duration(_attempt_duration(attempt, now_ms)))
         row.append(_result(step, attempt))
         if detail:
@@ -231,8 +234,10 @@ def _attempt_duration(attempt: AttemptView | None, now_ms: int) -> int | None:
 
 def _result(step: StepView, attempt: AttemptView | None) -> str:
     parts = []
-    if step.result_code:
-        parts.append(code_text(step.result_code))
+    # a step waiting for its retry has no code of its own: its failed Attempt's says why
+    code = step.result_code or (attempt.result_code if attempt else None)
+    if code:
+        parts.append(code_text(code))
     output = (attempt.output or {}) if attempt else {}
     if output.get("signal"):
         parts.append(str(output["signal"]))  # "SIGTERM", not "exit -15"

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import FenceError, QlflowError
+from projections.task_io import TaskInputs
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
+from qlflow.executor.task_io import OUTPUT_INVALID, OutputInvalid, read_output, task_environment
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.runtime import Lease, Runtime
@@ -142,6 +144,7 @@ class LocalProcessExecutor:
         (0 -> succeeded, anything else -> failed)."""
         log_path = self._log_path(lease)
         command: TaskCommand | None = None
+        inputs: TaskInputs = {"params": {}, "needs": {}}
         problem, code = None, START_FAILED
         try:
             command = self._resolve(lease)
@@ -151,6 +154,13 @@ class LocalProcessExecutor:
             problem, code = str(error), error.result_code or START_FAILED
         except (QlflowError, OSError) as error:
             problem = str(error)
+        if command is not None:
+            try:
+                inputs = self._rt.task_inputs(lease)
+            except transient_errors():  # the store is away: leave the Attempt to its lease
+                return self._not_started(lease, log_path, "the store cannot be read right now")
+            except QlflowError as error:
+                command, problem = None, str(error)
         if self._closed:
             return self._not_started(lease, log_path, "the executor is shutting down")
         held = Held(lease)
@@ -173,7 +183,7 @@ class LocalProcessExecutor:
         if self._closing.is_set():  # past the barrier: recorded, never run
             return self._start_failed(held, log_path, "the host stopped", WORKER_SHUTDOWN)
         try:
-            process = self._spawn(held.lease, command, log_path)
+            process = self._spawn(held.lease, command, inputs, log_path)
         except OSError as error:
             reason = f"cannot start {command.argv[0]!r}: {error.strerror or error}"
             note_to_log(self._rt, held.lease.attempt_id, log_path, f"qlflow: {reason}")
@@ -194,7 +204,9 @@ class LocalProcessExecutor:
             with self._lock:
                 self._supervised.pop(lease.attempt_id, None)
 
-    def _spawn(self, lease: Lease, command: TaskCommand, log_path: Path) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, lease: Lease, command: TaskCommand, inputs: TaskInputs, log_path: Path
+    ) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update(command.env)
         env.update(
@@ -202,6 +214,7 @@ class LocalProcessExecutor:
             QLFLOW_STEP_KEY=lease.step_key,
             QLFLOW_ATTEMPT_ID=lease.attempt_id,
         )
+        env.update(task_environment(inputs, *_io_paths(log_path)))
         process = spawn(command.argv, command.cwd, env)
         log.info(
             "attempt %s (%s/%s): pid %d: %s",
@@ -300,7 +313,12 @@ class LocalProcessExecutor:
         # A step the host stopped (drain over, host leaving) did not fail by itself.
         stopped_by_host = item.stop_reason in HOST_STOPS and item.term_sent_at is not None
         code = WORKER_SHUTDOWN if outcome == "failed" and stopped_by_host else None
-        status, error = self._complete(item, outcome, code, output)
+        try:  # what the task wrote to QLFLOW_OUTPUT is its output
+            written = read_output(_io_paths(item.log_path)[1])
+        except OutputInvalid as problem:
+            output["error"] = str(problem)
+            outcome, code, written = "failed", OUTPUT_INVALID, None
+        status, error = self._complete(item, outcome, code, written or output)
         return report(
             item.lease,
             status,
@@ -373,6 +391,12 @@ class LocalProcessExecutor:
         run_folder = lease.run_id.replace(":", "_")
         attempt = lease.attempt_id.replace(":", "_")
         return self.log_dir / run_folder / f"{lease.step_key}-{attempt}.log"
+
+
+def _io_paths(log_path: Path) -> tuple[Path, Path]:
+    """(QLFLOW_INPUTS, QLFLOW_OUTPUT) of an Attempt: beside its log."""
+    stem = log_path.with_suffix("")
+    return stem.with_name(stem.name + ".inputs.json"), stem.with_name(stem.name + ".output.json")
 
 
 def _renew_after(lease: Lease, interval_s: float) -> float:

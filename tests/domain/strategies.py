@@ -36,6 +36,7 @@ from domain.errors import FenceError, InvalidInput
 from domain.frontier import decide_frontier
 from domain.ids import FRONTIER_EVENT, FRONTIER_MUTATION, STEP_RUN_ID, derive_id
 from domain.plan import PLAN_SCHEMA, ExecutionPlan, PlanStep
+from domain.plan_v2 import PLAN_SCHEMA_V2
 from domain.records import Record
 from domain.recovery import decide_recovery
 from domain.transitions import CANCEL_REASONS, RELEASE_REASONS
@@ -51,9 +52,14 @@ def _digest(*parts: object) -> str:
 
 
 def make_plan(
-    needs: Mapping[str, Sequence[str]], run_id: str = RUN_ID, timeout_ms: int | None = None
+    needs: Mapping[str, Sequence[str]],
+    run_id: str = RUN_ID,
+    timeout_ms: int | None = None,
+    retries: Mapping[str, tuple[int, int]] | None = None,
 ) -> ExecutionPlan:
-    """A plan whose Steps are `needs`' keys, each needing the listed keys."""
+    """A plan whose Steps are `needs`' keys, each needing the listed keys; `retries`
+    gives some Steps (max_attempts, backoff_ms), which makes it a v2 plan."""
+    retries = dict(retries or {})
     steps = tuple(
         PlanStep(
             key=key,
@@ -63,11 +69,14 @@ def make_plan(
             source_digest=_digest("source", key),
             needs=tuple(sorted(needs[key])),
             initial_status="pending" if needs[key] else "ready",
+            max_attempts=retries.get(key, (1, 0))[0],
+            backoff_ms=retries.get(key, (1, 0))[1],
         )
         for key in sorted(needs)
     )
+    v2 = any(limit > 1 for limit, _ in retries.values())
     return ExecutionPlan(
-        schema=PLAN_SCHEMA,
+        schema=PLAN_SCHEMA_V2 if v2 else PLAN_SCHEMA,
         project="proj",
         package="pkg",
         installation="inst",
@@ -82,7 +91,9 @@ def make_plan(
         run_id=run_id,
         timeout_ms=timeout_ms,
         steps=steps,
-        plan_digest=_digest("plan", run_id, timeout_ms, tuple(sorted(needs.items()))),
+        plan_digest=_digest(
+            "plan", run_id, timeout_ms, tuple(sorted(needs.items())), tuple(sorted(retries.items()))
+        ),
     )
 
 

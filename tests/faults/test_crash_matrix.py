@@ -28,6 +28,7 @@ QUICK = {
         ("recovery.after_commit", 2),
         ("renew.after_commit", 2),
         ("schedule.after_append", 2),  # the scheduled Run admitted, its cursor not moved
+        ("complete.after_commit", 4),  # the retried failure: r back to ready
     ],
     "standalone": [
         ("publish.after_commit", 1),
@@ -36,6 +37,7 @@ QUICK = {
         ("cancel.after_commit", 1),
         ("running.before_begin", 3),
         ("schedule.after_commit", 2),  # the fire committed, its answer lost
+        ("complete.before_commit", 4),  # the retried failure, before its commit
     ],
     "cluster": [
         ("admission.before_commit", 3),
@@ -123,6 +125,27 @@ def test_the_scenario_reaches_every_write_path_and_enough_points(references, wor
     missing = [f"{p}.{w}" for p in WRITE_PATHS for w in WINDOWS if f"{p}.{w}" not in names]
     assert missing == []
     assert matrix.check_expected(reference.final) == []
+
+
+def test_the_scenario_retries_a_reported_failure_after_its_backoff(references) -> None:
+    _, reference = references("edge", None, limited=False)
+    final = reference.final
+    run = final["runs"]["retry"]
+    assert [a[1] for a in run["steps"]["r"]["attempts"]] == ["failed", "succeeded"]
+    stream = next(s for s in final["streams"] if s == "run-" + _run_id(final, "retry"))
+    ready = [e for e in final["streams"][stream] if e[2] == "step.ready" and "retry_at_ms" in e[3]]
+    claims = [e for e in final["streams"][stream] if e[2] == "attempt.claimed"]
+    assert len(ready) == 1 and len(claims) == 2
+    assert claims[1][4]["at_ms"] >= ready[0][3]["retry_at_ms"]  # claimed once the wait was over
+    assert ready[0][3]["retry_at_ms"] == matrix.T0 + 41_500
+
+
+def _run_id(final, key: str) -> str:
+    attempt_id = final["runs"][key]["steps"]["r"]["attempts"][0][0]
+    for stream, events in final["streams"].items():
+        if stream.startswith("run-") and any(e[3].get("attempt_id") == attempt_id for e in events):
+            return stream.removeprefix("run-")
+    raise AssertionError("no run stream names the retried Attempt")
 
 
 def test_every_operation_replays_at_its_own_instant(references, workdir, tmp_path) -> None:

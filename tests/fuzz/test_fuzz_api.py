@@ -128,6 +128,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             admission_key=either("k2"),
             run_id=either(None),
             timeout_ms=either(None),
+            params=either(None),
             now_ms=either(NOW),
         ),
         "inspect_admission": call(run_id=either(p.run_id), admission_key=either(None)),
@@ -153,6 +154,8 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             now_ms=either(NOW),
         ),
         "get_run": call(either(p.run_id)),
+        "task_inputs": call(lease),
+        "task_definition": call(lease),
         "runs": call(
             status=either(None),
             limit=either(100),
@@ -204,8 +207,8 @@ METHODS = [
     "cancel", "cycle", "lease_attempts", "mark_starting", "mark_running", "renew", "complete",
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
-    "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages",
-    "schedules", "pause_schedule", "resume_schedule",
+    "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
+    "task_definition", "schedules", "pause_schedule", "resume_schedule",
 ]  # fmt: skip
 
 

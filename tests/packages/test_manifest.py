@@ -155,7 +155,7 @@ ERRORS = [
     (
         HEADER + FETCH + _flow('[{key = "fetch", task = "fetch"}]', 'schedule = "daily"\n'),
         "qlflow.toml: [workflows.nightly] schedule: unknown key (allowed: steps, timeout_ms, "
-        "enabled, schedules)",
+        "enabled, schedules, params)",
     ),
     (
         HEADER + FETCH + "[workflows.nightly]\ntimeout_ms = 5\n",
@@ -167,7 +167,8 @@ ERRORS = [
     ),
     (
         HEADER + FETCH + _flow('[{key = "fetch", task = "fetch", after = ["x"]}]'),
-        "qlflow.toml: [workflows.nightly] steps[0].after: unknown key (allowed: key, task, needs)",
+        "qlflow.toml: [workflows.nightly] steps[0].after: unknown key "
+        "(allowed: key, task, needs, retry)",
     ),
     (
         HEADER + FETCH + _flow('[{key = "fetch"}]'),

@@ -31,14 +31,16 @@ def manifest(
     publisher: str = "acme",
     workflow: str = "flow",
     command: tuple[str, ...] = ("true",),
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One Task, one one-step Workflow with the given schedules."""
+    """One Task, one one-step Workflow with the given schedules (and parameters)."""
+    flow: dict[str, Any] = {"steps": [{"key": "job", "task": "job"}], "schedules": list(schedules)}
+    if params is not None:
+        flow["params"] = params
     return {
         "package": {"name": package, "publisher": publisher},
         "tasks": {"job": {"command": list(command)}},
-        "workflows": {
-            workflow: {"steps": [{"key": "job", "task": "job"}], "schedules": list(schedules)}
-        },
+        "workflows": {workflow: flow},
     }
 
 

@@ -258,14 +258,46 @@ def test_a_bad_schedule_is_refused_at_publish_and_nothing_is_written(rt):
     assert rt.schedules() == []
 
 
+REGION = {"region": {"type": "string", "default": "us"}}
+
+
 def test_params_are_stored_with_the_schedule_and_name_it(rt):
     rt.publish(
-        manifest(schedule("0 3 * * *", params={"region": "eu"}), schedule("0 3 * * *")),
+        manifest(
+            schedule("0 3 * * *", params={"region": "eu"}), schedule("0 3 * * *"), params=REGION
+        ),
         now_ms=DAY0,
     )
     views = rt.schedules()
     assert sorted((view.params for view in views), key=len) == [{}, {"region": "eu"}]
     assert len({view.schedule_id for view in views}) == 2
+
+
+def test_a_scheduled_run_binds_the_schedule_params_into_its_plan(rt):
+    rt.publish(
+        manifest(
+            schedule("0 3 * * *", params={"region": "eu"}), schedule("0 4 * * *"), params=REGION
+        ),
+        now_ms=DAY0,
+    )
+    cycle_every(rt, DAY0, DAY0 + 5 * HOUR, 30 * MINUTE)
+    assert sorted(run.params["region"] for run in rt.runs(limit=10)) == ["eu", "us"]
+
+
+@pytest.mark.parametrize(
+    ("params", "given", "rule"),
+    [
+        (None, {"region": "eu"}, "unknown parameter 'region'"),
+        ({"region": {"type": "string"}}, {}, "'region' (string) is required"),
+        ({"region": {"type": "integer"}}, {"region": "eu"}, "'region' is an integer"),
+    ],
+)
+def test_schedule_params_that_do_not_bind_are_refused_at_publish(rt, params, given, rule):
+    with pytest.raises(ManifestError) as caught:
+        rt.publish(manifest(schedule("0 3 * * *", params=given), params=params), now_ms=DAY0)
+    assert caught.value.key == "schedules[0].params.region"
+    assert rule in str(caught.value)
+    assert rt.events() == []
 
 
 def test_rebuild_and_verify_cover_the_schedules_read_model(rt):

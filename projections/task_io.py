@@ -1,0 +1,77 @@
+"""What a leased Attempt's Task is given: its definition from the admitted revision,
+and its inputs (the Run's parameters and the outputs of the steps it needs).
+
+`task_definition` is the one place that reads a Task's definition for a Run, so
+the way it reads (today the publication's log record) can change in one spot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from domain import event_types
+from domain.errors import NotFound
+from domain.plan import task_ref
+from domain.revision import revision_from_json
+from domain.streams import publication_stream
+from eventstore.api import EventStore
+from projections import views
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefinitionView:
+    """A Task as the admitted revision holds it: command, env, the files it names,
+    and the package folder the publication was made from (None for a manifest dict)."""
+
+    task_ref: str
+    task_id: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    files: tuple[str, ...]
+    folder: str | None
+    source_digest: str
+
+
+def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
+    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication."""
+    publication_id = views.get_run(store, run_id).publication_id
+    records = store.read_stream(publication_stream(publication_id))
+    published = next((r for r in records if r.type == event_types.PUBLICATION_PUBLISHED), None)
+    if published is None:
+        raise NotFound(f"publication {publication_id!r} has no published revision")
+    revision = revision_from_json(published.data["revision"])
+    for task_id, task in revision.tasks.items():
+        if task_ref(revision.package, revision.generation, task_id) == ref:
+            source = published.data.get("source_path")
+            return TaskDefinitionView(
+                task_ref=ref,
+                task_id=task_id,
+                command=tuple(task.command),
+                env=dict(task.env),
+                files=tuple(task.files),
+                folder=source if isinstance(source, str) and source else None,
+                source_digest=task.source_digest,
+            )
+    raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
+
+
+class TaskInputs(TypedDict):
+    """What a step is given: the Run's bound parameters, and the succeeded output of
+    each step it needs (None for a need that wrote none)."""
+
+    params: dict[str, str | int | bool]
+    needs: dict[str, dict[str, Any] | None]
+
+
+def task_inputs(store: EventStore, run_id: str, step_key: str) -> TaskInputs:
+    """`{"params": {...}, "needs": {"<step key>": <output or null>}}` for one step: the
+    Run's bound parameters and each need's succeeded output."""
+    run = views.get_run(store, run_id)
+    step = run.steps.get(step_key)
+    if step is None:
+        raise NotFound(f"run {run_id!r} has no step {step_key!r}")
+    return {
+        "params": dict(run.params),
+        "needs": {need: run.steps[need].output for need in step.needs},
+    }
