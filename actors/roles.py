@@ -40,6 +40,7 @@ from eventstore.grants import (
     PUBLISHER,
     RUNTIME,
     LogAccess,
+    append_rights,
     store_grants,
 )
 from eventstore.pg_roles import RoleUrls, apply_roles, drop_roles, role_names, role_url
@@ -89,6 +90,7 @@ def setup_roles(
         table_grants=table_grants,
         policies=policies,
         functions=registry.functions(),
+        append_rights=append_rights(LOG_ACCESS),
         migrate=migrate,
         passwords=passwords,
     )

@@ -43,48 +43,18 @@ from psycopg.pq import TransactionStatus
 
 from domain.errors import LockTimeout, NotFound, SchemaError, StoreUnavailable
 from eventstore.api import Row
-from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, advisory_key
-from eventstore.pg_unavailable import read_only_session, unavailable
+from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, MIGRATION_LOCK, advisory_key
+from eventstore.pg_append import APPEND_SQL, LOCK_HEADS
+from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
-from eventstore.validation import EncodedAppend, EncodedBatch, EncodedEvent
+from eventstore.validation import EncodedBatch, EncodedEvent
 
 _PIPELINE = psycopg.Pipeline.is_supported()
 _IDLE = TransactionStatus.IDLE
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-_MIGRATION_LOCK_KEY = 0x716C666C6F77  # "qlflow": serialises schema migrations
-
-# The position counter is updated only when `head` (the CAS) produced a row, and it is the
-# last lock the append takes. `head` is empty for a multi-stream append, whose CAS runs first.
-_INSERT_EVENTS = f"""
-WITH {{head}}
-allocated AS (
-    UPDATE qlflow_position SET last = last + %(count)s {{when_cas_passed}} RETURNING last
-)
-INSERT INTO events ({EVENT_COLUMNS})
-SELECT allocated.last - %(count)s + e.ord, e.event_id, e.stream_id, e.stream_version,
-       e.type, e.data, e.metadata
-FROM allocated,
-     unnest(%(event_ids)b::text[], %(stream_ids)b::text[], %(versions)b::bigint[],
-            %(types)b::text[], %(data)b::text[], %(metadata)b::text[])
-         WITH ORDINALITY AS e(event_id, stream_id, stream_version, type, data, metadata, ord)
-ON CONFLICT (event_id) DO NOTHING
-RETURNING global_position, event_id
-"""
-_CAS_THEN = "WHERE EXISTS (SELECT 1 FROM head)"
-INSERT_AFTER_CAS = _INSERT_EVENTS.format(head="", when_cas_passed="")
-CREATE_STREAM_AND_INSERT = _INSERT_EVENTS.format(
-    head="head AS (INSERT INTO streams (stream_id, version) "
-    "VALUES (%(stream_id)s, %(new_version)s) ON CONFLICT (stream_id) DO NOTHING RETURNING 1),",
-    when_cas_passed=_CAS_THEN,
-)
-MOVE_STREAM_AND_INSERT = _INSERT_EVENTS.format(
-    head="head AS (UPDATE streams SET version = %(new_version)s "
-    "WHERE stream_id = %(stream_id)s AND version = %(expected)s RETURNING 1),",
-    when_cas_passed=_CAS_THEN,
-)
 
 
 @functools.lru_cache(maxsize=512)
@@ -166,16 +136,14 @@ class PostgresTransaction(BaseTransaction):
         return bool(acquired)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
-        select = "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)"
+        # through qlflow_lock_heads: FOR UPDATE needs an UPDATE grant no runtime role has.
+        # Waiting, rows are locked in stream id order: every waiting locker takes the
+        # same order, so two of them cannot deadlock on heads
+        sql = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
         if wait:
-            # rows are locked in the ORDER BY's order: every waiting locker takes the
-            # same order, so two of them cannot deadlock on heads
-            rows = self._waiting(
-                select + " ORDER BY stream_id FOR UPDATE", (stream_ids,), "stream heads"
-            )
+            rows = self._waiting(sql, (stream_ids, True), "stream heads")
         else:
-            cursor = self._send(self._cursor, select + " FOR UPDATE SKIP LOCKED", (stream_ids,))
-            rows = cursor.fetchall()
+            rows = self._send(self._cursor, sql, (stream_ids, False)).fetchall()
         versions = dict.fromkeys(stream_ids, 0)
         versions.update(rows)
         if not wait and len(rows) < len(stream_ids):
@@ -199,72 +167,49 @@ class PostgresTransaction(BaseTransaction):
         return rows[0][0]
 
     def _waiting(self, sql: str, params: Sequence[Any], what: str) -> list[Row]:
-        """Run `sql`, whose lock waits are bounded by the lock timeout (one round trip
-        with the two SETs around it when pipelined)."""
-        conn = self._conn
-        bounded = f"SET LOCAL lock_timeout = {int(self._lock_timeout_ms)}"
+        """Run `sql`, whose lock waits are bounded by the session's lock timeout (set on
+        every connection: `bounded_session`), as LockTimeout."""
         try:
-            cursor = conn.cursor()
-            if _PIPELINE:
-                with conn.pipeline():
-                    conn.execute(bounded, prepare=False)
-                    cursor.execute(sql, params, prepare=False)
-                    conn.execute("SET LOCAL lock_timeout TO DEFAULT", prepare=False)
-            else:
-                conn.execute(bounded, prepare=False)
-                cursor.execute(sql, params, prepare=False)
-                conn.execute("SET LOCAL lock_timeout TO DEFAULT", prepare=False)
-            return cursor.fetchall()
+            return self._send(self._conn.cursor(), sql, params).fetchall()
         except pg_errors.LockNotAvailable as exc:
             raise LockTimeout(
-                f"{what}: not granted within {self._lock_timeout_ms} ms, another transaction "
+                f"{what}: not granted within {self._lock_timeout_ms} ms, another session "
                 "holds it; nothing was written — try again"
             ) from exc
 
     # -- append ----------------------------------------------------------------------------
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
-        if len(batch.appends) > 1:
-            return super()._write(batch)
-        # one stream: CAS, position allocation and insert in one statement, one round trip
-        [append] = batch.appends
-        sql = CREATE_STREAM_AND_INSERT if append.expected_version == 0 else MOVE_STREAM_AND_INSERT
-        inserted = self._insert_rows(sql, batch.events, append)
-        if len(inserted) == len(batch.events):
-            return _in_call_order(inserted, batch.events)
-        # nothing inserted: the CAS failed, or it passed and every id was stored already;
-        # some inserted: the CAS passed and some ids were stored already
-        return Refused(None if inserted else append, heads_moved=bool(inserted))
+        # CAS, position allocation and insert in one function call: one round trip
+        events = batch.events
+        params = [
+            [a.stream_id for a in batch.appends],
+            [a.expected_version for a in batch.appends],
+            [a.new_version for a in batch.appends],
+            [e.event_id for e in events],
+            [e.stream_id for e in events],
+            [e.stream_version for e in events],
+            [e.type for e in events],
+            [e.data for e in events],
+            [e.metadata for e in events],
+        ]
+        sql = APPEND_SQL
+        if self._through is not None:
+            function, args = self._through
+            marks = ", ".join(["%s"] * (len(args) + len(params)))
+            sql = f"SELECT positions, refused, moved FROM {function}({marks})"
+            params = [*args, *params]
+        # a function call only: a cached generic plan stays right at any table size
+        [(positions, refused, moved)] = self._send(
+            self._cursor, sql, params, prepared=self._through is None
+        ).fetchall()
+        if positions is not None:
+            return list(positions)
+        stream = next((a for a in batch.appends if a.stream_id == refused), None)
+        return Refused(stream, heads_moved=bool(moved))
 
     def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
-        inserted = self._insert_rows(INSERT_AFTER_CAS, events)
-        return _in_call_order(inserted, events) if len(inserted) == len(events) else None
-
-    def _insert_rows(
-        self, sql: str, events: Sequence[EncodedEvent], cas: EncodedAppend | None = None
-    ) -> list[tuple[int, str]]:
-        params = {
-            "count": len(events),
-            "event_ids": [e.event_id for e in events],
-            "stream_ids": [e.stream_id for e in events],
-            "versions": [e.stream_version for e in events],
-            "types": [e.type for e in events],
-            "data": [e.data for e in events],
-            "metadata": [e.metadata for e in events],
-        }
-        if cas is not None:
-            params |= {
-                "stream_id": cas.stream_id,
-                "expected": cas.expected_version,
-                "new_version": cas.new_version,
-            }
-        # key lookups and the one-row counter only: a cached generic plan stays right
-        return self._send(self._cursor, sql, params, prepared=True).fetchall()
-
-
-def _in_call_order(inserted: list[tuple[int, str]], events: Sequence[EncodedEvent]) -> list[int]:
-    position_of = {event_id: position for position, event_id in inserted}
-    return [position_of[event.event_id] for event in events]
+        raise AssertionError("PostgreSQL appends go through qlflow_append (_write)")
 
 
 class PostgresStore(BaseStore):
@@ -292,7 +237,7 @@ class PostgresStore(BaseStore):
             # a pooled connection the server closed (restart, idle_session_timeout,
             # pg_terminate_backend) is replaced when taken, not handed out dead
             check=psycopg_pool.ConnectionPool.check_connection,
-            configure=read_only_session if read_only else None,
+            configure=functools.partial(bounded_session, lock_timeout_ms, read_only),
             open=False,
             name="qlflow-eventstore",
         )
@@ -345,7 +290,7 @@ class PostgresStore(BaseStore):
                 conn.autocommit = False
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
-        tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
+        tx.lock(MIGRATION_LOCK)  # bounded: a lock held elsewhere is a LockTimeout
         # A role without CREATE on the schema (the runtime role of actors.roles)
         # may open a migrated store: CREATE TABLE IF NOT EXISTS would still be refused.
         exists = tx.query(
@@ -405,6 +350,7 @@ class PostgresReplaySession(BaseReplaySession):
     def __init__(self, url: str, lock_timeout_ms: int) -> None:
         self._conn = psycopg.connect(url, autocommit=False)
         try:
+            bounded_session(lock_timeout_ms, False, self._conn)
             self.tx = PostgresTransaction(self._conn, lock_timeout_ms)
             self.live_schema = self.tx.query("SELECT current_schema()")[0][0]
             self._conn.commit()
