@@ -29,6 +29,9 @@ APPEND_FUNCTION = "qlflow_append"
 APPEND_CORE = "qlflow_append_core"
 RIGHTS_TABLE = "qlflow_append_rights"
 ADMITTED_TYPE = "workflow.admitted"  # the one type only admission may append
+# SQLSTATE of a definer function's refusal to start a Run; the message begins with
+# the reason (a domain.start_guard reason), then a colon
+GUARD_SQLSTATE = "QLSG1"
 
 # (name, type) of the batch parameters, in order; `qlflow_admit` takes the same after its own
 BATCH_PARAMETERS = (

@@ -41,10 +41,16 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from domain.errors import LockTimeout, NotFound, SchemaError, StoreUnavailable
+from domain.errors import (
+    LockTimeout,
+    NotFound,
+    SchemaError,
+    StartGuardError,
+    StoreUnavailable,
+)
 from eventstore.api import Row
 from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, MIGRATION_LOCK, advisory_key
-from eventstore.pg_append import APPEND_SQL, LOCK_HEADS
+from eventstore.pg_append import APPEND_SQL, GUARD_SQLSTATE, LOCK_HEADS
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
@@ -200,9 +206,17 @@ class PostgresTransaction(BaseTransaction):
             sql = f"SELECT positions, refused, moved FROM {function}({marks})"
             params = [*args, *params]
         # a function call only: a cached generic plan stays right at any table size
-        [(positions, refused, moved)] = self._send(
-            self._cursor, sql, params, prepared=self._through is None
-        ).fetchall()
+        try:
+            [(positions, refused, moved)] = self._send(
+                self._cursor, sql, params, prepared=self._through is None
+            ).fetchall()
+        except psycopg.Error as exc:
+            if exc.sqlstate != GUARD_SQLSTATE:
+                raise
+            message = str(exc).strip().splitlines()[0]
+            error = StartGuardError(message)
+            error.reason = message.partition(":")[0]
+            raise error from None
         if positions is not None:
             return list(positions)
         stream = next((a for a in batch.appends if a.stream_id == refused), None)

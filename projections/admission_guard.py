@@ -25,12 +25,12 @@ from eventstore.pg_append import (
     APPEND_CORE,
     BATCH_NAMES,
     BATCH_PARAMETERS,
+    GUARD_SQLSTATE,
 )
 from projections.publications import PUBLISHER_LOCK_PREFIX
 
 START_REFUSAL = "qlflow_start_refusal"
 ADMIT = "qlflow_admit"
-GUARD_SQLSTATE = "QLSG1"
 _VERSION = "qlflow admission guard v1"
 
 # domain.start_guard.start_refusal, rule for rule
