@@ -5,20 +5,25 @@ saw and asks for more. If positions came from a sequence, a transaction could ta
 position 10, stall, and commit after another took 11 and committed: the reader would
 see 11, move past 10, and never see it. So positions are allocated from the one-row
 table `qlflow_position` by `UPDATE ... SET last = last + n` as the LAST step of an
-append (after the version CAS, in the statement that inserts the events). The row lock
-is held until COMMIT, so the next appender gets its positions only after this one has
-committed and become visible: positions are assigned in commit order, and any event a
-reader can see has every lower position already visible. The price is that appends are
-serialised from their position allocation to COMMIT — keep that part short: do the
-projection updates right after the append and commit (taking row locks after the
-append also keeps every appender's lock order the same: stream heads, counter, rows).
+append (after the version CAS, just before the insert). The row lock is held until
+COMMIT, so the next appender gets its positions only after this one has committed and
+become visible: positions are assigned in commit order, and any event a reader can see
+has every lower position already visible. The price is that appends are serialised
+from their position allocation to COMMIT — keep that part short: do the projection
+updates right after the append and commit (taking row locks after the append also
+keeps every appender's lock order the same: stream heads, counter, rows).
 
-Round trips. The implicit BEGIN rides in a pipeline with the first statement. A
-single-stream append is one statement — CAS (`INSERT ... ON CONFLICT DO NOTHING` for
-expected 0, else `UPDATE ... WHERE version = expected`), counter, insert — whose
-counter update runs only if the CAS produced a row. A multi-stream append runs the CAS
-per stream (judged by rowcount), then that insert. Either way a conflict never raises
-inside PostgreSQL, so it never aborts the transaction by itself.
+Appends. Every append is one call of the server-side `qlflow_append`
+(`eventstore.pg_append`): shape and stream-rights checks, the CAS per stream in stream
+id order, the counter, the insert — one statement, one round trip, for any number of
+streams. A conflict never raises inside PostgreSQL (the function answers which stream
+refused), so it never aborts the transaction by itself. It is also the only way a
+least-privilege role writes events (`eventstore.grants`).
+
+Round trips. A write transaction runs on an autocommit connection and sends its own
+BEGIN in the pipeline of its first statement (psycopg's implicit BEGIN waits for its
+answer: one round trip more); COMMIT is one. Every lock wait of a connection is bounded
+by the session's `lock_timeout` (`bounded_session`).
 
 Plans. Statements are planned at each execution except the append's own (key lookups
 and the one-row counter), whose cached generic plan is right at any table size; a
@@ -75,12 +80,19 @@ class PostgresTransaction(BaseTransaction):
     dialect = "postgresql"
 
     def __init__(
-        self, conn: psycopg.Connection, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+        self,
+        conn: psycopg.Connection,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        explicit_begin: bool = False,
     ) -> None:
         super().__init__()
         self._conn = conn
         self._cursor = conn.cursor()
         self._lock_timeout_ms = lock_timeout_ms
+        # on an autocommit connection the transaction's BEGIN is sent by us, in the
+        # pipeline of its first statement (psycopg's implicit BEGIN waits for its answer)
+        self._begin_pending = explicit_begin
+        self.begun = False
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
@@ -91,15 +103,36 @@ class PostgresTransaction(BaseTransaction):
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
         # psycopg pipelines the executions: one round trip for the lot, not one each
         with self._conn.cursor() as cursor:
+            if self._begin_pending and _PIPELINE:
+                with self._conn.pipeline():
+                    self._send_begin()
+                    cursor.executemany(_native(sql), seq_of_params)
+                return
+            if self._begin_pending:
+                self._send_begin()
             cursor.executemany(_native(sql), seq_of_params)
+
+    def _send_begin(self) -> None:
+        self._begin_pending = False
+        self.begun = True
+        self._conn.execute("BEGIN", prepare=False)
 
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
     ) -> psycopg.Cursor:
         prepare = None if prepared else False
         conn = self._conn
+        if self._begin_pending:
+            if not _PIPELINE:
+                self._send_begin()
+                return cursor.execute(sql, params, prepare=prepare)
+            # BEGIN and the first statement in one round trip
+            with conn.pipeline():
+                self._send_begin()
+                cursor.execute(sql, params, prepare=prepare)
+            return cursor
         if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
-            # the implicit BEGIN travels with the first statement: one round trip, not two
+            # (a replay session's connection) the implicit BEGIN in a pipeline
             with conn.pipeline():
                 cursor.execute(sql, params, prepare=prepare)
             return cursor
@@ -274,7 +307,8 @@ class PostgresStore(BaseStore):
     def _begin(self) -> PostgresTransaction:
         conn = self._pool.getconn(timeout=self.connect_timeout_s)
         try:
-            return PostgresTransaction(conn, self.lock_timeout_ms)
+            conn.autocommit = True  # the transaction sends its own BEGIN (see _send)
+            return PostgresTransaction(conn, self.lock_timeout_ms, explicit_begin=True)
         except BaseException:
             self._pool.putconn(conn)
             raise
@@ -284,10 +318,10 @@ class PostgresStore(BaseStore):
         tx.ended = True
         conn = tx._conn
         try:
-            if commit:
-                conn.commit()
-            elif not conn.broken:  # a lost connection has nothing left to roll back
-                conn.rollback()
+            if tx.begun and commit:
+                conn.execute("COMMIT", prepare=False)
+            elif tx.begun and not conn.broken:  # a lost connection has nothing to roll back
+                conn.execute("ROLLBACK", prepare=False)
         finally:
             # the pool rolls back or discards a connection left in a transaction
             self._pool.putconn(conn)
