@@ -22,7 +22,9 @@ least-privilege role writes events (`eventstore.grants`).
 
 Round trips. A write transaction runs on an autocommit connection and sends its own
 BEGIN in the pipeline of its first statement (psycopg's implicit BEGIN waits for its
-answer: one round trip more); COMMIT is one. Every lock wait of a connection is bounded
+answer: one round trip more). `executemany` answers nothing, so a write transaction
+queues those statements (the read models' upserts after an append) and sends them in
+the pipeline of its next statement or of COMMIT. Every lock wait of a connection is bounded
 by the session's `lock_timeout` (`bounded_session`).
 
 Plans. Statements are planned at each execution except the append's own (key lookups
@@ -93,6 +95,11 @@ class PostgresTransaction(BaseTransaction):
         # pipeline of its first statement (psycopg's implicit BEGIN waits for its answer)
         self._begin_pending = explicit_begin
         self.begun = False
+        # executemany answers nothing, so a store transaction queues its statements
+        # and sends them in the pipeline of the next statement or of COMMIT: the read
+        # models' writes after an append cost no round trip of their own
+        self._defers = explicit_begin and _PIPELINE
+        self._queued: list[tuple[str, list[Sequence[Any]]]] = []
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
@@ -101,13 +108,13 @@ class PostgresTransaction(BaseTransaction):
         return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
 
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        if self._defers:
+            params = list(seq_of_params)
+            if params:
+                self._queued.append((_native(sql), params))
+            return
         # psycopg pipelines the executions: one round trip for the lot, not one each
         with self._conn.cursor() as cursor:
-            if self._begin_pending and _PIPELINE:
-                with self._conn.pipeline():
-                    self._send_begin()
-                    cursor.executemany(_native(sql), seq_of_params)
-                return
             if self._begin_pending:
                 self._send_begin()
             cursor.executemany(_native(sql), seq_of_params)
@@ -117,18 +124,29 @@ class PostgresTransaction(BaseTransaction):
         self.begun = True
         self._conn.execute("BEGIN", prepare=False)
 
+    def _send_prelude(self) -> None:
+        """Inside an open pipeline: BEGIN if not sent yet, then the queued statements."""
+        if self._begin_pending:
+            self._send_begin()
+        queued, self._queued = self._queued, []
+        if queued:
+            cursor = self._conn.cursor()
+            for sql, many in queued:
+                for params in many:
+                    cursor.execute(sql, params)
+
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
     ) -> psycopg.Cursor:
         prepare = None if prepared else False
         conn = self._conn
-        if self._begin_pending:
+        if self._begin_pending or self._queued:
             if not _PIPELINE:
                 self._send_begin()
                 return cursor.execute(sql, params, prepare=prepare)
-            # BEGIN and the first statement in one round trip
+            # BEGIN, what waits and this statement in one round trip
             with conn.pipeline():
-                self._send_begin()
+                self._send_prelude()
                 cursor.execute(sql, params, prepare=prepare)
             return cursor
         if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
@@ -137,6 +155,19 @@ class PostgresTransaction(BaseTransaction):
                 cursor.execute(sql, params, prepare=prepare)
             return cursor
         return cursor.execute(sql, params, prepare=prepare)
+
+    def finish(self, commit: bool) -> None:
+        """COMMIT (with what is still queued, in one round trip) or ROLLBACK."""
+        conn = self._conn
+        if commit and self._queued:
+            with conn.pipeline():
+                self._send_prelude()
+                conn.execute("COMMIT", prepare=False)
+        elif commit and self.begun:
+            conn.execute("COMMIT", prepare=False)
+        elif self.begun and not conn.broken:  # a lost connection has nothing to roll back
+            self._queued = []
+            conn.execute("ROLLBACK", prepare=False)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(
@@ -318,10 +349,7 @@ class PostgresStore(BaseStore):
         tx.ended = True
         conn = tx._conn
         try:
-            if tx.begun and commit:
-                conn.execute("COMMIT", prepare=False)
-            elif tx.begun and not conn.broken:  # a lost connection has nothing to roll back
-                conn.execute("ROLLBACK", prepare=False)
+            tx.finish(commit)
         finally:
             # the pool rolls back or discards a connection left in a transaction
             self._pool.putconn(conn)
