@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 import qlflow
+from domain.errors import CorruptionError
 from projections.log_check import DOCUMENT
+from projections.rebuild import rebuild
 from projections.verify import verify
 from tests.projections.workload import random_workload
 
@@ -118,3 +120,15 @@ def test_positions_that_do_not_follow_versions_are_named(rt):
     problems = {(p.stream, p.version, p.position) for p in report.log_problems}
     assert (stream, version, top + 10**6) in problems
     assert all(p.stream == stream or p.stream == "*" for p in report.log_problems)
+
+
+def test_rebuild_names_a_broken_document_and_changes_nothing(rt):
+    stream, version, position = middle_event_of_a_run(rt.store)
+    execute(rt.store, "UPDATE events SET data = '{\"pl' WHERE global_position = ?", (position,))
+    runs_before = rt.store.query("SELECT * FROM runs ORDER BY run_id")
+
+    with pytest.raises(CorruptionError) as caught:
+        rebuild(rt.store)
+
+    assert f"stream {stream}, version {version}, position {position}" in str(caught.value)
+    assert rt.store.query("SELECT * FROM runs ORDER BY run_id") == runs_before
