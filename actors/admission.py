@@ -71,9 +71,9 @@ from domain.values import (
     receipt_stream_id,
 )
 from eventstore.api import Reads, Transaction
-from projections import admission_source
+from projections import admission_guard, admission_source
 from projections import publications as read_model
-from projections.registry import commit
+from projections.registry import commit, commit_through
 
 MAX_ADMISSION_KEY_CHARS = 1024
 ADMISSION_ACTOR = "admission"
@@ -240,7 +240,15 @@ def admit_in_tx(
         },
     )
     receipt_append = StreamAppend(receipt_stream_id(admission_key), 0, (receipt_event,))
-    commit(tx, [*decision.appends, receipt_append])
+    appends = [*decision.appends, receipt_append]
+    if reads.definer:
+        # least-privilege roles: the database checks the start guard again and is the
+        # only way to write workflow.admitted (projections.admission_guard)
+        commit_through(
+            tx, admission_guard.ADMIT, (publication.publication_id, workflow_key), appends
+        )
+    else:
+        commit(tx, appends)
     return receipt_from_document(document, CREATED)
 
 
@@ -302,7 +310,7 @@ class PublicationReads:
 
     def __init__(self, tx: Transaction) -> None:
         self._tx = tx
-        self._definer = admission_source.has_admission_source(tx)
+        self.definer = admission_source.has_admission_source(tx)
         self._sources: dict[str, admission_source.AdmissionSource] = {}
 
     def resolve_and_serialize(self, package: str) -> Publication:
@@ -312,7 +320,7 @@ class PublicationReads:
             raise InvalidInput(
                 "package", "text", f"package must be a non-empty string, got {package!r}"
             )
-        if self._definer:
+        if self.definer:
             return _single(package, self._source(package).matches)
         locked: set[str] = set()
         publication = self._resolve(package)
@@ -324,7 +332,7 @@ class PublicationReads:
 
     def publication(self, publication_id: str) -> Publication | None:
         """The publication `publication_id`, or None."""
-        if self._definer:
+        if self.definer:
             matches = self._source(publication_id).matches
             return next((p for p in matches if p.publication_id == publication_id), None)
         return read_model.publication(self._tx, publication_id)
@@ -333,19 +341,19 @@ class PublicationReads:
         self, publication_id: str
     ) -> tuple[PublicationRef, MaterializedRevision]:
         """See `published_revision`."""
-        if self._definer:
+        if self.definer:
             return _revision_of(publication_id, self._source(publication_id).published)
         return published_revision(self._tx, publication_id)
 
     def publisher_status(self, publication: Publication) -> str | None:
         """The trust status of the publication's publisher ("revoked", "active", None)."""
-        if self._definer:
+        if self.definer:
             return self._source(publication.publication_id).publisher_status
         return read_model.publisher_status(self._tx, publication.publisher)
 
     def installation_head(self, publication: Publication) -> Publication | None:
         """The current head of the publication's installation."""
-        if self._definer:
+        if self.definer:
             return self._source(publication.publication_id).head
         return read_model.installation_head(self._tx, publication.project, publication.installation)
 

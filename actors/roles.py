@@ -7,17 +7,21 @@
   it to upgrade) and maintenance (`rebuild_projections`, `verify_projections`), and
   it alone may UPDATE or DELETE events: a trigger refuses everyone else, superusers
   included.
-- **runtime** runs the cycle and the workers. Row-level security lets it read and
-  append only the runtime's streams (Runs, StepRun mutations, leases, admission
-  receipts, schedules) and move their heads; it reads and writes the read models of
-  Runs and admission receipts and moves the position counter. It has no UPDATE or
-  DELETE on events and cannot read the publications, publishers or their events:
-  admission asks `qlflow_admission_source(target)` (projections.admission_source).
-- **admission** (no login) owns that SECURITY DEFINER function and may only SELECT
-  the publications and publishers tables and the publications' events.
+- **runtime** runs the cycle and the workers. Row-level security lets it read only
+  the runtime's streams (Runs, StepRun mutations, leases, admission receipts,
+  schedules); it appends to them only through `qlflow_append` (no INSERT, UPDATE or
+  DELETE on events, heads or the position counter), admits only through
+  `qlflow_admit` (the start guard in the database), and reads and writes the read
+  models of Runs and admission receipts. It cannot read the publications,
+  publishers or their events: admission asks `qlflow_admission_source(target)`
+  (projections.admission_source), workers `qlflow_published_revisions`.
+- **admission** (no login) owns those SECURITY DEFINER functions and may only SELECT
+  the publications and publishers tables and the publications' events (and call
+  `qlflow_append_core`, from `qlflow_admit`).
 - **publisher** (publisher-admin) publishes, withdraws, quarantines, revokes and
-  reinstates: it appends to the publication and publisher streams and writes the
-  publications and publishers tables, and sees nothing of the Runs.
+  reinstates: it appends to the publication and publisher streams (through
+  `qlflow_append`) and writes the publications and publishers tables, and sees
+  nothing of the Runs.
 - **audit** reads everything, the whole log included, and writes nothing.
 
 This module only puts the declarations together: which role kind may read and
@@ -40,6 +44,7 @@ from eventstore.grants import (
     PUBLISHER,
     RUNTIME,
     LogAccess,
+    append_rights,
     store_grants,
 )
 from eventstore.pg_roles import RoleUrls, apply_roles, drop_roles, role_names, role_url
@@ -89,6 +94,7 @@ def setup_roles(
         table_grants=table_grants,
         policies=policies,
         functions=registry.functions(),
+        append_rights=append_rights(LOG_ACCESS),
         migrate=migrate,
         passwords=passwords,
     )

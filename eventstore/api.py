@@ -90,6 +90,13 @@ class Transaction(Reads, Protocol):
         """`append` for a batch already validated by `validation.encode_appends`."""
         ...
 
+    def append_through(
+        self, function: str, args: Sequence[Any], batch: EncodedBatch
+    ) -> list[Record]:
+        """`append_encoded` through a server-side definer function that checks its own
+        rule first (PostgreSQL); plainly where the database has no functions."""
+        ...
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (projection upkeep); returns a cursor."""
         ...

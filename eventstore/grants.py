@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from eventstore.pg_append import RIGHTS_TABLE
+
 OWNER = "owner"
 RUNTIME = "runtime"
 PUBLISHER = "publisher"
@@ -91,30 +93,32 @@ def store_grants(
     accesses: Sequence[LogAccess],
 ) -> tuple[dict[str, dict[str, tuple[str, ...]]], tuple[Policy, ...]]:
     """The grants on the store's own tables and the row-level security policies on
-    `events` and `streams` that give each role kind its `LogAccess`."""
+    `events` and `streams` that give each role kind its `LogAccess`: reads only. No
+    role but the owner may INSERT, UPDATE or DELETE events, stream heads or the
+    position counter; appends go through `qlflow_append` (`append_rights`)."""
     tables: dict[str, dict[str, tuple[str, ...]]] = {
         "schema_versions": {},
         "events": {},
         "streams": {},
         "qlflow_position": {},
+        RIGHTS_TABLE: {},  # read by the append functions only (as the owner)
     }
     policies: list[Policy] = []
     for access in accesses:
         kind = access.kind
         reads = "true" if access.reads is None else streams_matching(access.reads)
-        writes = streams_matching(access.appends) if access.appends else None
-        tables["events"][kind] = ("SELECT", "INSERT") if writes else READ
+        tables["events"][kind] = READ
         policies.append(Policy("events", f"{kind}_reads", "SELECT", kind, reads, None))
-        if writes:
-            policies.append(Policy("events", f"{kind}_appends", "INSERT", kind, None, writes))
         if access.events_only:
             continue
         tables["schema_versions"][kind] = READ
-        tables["streams"][kind] = MOVE if writes else READ
-        # appending allocates positions from the counter (see eventstore.postgres_store)
-        tables["qlflow_position"][kind] = ("SELECT", "UPDATE") if writes else READ
+        tables["streams"][kind] = READ
+        tables["qlflow_position"][kind] = READ
         policies.append(Policy("streams", f"{kind}_reads", "SELECT", kind, reads, None))
-        if writes:
-            policies.append(Policy("streams", f"{kind}_creates", "INSERT", kind, None, writes))
-            policies.append(Policy("streams", f"{kind}_moves", "UPDATE", kind, writes, writes))
     return tables, tuple(policies)
+
+
+def append_rights(accesses: Sequence[LogAccess]) -> dict[str, tuple[str, ...]]:
+    """The stream prefixes each appending role kind may write through `qlflow_append`
+    (the rows of `qlflow_append_rights`); kinds that append nothing are left out."""
+    return {access.kind: access.appends for access in accesses if access.appends}

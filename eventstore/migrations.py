@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from domain.errors import InvalidInput, SchemaError
+from eventstore import pg_append
 from eventstore.api import MigrationStep
 from eventstore.transaction import BaseTransaction
 
@@ -52,6 +53,8 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
             "INSERT INTO qlflow_position (singleton, last) VALUES (TRUE, 0)",
         ],
     },
+    # PostgreSQL: events are written through the append functions (eventstore.pg_append)
+    {"sqlite": [], "postgresql": list(pg_append.MIGRATION)},
 )
 
 

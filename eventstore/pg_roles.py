@@ -31,6 +31,7 @@ from psycopg import sql
 
 from domain.errors import InvalidInput, SchemaError
 from eventstore.grants import (
+    ADMISSION,
     KINDS,
     LOGIN_KINDS,
     OWNER,
@@ -38,6 +39,14 @@ from eventstore.grants import (
     Policy,
     ServerFunction,
     TableGrants,
+)
+from eventstore.pg_append import (
+    APPEND_CORE,
+    APPEND_FUNCTION,
+    BATCH_TYPES,
+    CORE_TYPES,
+    LOCK_HEADS,
+    RIGHTS_TABLE,
 )
 from eventstore.url import with_search_path
 
@@ -97,13 +106,15 @@ def apply_roles(
     table_grants: TableGrants,
     policies: Sequence[Policy],
     functions: Sequence[ServerFunction] = (),
+    append_rights: Mapping[str, Sequence[str]] | None = None,
     migrate: Callable[[str], None] | None = None,
     passwords: Mapping[str, str] | None = None,
 ) -> RoleUrls:
     """Create or repair the roles of `schema`, grant `table_grants` (every table of
     the schema must be named there, and every one named must exist), replace the
-    event log's row-level security with `policies`, install `functions`, and return
-    the role URLs. Idempotent.
+    event log's row-level security with `policies`, install `functions`, let each
+    role kind of `append_rights` append to the streams starting with its prefixes
+    through `qlflow_append` (and nothing else), and return the role URLs. Idempotent.
 
     `admin_url` connects as a superuser. `migrate(owner_url)` is called to bring every
     table up to date as the owner before the grants; without it the tables must exist
@@ -133,6 +144,7 @@ def apply_roles(
         _grant_tables(conn, schema, tables, names, table_grants)
         _row_security(conn, schema, names, policies)
         _append_only_trigger(conn, schema, names[OWNER])
+        _append_functions(conn, schema, names, dict(append_rights or {}))
         for function in functions:
             _install_function(conn, schema, names, function)
         for kind in LOGIN_KINDS:
@@ -390,6 +402,49 @@ def _append_only_trigger(conn: psycopg.Connection[Any], schema: str, owner: str)
                 sql.Identifier(trigger), events, function
             )
         )
+
+
+def _append_functions(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    names: Mapping[str, str],
+    rights: Mapping[str, Sequence[str]],
+) -> None:
+    """Who may call the append functions of `eventstore.pg_append`, and on what."""
+    table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(RIGHTS_TABLE))
+    conn.execute(sql.SQL("DELETE FROM {}").format(table))
+    append = sql.SQL("{}.{}({})").format(
+        sql.Identifier(schema), sql.Identifier(APPEND_FUNCTION), sql.SQL(BATCH_TYPES)
+    )
+    core = sql.SQL("{}.{}({})").format(
+        sql.Identifier(schema), sql.Identifier(APPEND_CORE), sql.SQL(CORE_TYPES)
+    )
+    everyone = sql.SQL(", ").join(sql.Identifier(names[kind]) for kind in KINDS if kind != OWNER)
+    lock_heads = sql.SQL("{}.{}(text[], boolean)").format(
+        sql.Identifier(schema), sql.Identifier(LOCK_HEADS)
+    )
+    for function in (append, core, lock_heads):
+        conn.execute(
+            sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(function, sql.Identifier(names[OWNER]))
+        )
+        conn.execute(
+            sql.SQL("REVOKE ALL ON FUNCTION {} FROM PUBLIC, {}").format(function, everyone)
+        )
+    # only admission's own definer function may append a workflow.admitted record
+    conn.execute(
+        sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(core, sql.Identifier(names[ADMISSION]))
+    )
+    for kind, prefixes in rights.items():
+        conn.execute(
+            sql.SQL("INSERT INTO {} (role, prefixes) VALUES (%s, %s)").format(table),
+            (names[kind], list(prefixes)),
+        )
+        for function in (append, lock_heads):
+            conn.execute(
+                sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+                    function, sql.Identifier(names[kind])
+                )
+            )
 
 
 def _install_function(

@@ -1,5 +1,5 @@
 """PostgreSQL errors that mean "not now" (StoreUnavailable), and the session setup
-of a read-only store."""
+of every pooled connection (bounded lock waits, read-only sessions)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import psycopg_pool
 from domain.errors import StoreUnavailable
 
 
-def read_only_session(conn: psycopg.Connection) -> None:
-    """Every transaction of a read-only store's connections is READ ONLY."""
-    conn.execute("SET default_transaction_read_only = on")
+def bounded_session(lock_timeout_ms: int, read_only: bool, conn: psycopg.Connection) -> None:
+    """Every lock wait of the connection is bounded (a lock held by another session,
+    an audit role's advisory lock included, is an error after `lock_timeout_ms`, never
+    a hang); every transaction of a read-only store's connections is READ ONLY."""
+    conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+    if read_only:
+        conn.execute("SET default_transaction_read_only = on")
     conn.commit()
 
 

@@ -5,20 +5,27 @@ saw and asks for more. If positions came from a sequence, a transaction could ta
 position 10, stall, and commit after another took 11 and committed: the reader would
 see 11, move past 10, and never see it. So positions are allocated from the one-row
 table `qlflow_position` by `UPDATE ... SET last = last + n` as the LAST step of an
-append (after the version CAS, in the statement that inserts the events). The row lock
-is held until COMMIT, so the next appender gets its positions only after this one has
-committed and become visible: positions are assigned in commit order, and any event a
-reader can see has every lower position already visible. The price is that appends are
-serialised from their position allocation to COMMIT — keep that part short: do the
-projection updates right after the append and commit (taking row locks after the
-append also keeps every appender's lock order the same: stream heads, counter, rows).
+append (after the version CAS, just before the insert). The row lock is held until
+COMMIT, so the next appender gets its positions only after this one has committed and
+become visible: positions are assigned in commit order, and any event a reader can see
+has every lower position already visible. The price is that appends are serialised
+from their position allocation to COMMIT — keep that part short: do the projection
+updates right after the append and commit (taking row locks after the append also
+keeps every appender's lock order the same: stream heads, counter, rows).
 
-Round trips. The implicit BEGIN rides in a pipeline with the first statement. A
-single-stream append is one statement — CAS (`INSERT ... ON CONFLICT DO NOTHING` for
-expected 0, else `UPDATE ... WHERE version = expected`), counter, insert — whose
-counter update runs only if the CAS produced a row. A multi-stream append runs the CAS
-per stream (judged by rowcount), then that insert. Either way a conflict never raises
-inside PostgreSQL, so it never aborts the transaction by itself.
+Appends. Every append is one call of the server-side `qlflow_append`
+(`eventstore.pg_append`): shape and stream-rights checks, the CAS per stream in stream
+id order, the counter, the insert — one statement, one round trip, for any number of
+streams. A conflict never raises inside PostgreSQL (the function answers which stream
+refused), so it never aborts the transaction by itself. It is also the only way a
+least-privilege role writes events (`eventstore.grants`).
+
+Round trips. A write transaction runs on an autocommit connection and sends its own
+BEGIN in the pipeline of its first statement (psycopg's implicit BEGIN waits for its
+answer: one round trip more). `executemany` answers nothing, so a write transaction
+queues those statements (the read models' upserts after an append) and sends them in
+the pipeline of its next statement or of COMMIT. Every lock wait of a connection is bounded
+by the session's `lock_timeout` (`bounded_session`).
 
 Plans. Statements are planned at each execution except the append's own (key lookups
 and the one-row counter), whose cached generic plan is right at any table size; a
@@ -41,50 +48,26 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from domain.errors import LockTimeout, NotFound, SchemaError, StoreUnavailable
+from domain.errors import (
+    LockTimeout,
+    NotFound,
+    SchemaError,
+    StartGuardError,
+    StoreUnavailable,
+)
 from eventstore.api import Row
-from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, advisory_key
-from eventstore.pg_unavailable import read_only_session, unavailable
+from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, MIGRATION_LOCK, advisory_key
+from eventstore.pg_append import APPEND_SQL, GUARD_SQLSTATE, LOCK_HEADS
+from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
-from eventstore.validation import EncodedAppend, EncodedBatch, EncodedEvent
+from eventstore.validation import EncodedBatch, EncodedEvent
 
 _PIPELINE = psycopg.Pipeline.is_supported()
 _IDLE = TransactionStatus.IDLE
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-_MIGRATION_LOCK_KEY = 0x716C666C6F77  # "qlflow": serialises schema migrations
-
-# The position counter is updated only when `head` (the CAS) produced a row, and it is the
-# last lock the append takes. `head` is empty for a multi-stream append, whose CAS runs first.
-_INSERT_EVENTS = f"""
-WITH {{head}}
-allocated AS (
-    UPDATE qlflow_position SET last = last + %(count)s {{when_cas_passed}} RETURNING last
-)
-INSERT INTO events ({EVENT_COLUMNS})
-SELECT allocated.last - %(count)s + e.ord, e.event_id, e.stream_id, e.stream_version,
-       e.type, e.data, e.metadata
-FROM allocated,
-     unnest(%(event_ids)b::text[], %(stream_ids)b::text[], %(versions)b::bigint[],
-            %(types)b::text[], %(data)b::text[], %(metadata)b::text[])
-         WITH ORDINALITY AS e(event_id, stream_id, stream_version, type, data, metadata, ord)
-ON CONFLICT (event_id) DO NOTHING
-RETURNING global_position, event_id
-"""
-_CAS_THEN = "WHERE EXISTS (SELECT 1 FROM head)"
-INSERT_AFTER_CAS = _INSERT_EVENTS.format(head="", when_cas_passed="")
-CREATE_STREAM_AND_INSERT = _INSERT_EVENTS.format(
-    head="head AS (INSERT INTO streams (stream_id, version) "
-    "VALUES (%(stream_id)s, %(new_version)s) ON CONFLICT (stream_id) DO NOTHING RETURNING 1),",
-    when_cas_passed=_CAS_THEN,
-)
-MOVE_STREAM_AND_INSERT = _INSERT_EVENTS.format(
-    head="head AS (UPDATE streams SET version = %(new_version)s "
-    "WHERE stream_id = %(stream_id)s AND version = %(expected)s RETURNING 1),",
-    when_cas_passed=_CAS_THEN,
-)
 
 
 @functools.lru_cache(maxsize=512)
@@ -99,12 +82,24 @@ class PostgresTransaction(BaseTransaction):
     dialect = "postgresql"
 
     def __init__(
-        self, conn: psycopg.Connection, lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+        self,
+        conn: psycopg.Connection,
+        lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
+        explicit_begin: bool = False,
     ) -> None:
         super().__init__()
         self._conn = conn
         self._cursor = conn.cursor()
         self._lock_timeout_ms = lock_timeout_ms
+        # on an autocommit connection the transaction's BEGIN is sent by us, in the
+        # pipeline of its first statement (psycopg's implicit BEGIN waits for its answer)
+        self._begin_pending = explicit_begin
+        self.begun = False
+        # executemany answers nothing, so a store transaction queues its statements
+        # and sends them in the pipeline of the next statement or of COMMIT: the read
+        # models' writes after an append cost no round trip of their own
+        self._defers = explicit_begin and _PIPELINE
+        self._queued: list[tuple[str, list[Sequence[Any]]]] = []
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
@@ -113,21 +108,66 @@ class PostgresTransaction(BaseTransaction):
         return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
 
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        if self._defers:
+            params = list(seq_of_params)
+            if params:
+                self._queued.append((_native(sql), params))
+            return
         # psycopg pipelines the executions: one round trip for the lot, not one each
         with self._conn.cursor() as cursor:
+            if self._begin_pending:
+                self._send_begin()
             cursor.executemany(_native(sql), seq_of_params)
+
+    def _send_begin(self) -> None:
+        self._begin_pending = False
+        self.begun = True
+        self._conn.execute("BEGIN", prepare=False)
+
+    def _send_prelude(self) -> None:
+        """Inside an open pipeline: BEGIN if not sent yet, then the queued statements."""
+        if self._begin_pending:
+            self._send_begin()
+        queued, self._queued = self._queued, []
+        if queued:
+            cursor = self._conn.cursor()
+            for sql, many in queued:
+                for params in many:
+                    cursor.execute(sql, params)
 
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
     ) -> psycopg.Cursor:
         prepare = None if prepared else False
         conn = self._conn
+        if self._begin_pending or self._queued:
+            if not _PIPELINE:
+                self._send_begin()
+                return cursor.execute(sql, params, prepare=prepare)
+            # BEGIN, what waits and this statement in one round trip
+            with conn.pipeline():
+                self._send_prelude()
+                cursor.execute(sql, params, prepare=prepare)
+            return cursor
         if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
-            # the implicit BEGIN travels with the first statement: one round trip, not two
+            # (a replay session's connection) the implicit BEGIN in a pipeline
             with conn.pipeline():
                 cursor.execute(sql, params, prepare=prepare)
             return cursor
         return cursor.execute(sql, params, prepare=prepare)
+
+    def finish(self, commit: bool) -> None:
+        """COMMIT (with what is still queued, in one round trip) or ROLLBACK."""
+        conn = self._conn
+        if commit and self._queued:
+            with conn.pipeline():
+                self._send_prelude()
+                conn.execute("COMMIT", prepare=False)
+        elif commit and self.begun:
+            conn.execute("COMMIT", prepare=False)
+        elif self.begun and not conn.broken:  # a lost connection has nothing to roll back
+            self._queued = []
+            conn.execute("ROLLBACK", prepare=False)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(
@@ -166,16 +206,14 @@ class PostgresTransaction(BaseTransaction):
         return bool(acquired)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
-        select = "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)"
+        # through qlflow_lock_heads: FOR UPDATE needs an UPDATE grant no runtime role has.
+        # Waiting, rows are locked in stream id order: every waiting locker takes the
+        # same order, so two of them cannot deadlock on heads
+        sql = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
         if wait:
-            # rows are locked in the ORDER BY's order: every waiting locker takes the
-            # same order, so two of them cannot deadlock on heads
-            rows = self._waiting(
-                select + " ORDER BY stream_id FOR UPDATE", (stream_ids,), "stream heads"
-            )
+            rows = self._waiting(sql, (stream_ids, True), "stream heads")
         else:
-            cursor = self._send(self._cursor, select + " FOR UPDATE SKIP LOCKED", (stream_ids,))
-            rows = cursor.fetchall()
+            rows = self._send(self._cursor, sql, (stream_ids, False)).fetchall()
         versions = dict.fromkeys(stream_ids, 0)
         versions.update(rows)
         if not wait and len(rows) < len(stream_ids):
@@ -199,72 +237,57 @@ class PostgresTransaction(BaseTransaction):
         return rows[0][0]
 
     def _waiting(self, sql: str, params: Sequence[Any], what: str) -> list[Row]:
-        """Run `sql`, whose lock waits are bounded by the lock timeout (one round trip
-        with the two SETs around it when pipelined)."""
-        conn = self._conn
-        bounded = f"SET LOCAL lock_timeout = {int(self._lock_timeout_ms)}"
+        """Run `sql`, whose lock waits are bounded by the session's lock timeout (set on
+        every connection: `bounded_session`), as LockTimeout."""
         try:
-            cursor = conn.cursor()
-            if _PIPELINE:
-                with conn.pipeline():
-                    conn.execute(bounded, prepare=False)
-                    cursor.execute(sql, params, prepare=False)
-                    conn.execute("SET LOCAL lock_timeout TO DEFAULT", prepare=False)
-            else:
-                conn.execute(bounded, prepare=False)
-                cursor.execute(sql, params, prepare=False)
-                conn.execute("SET LOCAL lock_timeout TO DEFAULT", prepare=False)
-            return cursor.fetchall()
+            return self._send(self._conn.cursor(), sql, params).fetchall()
         except pg_errors.LockNotAvailable as exc:
             raise LockTimeout(
-                f"{what}: not granted within {self._lock_timeout_ms} ms, another transaction "
+                f"{what}: not granted within {self._lock_timeout_ms} ms, another session "
                 "holds it; nothing was written — try again"
             ) from exc
 
     # -- append ----------------------------------------------------------------------------
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
-        if len(batch.appends) > 1:
-            return super()._write(batch)
-        # one stream: CAS, position allocation and insert in one statement, one round trip
-        [append] = batch.appends
-        sql = CREATE_STREAM_AND_INSERT if append.expected_version == 0 else MOVE_STREAM_AND_INSERT
-        inserted = self._insert_rows(sql, batch.events, append)
-        if len(inserted) == len(batch.events):
-            return _in_call_order(inserted, batch.events)
-        # nothing inserted: the CAS failed, or it passed and every id was stored already;
-        # some inserted: the CAS passed and some ids were stored already
-        return Refused(None if inserted else append, heads_moved=bool(inserted))
+        # CAS, position allocation and insert in one function call: one round trip
+        events = batch.events
+        params = [
+            [a.stream_id for a in batch.appends],
+            [a.expected_version for a in batch.appends],
+            [a.new_version for a in batch.appends],
+            [e.event_id for e in events],
+            [e.stream_id for e in events],
+            [e.stream_version for e in events],
+            [e.type for e in events],
+            [e.data for e in events],
+            [e.metadata for e in events],
+        ]
+        sql = APPEND_SQL
+        if self._through is not None:
+            function, args = self._through
+            marks = ", ".join(["%s"] * (len(args) + len(params)))
+            sql = f"SELECT positions, refused, moved FROM {function}({marks})"
+            params = [*args, *params]
+        # a function call only: a cached generic plan stays right at any table size
+        try:
+            [(positions, refused, moved)] = self._send(
+                self._cursor, sql, params, prepared=self._through is None
+            ).fetchall()
+        except psycopg.Error as exc:
+            if exc.sqlstate != GUARD_SQLSTATE:
+                raise
+            message = str(exc).strip().splitlines()[0]
+            error = StartGuardError(message)
+            error.reason = message.partition(":")[0]
+            raise error from None
+        if positions is not None:
+            return list(positions)
+        stream = next((a for a in batch.appends if a.stream_id == refused), None)
+        return Refused(stream, heads_moved=bool(moved))
 
     def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
-        inserted = self._insert_rows(INSERT_AFTER_CAS, events)
-        return _in_call_order(inserted, events) if len(inserted) == len(events) else None
-
-    def _insert_rows(
-        self, sql: str, events: Sequence[EncodedEvent], cas: EncodedAppend | None = None
-    ) -> list[tuple[int, str]]:
-        params = {
-            "count": len(events),
-            "event_ids": [e.event_id for e in events],
-            "stream_ids": [e.stream_id for e in events],
-            "versions": [e.stream_version for e in events],
-            "types": [e.type for e in events],
-            "data": [e.data for e in events],
-            "metadata": [e.metadata for e in events],
-        }
-        if cas is not None:
-            params |= {
-                "stream_id": cas.stream_id,
-                "expected": cas.expected_version,
-                "new_version": cas.new_version,
-            }
-        # key lookups and the one-row counter only: a cached generic plan stays right
-        return self._send(self._cursor, sql, params, prepared=True).fetchall()
-
-
-def _in_call_order(inserted: list[tuple[int, str]], events: Sequence[EncodedEvent]) -> list[int]:
-    position_of = {event_id: position for position, event_id in inserted}
-    return [position_of[event.event_id] for event in events]
+        raise AssertionError("PostgreSQL appends go through qlflow_append (_write)")
 
 
 class PostgresStore(BaseStore):
@@ -292,7 +315,7 @@ class PostgresStore(BaseStore):
             # a pooled connection the server closed (restart, idle_session_timeout,
             # pg_terminate_backend) is replaced when taken, not handed out dead
             check=psycopg_pool.ConnectionPool.check_connection,
-            configure=read_only_session if read_only else None,
+            configure=functools.partial(bounded_session, lock_timeout_ms, read_only),
             open=False,
             name="qlflow-eventstore",
         )
@@ -315,7 +338,8 @@ class PostgresStore(BaseStore):
     def _begin(self) -> PostgresTransaction:
         conn = self._pool.getconn(timeout=self.connect_timeout_s)
         try:
-            return PostgresTransaction(conn, self.lock_timeout_ms)
+            conn.autocommit = True  # the transaction sends its own BEGIN (see _send)
+            return PostgresTransaction(conn, self.lock_timeout_ms, explicit_begin=True)
         except BaseException:
             self._pool.putconn(conn)
             raise
@@ -325,10 +349,7 @@ class PostgresStore(BaseStore):
         tx.ended = True
         conn = tx._conn
         try:
-            if commit:
-                conn.commit()
-            elif not conn.broken:  # a lost connection has nothing left to roll back
-                conn.rollback()
+            tx.finish(commit)
         finally:
             # the pool rolls back or discards a connection left in a transaction
             self._pool.putconn(conn)
@@ -345,7 +366,7 @@ class PostgresStore(BaseStore):
                 conn.autocommit = False
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
-        tx.query("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
+        tx.lock(MIGRATION_LOCK)  # bounded: a lock held elsewhere is a LockTimeout
         # A role without CREATE on the schema (the runtime role of actors.roles)
         # may open a migrated store: CREATE TABLE IF NOT EXISTS would still be refused.
         exists = tx.query(
@@ -405,6 +426,7 @@ class PostgresReplaySession(BaseReplaySession):
     def __init__(self, url: str, lock_timeout_ms: int) -> None:
         self._conn = psycopg.connect(url, autocommit=False)
         try:
+            bounded_session(lock_timeout_ms, False, self._conn)
             self.tx = PostgresTransaction(self._conn, lock_timeout_ms)
             self.live_schema = self.tx.query("SELECT current_schema()")[0][0]
             self._conn.commit()

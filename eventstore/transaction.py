@@ -71,6 +71,8 @@ class BaseTransaction(ABC):
     def __init__(self) -> None:
         self.ended = False
         self.failure: BaseException | None = None
+        # (function, leading args) an append goes through instead of the plain one
+        self._through: tuple[str, tuple[Any, ...]] | None = None
 
     # -- hooks each adapter implements -------------------------------------------------
 
@@ -145,6 +147,24 @@ class BaseTransaction(ABC):
             record_from_event(event, position)
             for event, position in zip(batch.events, written, strict=True)
         ]
+
+    def append_through(
+        self, function: str, args: Sequence[Any], batch: EncodedBatch
+    ) -> list[Record]:
+        """`append_encoded` through the server-side function `function(*args, batch...)`
+        where the database has such functions (PostgreSQL: a SECURITY DEFINER function
+        that checks its own rule, then appends like `qlflow_append`); a store without
+        functions (SQLite) appends plainly."""
+        self._check_usable()
+        if not isinstance(function, str) or not _FUNCTION_NAME.fullmatch(function):
+            raise InvalidInput(
+                "function", "identifier", f"a function name is a-z 0-9 _, got {function!r}"
+            )
+        self._through = (function, tuple(args))
+        try:
+            return self.append_encoded(batch)
+        finally:
+            self._through = None
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
         """CAS every stream in id order, then insert: the positions, or what stopped it."""

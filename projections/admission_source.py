@@ -31,7 +31,9 @@ from projections.publications import (
 )
 
 ADMISSION_SOURCE = "qlflow_admission_source"
-_ADMISSION_SOURCE_VERSION = "qlflow admission source v2 (publisher lock: store.lock key)"
+_ADMISSION_SOURCE_VERSION = (
+    "qlflow admission source v3 (publisher lock: schema-scoped store.lock key; qlflow_admit)"
+)
 _PUBLISHED_PREFIX = "publication-"
 # What admission may know about the publication a request names, read under the
 # publisher's lock: the same lock, by the same name and key, as `publisher_lock`

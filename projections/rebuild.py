@@ -34,9 +34,10 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
-from domain.errors import InvalidInput
+from domain.errors import CorruptionError, InvalidInput
 from eventstore.api import EventStore, ReplaySession, Transaction
 from projections import registry
+from projections.log_check import DOCUMENT, check_log
 
 Progress = Callable[[int, int], None]
 """`progress(events_done, events_total)`, called after each replayed batch."""
@@ -71,7 +72,10 @@ def rebuild(
     started = time.perf_counter()
     registry.migrate_all(store)
     with ReplayCopy.open(store) as copy:
-        copy.replay(progress, batch)
+        try:
+            copy.replay(progress, batch)
+        except ValueError as exc:  # an undecodable record (orjson's error is a ValueError)
+            raise _broken_log(copy, exc) from exc
         replayed = copy.events
         with copy.exclusive():
             copy.catch_up()
@@ -82,6 +86,23 @@ def rebuild(
         position=copy.position,
         tables=rows,
         seconds=time.perf_counter() - started,
+    )
+
+
+def _broken_log(copy: ReplayCopy, error: ValueError) -> Exception:
+    """CorruptionError naming the records the replay could not read (or `error` itself
+    when the log check finds none)."""
+    with copy.snapshot():
+        problems = check_log(copy.tx, copy.live("events"), copy.live("streams"))
+    broken = [problem for problem in problems if problem.kind == DOCUMENT]
+    if not broken:
+        return error
+    more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+    return CorruptionError(
+        "the log has records no replay can read, nothing was rebuilt: "
+        + "; ".join(problem.line() for problem in broken[:3])
+        + more
+        + " (qlflow verify lists every problem)"
     )
 
 

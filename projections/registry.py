@@ -39,9 +39,13 @@ def modules() -> tuple[ModuleType, ...]:
 def functions() -> tuple[ServerFunction, ...]:
     """The server-side functions the projection layer needs installed where
     least-privilege roles are set up (see `actors.roles`)."""
-    from projections import admission_source
+    from projections import admission_guard, admission_source, published_revisions
 
-    return admission_source.FUNCTIONS
+    return (
+        *admission_source.FUNCTIONS,
+        *admission_guard.FUNCTIONS,
+        *published_revisions.FUNCTIONS,
+    )
 
 
 def migrate_all(store) -> None:
@@ -63,6 +67,15 @@ def apply_records(tx, records: Sequence[Record]) -> None:
 def commit(tx, appends) -> list[Record]:
     """Append through the store and update the read models in the same transaction."""
     return commit_encoded(tx, encode_appends(appends))
+
+
+def commit_through(tx, function, args, appends) -> list[Record]:
+    """`commit` with the append made through the server-side function `function`
+    (`Transaction.append_through`)."""
+    records = tx.append_through(function, args, encode_appends(appends))
+    apply_records(tx, records)
+    faults.hit_append()
+    return records
 
 
 def commit_encoded(tx, batch) -> list[Record]:

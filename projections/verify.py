@@ -11,6 +11,12 @@ Per table: row count and a SHA-256 over the canonical encoding of every row (orj
 of the row's values in column order), rows ordered by the table's key. On a
 difference, the report lists each key that is missing from the live table, extra in
 it, or changed (with the columns that differ, live value beside replayed value).
+
+First, in a snapshot of its own, the log itself is checked (`projections.log_check`:
+contiguous versions, heads, positions, decodable documents); each problem is named
+by stream, version and position. A log with an undecodable document is not replayed
+(the replay could only stop at it), and a replay that stops on a broken log is a
+problem in the report, never a crash.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import orjson
 
 from projections import registry
+from projections.log_check import DOCUMENT, LogProblem, check_log
 from projections.rebuild import DEFAULT_BATCH, Progress, ReplayCopy, check_batch
 
 MAX_DIFFERENCES_PER_TABLE = 100
@@ -76,6 +83,7 @@ class VerifyReport:
     tables: dict[str, TableCheck]
     differences: list[Difference]
     truncated: dict[str, int] = field(default_factory=dict)  # table -> differences not listed
+    log_problems: list[LogProblem] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,11 +92,18 @@ class VerifyReport:
         """Human sentences: a verdict, then every difference."""
         if self.ok:
             return [
-                f"read models match a replay of the log up to position {self.position} "
-                f"({len(self.tables)} tables)"
+                f"the log is sound and read models match a replay of it up to position "
+                f"{self.position} ({len(self.tables)} tables)"
             ]
+        lines = []
+        if self.log_problems:
+            lines.append(f"the log has {len(self.log_problems)} problem(s)")
+            lines += [problem.line() for problem in self.log_problems]
         bad = [name for name, check in self.tables.items() if not check.ok]
-        lines = [f"read models differ from a replay at position {self.position}: {', '.join(bad)}"]
+        if bad:
+            lines.append(
+                f"read models differ from a replay at position {self.position}: {', '.join(bad)}"
+            )
         lines += [difference.line() for difference in self.differences]
         lines += [
             f"{table}: {count} more differences not listed"
@@ -104,33 +119,60 @@ def verify(store, progress: Progress | None = None, *, batch: int = DEFAULT_BATC
     tables: dict[str, TableCheck] = {}
     differences: list[Difference] = []
     truncated: dict[str, int] = {}
+    position = 0
     with ReplayCopy.open(store) as copy:
-        copy.replay(progress, batch)
         with copy.snapshot():
-            copy.catch_up()
-            for table, key in copy.tables.items():
-                columns = copy.columns(table)
-                live = _rows(copy, copy.live(table), columns, key)
-                replay = _rows(copy, copy.copy(table), columns, key)
-                tables[table] = TableCheck(
-                    rows=len(live),
-                    rows_replay=len(replay),
-                    checksum_live=_checksum(live),
-                    checksum_replay=_checksum(replay),
-                )
-                if not tables[table].ok:
-                    found = _differences(table, columns, key, live, replay)
-                    differences += found[:MAX_DIFFERENCES_PER_TABLE]
-                    if len(found) > MAX_DIFFERENCES_PER_TABLE:
-                        truncated[table] = len(found) - MAX_DIFFERENCES_PER_TABLE
-        position = copy.position
+            problems = check_log(copy.tx, copy.live("events"), copy.live("streams"))
+        if any(problem.kind == DOCUMENT for problem in problems):
+            return VerifyReport(False, 0, tables, differences, truncated, problems)
+        try:
+            replayed = _compare(copy, progress, batch, tables, differences, truncated)
+        except Exception as exc:
+            if not problems:
+                raise
+            problems.append(
+                LogProblem("*", None, None, f"the replay stopped: {type(exc).__name__}: {exc}")
+            )
+            return VerifyReport(False, 0, {}, [], {}, problems)
+        position = replayed
     return VerifyReport(
-        ok=all(check.ok for check in tables.values()),
+        ok=not problems and all(check.ok for check in tables.values()),
         position=position,
         tables=tables,
         differences=differences,
         truncated=truncated,
+        log_problems=problems,
     )
+
+
+def _compare(
+    copy: ReplayCopy,
+    progress: Progress | None,
+    batch: int,
+    tables: dict[str, TableCheck],
+    differences: list[Difference],
+    truncated: dict[str, int],
+) -> int:
+    """Replay into the copy and compare it with the live tables; the log position."""
+    copy.replay(progress, batch)
+    with copy.snapshot():
+        copy.catch_up()
+        for table, key in copy.tables.items():
+            columns = copy.columns(table)
+            live = _rows(copy, copy.live(table), columns, key)
+            replay = _rows(copy, copy.copy(table), columns, key)
+            tables[table] = TableCheck(
+                rows=len(live),
+                rows_replay=len(replay),
+                checksum_live=_checksum(live),
+                checksum_replay=_checksum(replay),
+            )
+            if not tables[table].ok:
+                found = _differences(table, columns, key, live, replay)
+                differences += found[:MAX_DIFFERENCES_PER_TABLE]
+                if len(found) > MAX_DIFFERENCES_PER_TABLE:
+                    truncated[table] = len(found) - MAX_DIFFERENCES_PER_TABLE
+    return copy.position
 
 
 def _rows(copy: ReplayCopy, table: str, columns: Sequence[str], key: Sequence[str]) -> list[tuple]:

@@ -9,13 +9,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain import event_types
 from domain.errors import NotFound, QlflowError
 from domain.plan import task_ref
 from domain.revision import MaterializedRevision, revision_from_json
-from domain.streams import publication_stream
 from domain.tasks import TaskDefinition, task_source_digest
-from projections import publications
+from projections.published_revisions import published_revisions
 from qlflow.packages import TaskFileError, load_package, task_file_digest
 from qlflow.runtime import Lease, Runtime
 
@@ -95,8 +93,8 @@ class PublishedTasks:
         a folder for: lease only these, never a Task it could not start."""
         refs: set[str] = set()
         for package in self.packages:
-            for publication in publications.publications(self._rt.store, package):
-                revision, _ = self._revision(publication.publication_id)
+            for publication_id, data in published_revisions(self._rt.store, package=package):
+                revision, _ = self._remember(publication_id, data)
                 refs.update(task_ref(package, revision.generation, t) for t in revision.tasks)
         return frozenset(refs)
 
@@ -140,12 +138,21 @@ class PublishedTasks:
             cached = self._revisions.get(publication_id)
         if cached is not None:
             return cached
-        records = self._rt.store.read_stream(publication_stream(publication_id))
-        published = next((r for r in records if r.type == event_types.PUBLICATION_PUBLISHED), None)
-        if published is None:
+        # through a definer function where the runtime role may not read publications
+        found = published_revisions(self._rt.store, publication_id=publication_id)
+        if not found:
             raise NotFound(f"publication {publication_id!r} has no published revision")
-        revision = revision_from_json(published.data["revision"])
-        source = published.data.get("source_path")
+        return self._remember(publication_id, found[0][1])
+
+    def _remember(
+        self, publication_id: str, data: Mapping[str, object]
+    ) -> tuple[MaterializedRevision, Path | None]:
+        with self._lock:
+            cached = self._revisions.get(publication_id)
+        if cached is not None:
+            return cached
+        revision = revision_from_json(data["revision"])
+        source = data.get("source_path")
         entry = (revision, Path(source) if isinstance(source, str) and source else None)
         with self._lock:
             self._revisions[publication_id] = entry

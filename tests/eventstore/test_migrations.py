@@ -9,6 +9,7 @@ import pytest
 
 from domain.errors import SchemaError
 from eventstore import open_store
+from eventstore.migrations import EVENTSTORE_STEPS
 
 STEP_1 = {
     "sqlite": "CREATE TABLE widgets (widget_id TEXT PRIMARY KEY)",
@@ -31,7 +32,7 @@ def recorded(store, component):
 
 
 def test_the_store_records_its_own_schema(store):
-    assert recorded(store, "eventstore") == [(1,)]
+    assert recorded(store, "eventstore") == [(len(EVENTSTORE_STEPS),)]
 
 
 def test_steps_apply_once_and_only_the_new_ones(store):
@@ -67,7 +68,10 @@ def test_a_database_newer_than_the_code_is_refused(store_url):
         with pytest.raises(SchemaError, match=r"widgets v2 is newer than this qlflow \(knows v1\)"):
             store.migrate("widgets", [STEP_1])
         with store.transaction() as tx:
-            tx.execute("UPDATE schema_versions SET version = 3 WHERE component = 'eventstore'")
+            tx.execute(
+                "UPDATE schema_versions SET version = ? WHERE component = 'eventstore'",
+                (len(EVENTSTORE_STEPS) + 1,),
+            )
     finally:
         store.close()
 
@@ -75,5 +79,6 @@ def test_a_database_newer_than_the_code_is_refused(store_url):
         open_store(store_url)
 
     assert str(caught.value) == (
-        "database schema eventstore v3 is newer than this qlflow (knows v1); upgrade qlflow"
+        f"database schema eventstore v{len(EVENTSTORE_STEPS) + 1} is newer than this qlflow "
+        f"(knows v{len(EVENTSTORE_STEPS)}); upgrade qlflow"
     )

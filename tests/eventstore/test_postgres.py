@@ -29,6 +29,7 @@ def test_tables_live_in_the_schema_the_url_names(pg_url):
         "events",
         "log_attempts",
         "log_chunks",
+        "qlflow_append_rights",
         "qlflow_position",
         "schema_versions",
         "streams",

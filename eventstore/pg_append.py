@@ -1,0 +1,214 @@
+"""The PostgreSQL append functions: the only way a least-privilege role writes events.
+
+`qlflow_append(...)` is what every PostgreSQL append calls, in one statement (one round
+trip with the implicit BEGIN): it checks the batch's shape, the caller's right to each
+stream, the expected version of every stream (in stream id order, a fixed lock order),
+allocates positions from the one-row counter last (gap safety, see
+`eventstore.postgres_store`), inserts the events skipping ids already stored, and says
+what happened: the positions, or which stream's CAS failed (`refused`) and whether a
+head had moved (`moved`). A conflict never raises, so the caller decides an exact replay
+the way SQLite does (`eventstore.transaction`).
+
+Both functions are SECURITY DEFINER, owned by the role that migrated the schema (the
+owner), with EXECUTE revoked from PUBLIC: the role setup grants `qlflow_append` to the
+runtime and publisher roles and `qlflow_append_core` only to the admission role, whose
+`qlflow_admit` (projections.admission_guard) is the one caller that may write a
+`workflow.admitted` record for a restricted role. A role with a row in
+`qlflow_append_rights` (written by the role setup) is restricted: it may append only to
+streams starting with one of its prefixes, and never `workflow.admitted` through
+`qlflow_append`. A role without one is the owner (or a superuser), which owns the
+tables and could write them directly anyway.
+
+Written as DO blocks so the functions are created in, and pinned to, the schema being
+migrated (`SET search_path = <schema>, pg_temp`).
+"""
+
+from __future__ import annotations
+
+APPEND_FUNCTION = "qlflow_append"
+APPEND_CORE = "qlflow_append_core"
+RIGHTS_TABLE = "qlflow_append_rights"
+ADMITTED_TYPE = "workflow.admitted"  # the one type only admission may append
+# SQLSTATE of a definer function's refusal to start a Run; the message begins with
+# the reason (a domain.start_guard reason), then a colon
+GUARD_SQLSTATE = "QLSG1"
+
+# (name, type) of the batch parameters, in order; `qlflow_admit` takes the same after its own
+BATCH_PARAMETERS = (
+    ("a_streams", "text[]"),
+    ("a_expected", "bigint[]"),
+    ("a_new", "bigint[]"),
+    ("e_ids", "text[]"),
+    ("e_streams", "text[]"),
+    ("e_versions", "bigint[]"),
+    ("e_types", "text[]"),
+    ("e_data", "text[]"),
+    ("e_metadata", "text[]"),
+)
+BATCH_TYPES = ", ".join(kind for _name, kind in BATCH_PARAMETERS)
+_BATCH_DECLARED = ", ".join(f"{name} {kind}" for name, kind in BATCH_PARAMETERS)
+CORE_TYPES = f"boolean, {BATCH_TYPES}"
+BATCH_NAMES = ", ".join(name for name, _kind in BATCH_PARAMETERS)
+APPEND_RESULT = "OUT positions bigint[], OUT refused text, OUT moved boolean"
+
+_CORE_BODY = f"""
+DECLARE
+    n integer := coalesce(array_length(e_ids, 1), 0);
+    m integer := coalesce(array_length(a_streams, 1), 0);
+    rights text[];
+    j integer;
+    changed integer;
+    last_position bigint;
+BEGIN
+    moved := false;
+    IF n = 0 OR m = 0 OR array_length(a_expected, 1) IS DISTINCT FROM m
+       OR array_length(a_new, 1) IS DISTINCT FROM m
+       OR array_length(e_streams, 1) IS DISTINCT FROM n
+       OR array_length(e_versions, 1) IS DISTINCT FROM n
+       OR array_length(e_types, 1) IS DISTINCT FROM n
+       OR array_length(e_data, 1) IS DISTINCT FROM n
+       OR array_length(e_metadata, 1) IS DISTINCT FROM n THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: a batch needs streams and events, arrays of equal length';
+    END IF;
+    IF (SELECT count(DISTINCT s) FROM unnest(a_streams) s) <> m
+       OR NOT (e_streams <@ a_streams) OR array_position(e_ids, NULL) IS NOT NULL
+       OR (SELECT count(DISTINCT i) FROM unnest(e_ids) i) <> n THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: each stream once, every event on one of them, '
+                      'event ids present and distinct';
+    END IF;
+    FOR j IN 1 .. m LOOP
+        IF a_expected[j] IS NULL OR a_new[j] IS NULL OR a_expected[j] < 0
+           OR ARRAY(SELECT v FROM unnest(e_streams, e_versions) WITH ORDINALITY u(s, v, o)
+                    WHERE s = a_streams[j] ORDER BY o)
+              IS DISTINCT FROM ARRAY(SELECT generate_series(a_expected[j] + 1, a_new[j])) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('qlflow_append: the events of stream %s must have versions '
+                                 '%s to %s in order', a_streams[j], a_expected[j] + 1, a_new[j]);
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT 1 FROM unnest(e_types, e_data, e_metadata) u(t, d, md)
+               WHERE t IS NULL OR t = '' OR json_typeof(d::json) IS DISTINCT FROM 'object'
+                  OR json_typeof(md::json) IS DISTINCT FROM 'object') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: every event needs a type and JSON objects as data '
+                      'and metadata';
+    END IF;
+    SELECT r.prefixes INTO rights FROM {RIGHTS_TABLE} r WHERE r.role = session_user;
+    IF FOUND THEN
+        IF EXISTS (SELECT 1 FROM unnest(a_streams) s
+                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rights) p WHERE starts_with(s, p)))
+        THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied: role %s may not append to stream(s) %s',
+                    session_user,
+                    (SELECT string_agg(s, ', ') FROM unnest(a_streams) s WHERE NOT EXISTS
+                        (SELECT 1 FROM unnest(rights) p WHERE starts_with(s, p))));
+        END IF;
+        IF NOT admitting AND '{ADMITTED_TYPE}' = ANY (e_types) THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied: role %s may not append {ADMITTED_TYPE}; '
+                                 'a Run is admitted only through qlflow_admit', session_user);
+        END IF;
+    END IF;
+    FOR j IN SELECT o FROM unnest(a_streams) WITH ORDINALITY u(s, o) ORDER BY s COLLATE "C"
+    LOOP
+        IF a_expected[j] = 0 THEN
+            INSERT INTO streams (stream_id, version) VALUES (a_streams[j], a_new[j])
+            ON CONFLICT (stream_id) DO NOTHING;
+        ELSE
+            UPDATE streams SET version = a_new[j]
+            WHERE stream_id = a_streams[j] AND version = a_expected[j];
+        END IF;
+        GET DIAGNOSTICS changed = ROW_COUNT;
+        IF changed <> 1 THEN
+            refused := a_streams[j];
+            RETURN;
+        END IF;
+        moved := true;
+    END LOOP;
+    -- last: the counter's row lock is held until COMMIT (positions in commit order)
+    UPDATE qlflow_position SET last = last + n RETURNING last INTO last_position;
+    INSERT INTO events (global_position, event_id, stream_id, stream_version, type, data,
+                        metadata)
+    SELECT last_position - n + u.o, u.i, u.s, u.v, u.t, u.d, u.md
+    FROM unnest(e_ids, e_streams, e_versions, e_types, e_data, e_metadata)
+         WITH ORDINALITY u(i, s, v, t, d, md, o)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    IF changed <> n THEN
+        RETURN;  -- an id was stored already: refused stays NULL, the caller explains
+    END IF;
+    positions := ARRAY(SELECT last_position - n + g FROM generate_series(1, n) g);
+END
+"""
+
+_WRAPPER_BODY = f"""
+BEGIN
+    SELECT c.positions, c.refused, c.moved INTO positions, refused, moved
+    FROM {APPEND_CORE}(false, {BATCH_NAMES}) c;
+END
+"""
+
+
+def _create(name: str, parameters: str, types: str, body: str) -> str:
+    body = body.replace("%", "%%")  # the text passes through format()
+    return f"""DO $do$ BEGIN EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.{name}({parameters}, {APPEND_RESULT})
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body${body}$body$
+$f$, current_schema());
+EXECUTE format('REVOKE ALL ON FUNCTION %I.{name}({types}) FROM PUBLIC', current_schema());
+END $do$"""
+
+
+LOCK_HEADS = "qlflow_lock_heads"
+# FOR UPDATE needs UPDATE on the table, which no restricted role has: the heads are
+# locked by this definer function (the locks last until the caller's COMMIT)
+_LOCK_HEADS_BODY = f"""
+DECLARE
+    rights text[];
+BEGIN
+    SELECT r.prefixes INTO rights FROM {RIGHTS_TABLE} r WHERE r.role = session_user;
+    IF FOUND AND EXISTS (SELECT 1 FROM unnest(stream_ids) s
+                         WHERE NOT EXISTS (SELECT 1 FROM unnest(rights) p
+                                           WHERE starts_with(s, p))) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('permission denied: role %s may not lock those stream heads',
+                             session_user);
+    END IF;
+    IF wait THEN
+        RETURN QUERY SELECT h.stream_id::text, h.version FROM streams h
+                     WHERE h.stream_id = ANY (stream_ids) ORDER BY h.stream_id FOR UPDATE;
+    ELSE
+        RETURN QUERY SELECT h.stream_id::text, h.version FROM streams h
+                     WHERE h.stream_id = ANY (stream_ids) FOR UPDATE SKIP LOCKED;
+    END IF;
+END
+"""
+
+
+def _create_lock_heads() -> str:
+    body = _LOCK_HEADS_BODY.replace("%", "%%")
+    return f"""DO $do$ BEGIN EXECUTE format($f$
+CREATE OR REPLACE FUNCTION %1$I.{LOCK_HEADS}(stream_ids text[], wait boolean)
+RETURNS TABLE (stream_id text, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = %1$I, pg_temp AS $body${body}$body$
+$f$, current_schema());
+EXECUTE format('REVOKE ALL ON FUNCTION %I.{LOCK_HEADS}(text[], boolean) FROM PUBLIC',
+               current_schema());
+END $do$"""
+
+
+MIGRATION: tuple[str, ...] = (
+    f"CREATE TABLE {RIGHTS_TABLE} (role TEXT PRIMARY KEY, prefixes TEXT[] NOT NULL)",
+    _create(APPEND_CORE, f"admitting boolean, {_BATCH_DECLARED}", CORE_TYPES, _CORE_BODY),
+    _create(APPEND_FUNCTION, _BATCH_DECLARED, BATCH_TYPES, _WRAPPER_BODY),
+    _create_lock_heads(),
+)
+"""The PostgreSQL statements of eventstore schema step 2."""
+
+APPEND_SQL = (
+    f"SELECT positions, refused, moved FROM {APPEND_FUNCTION}"
+    f"({', '.join(['%s'] * len(BATCH_PARAMETERS))})"
+)
