@@ -2,7 +2,8 @@
 and its inputs (the Run's parameters and the outputs of the steps it needs).
 
 `task_definition` is the one place that reads a Task's definition for a Run, so
-the way it reads (today the publication's log record) can change in one spot.
+it reads through `projections.published_revisions`, which a PostgreSQL runtime role
+may call where it may not read the publications themselves.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from domain import event_types
 from domain.errors import NotFound
 from domain.plan import task_ref
 from domain.revision import revision_from_json
-from domain.streams import publication_stream
 from eventstore.api import EventStore
 from projections import views
+from projections.published_revisions import published_revisions
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +36,14 @@ class TaskDefinitionView:
 def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
     """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication."""
     publication_id = views.get_run(store, run_id).publication_id
-    records = store.read_stream(publication_stream(publication_id))
-    published = next((r for r in records if r.type == event_types.PUBLICATION_PUBLISHED), None)
-    if published is None:
+    found = published_revisions(store, publication_id=publication_id)
+    if not found:
         raise NotFound(f"publication {publication_id!r} has no published revision")
-    revision = revision_from_json(published.data["revision"])
+    ((_, published),) = found
+    revision = revision_from_json(published["revision"])
     for task_id, task in revision.tasks.items():
         if task_ref(revision.package, revision.generation, task_id) == ref:
-            source = published.data.get("source_path")
+            source = published.get("source_path")
             return TaskDefinitionView(
                 task_ref=ref,
                 task_id=task_id,
