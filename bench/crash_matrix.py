@@ -167,8 +167,9 @@ def scenario() -> tuple[Op, ...]:
         (13, "lease", "quick", "z", {"worker": "w6", "ttl_ms": 30 * SECOND}),
         (14, "running", "quick", "z", {}),
         (15, "complete", "quick", "z", {"outcome": "succeeded", "recorded": "succeeded"}),
-        (16, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (17, "starting", "ok", "a", {}),
+        # lease and start barrier in one commit (lease_start), a completion that carries
+        # the frontier (ok/b, ok/c ready) and their claims
+        (16, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND, "start": True}),
         (18, "running", "ok", "a", {}),
         (19, "complete", "ok", "a", {"outcome": "succeeded", "recorded": "succeeded"}),
         (20, "lease", "fail", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
@@ -198,8 +199,7 @@ def scenario() -> tuple[Op, ...]:
         (44, "complete", "cancel", "x", {"outcome": "succeeded", "recorded": "cancelled"}),
         (45, "complete", "deadline", "z", {"outcome": "succeeded", "recorded": "timed_out"}),
         (46, "cycle", None, None, {}),  # ok/c's claim expired: lost, requeued, claimed again
-        (47, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (48, "starting", "ok", "c", {}),
+        (47, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND, "start": True}),
         (49, "running", "ok", "c", {}),
         (50, "complete", "ok", "c", {"outcome": "succeeded", "recorded": "succeeded"}),
         (51, "cycle", None, None, {}),  # ok/d ready and claimed
@@ -285,6 +285,7 @@ class Driver:
             now_ms=op.at_ms,
             run_id=run_id,
             step_key=op.step,
+            start=op.args.get("start", False),
         )
         if leases:
             return

@@ -27,6 +27,8 @@ QUICK = {
         ("cancellation.after_begin", 2),
         ("recovery.after_commit", 2),
         ("renew.after_commit", 2),
+        ("lease_start.after_commit", 1),
+        ("complete.before_commit", 2),
     ],
     "standalone": [
         ("publish.after_commit", 1),
@@ -34,6 +36,8 @@ QUICK = {
         ("frontier.after_commit", 3),
         ("cancel.after_commit", 1),
         ("running.before_begin", 3),
+        ("lease_start.before_commit", 2),
+        ("complete.after_commit", 2),
     ],
     "cluster": [
         ("admission.before_commit", 3),
@@ -41,6 +45,8 @@ QUICK = {
         ("cancellation.before_commit", 3),
         ("recovery.before_commit", 1),
         ("start.after_commit", 2),
+        ("lease_start.after_begin", 1),
+        ("complete.before_commit", 2),
     ],
 }
 WRITE_PATHS = (
@@ -50,6 +56,7 @@ WRITE_PATHS = (
     "cancellation",
     "frontier",
     "lease",
+    "lease_start",
     "start",
     "running",
     "renew",
