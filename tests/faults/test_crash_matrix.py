@@ -33,7 +33,7 @@ QUICK = {
     "standalone": [
         ("publish.after_commit", 1),
         ("lease.before_commit", 6),
-        ("frontier.after_commit", 3),
+        ("frontier.after_commit", 1),
         ("cancel.after_commit", 1),
         ("running.before_begin", 3),
         ("lease_start.before_commit", 2),
@@ -44,7 +44,7 @@ QUICK = {
         ("complete.after_commit", 5),
         ("cancellation.before_commit", 3),
         ("recovery.before_commit", 1),
-        ("start.after_commit", 2),
+        ("start.after_commit", 1),
         ("lease_start.after_begin", 1),
         ("complete.before_commit", 2),
     ],
