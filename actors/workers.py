@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from actors.authority import Units
 from actors.loading import attempt_lock, load_aggregate
+from domain import run_path
 from domain import worker as worker_rules
 from domain.cancellation import request_cancel
 from domain.errors import FenceError, InvalidInput, LockTimeout, VersionConflict
@@ -42,6 +43,7 @@ class Lease:
     expires_at_ms: int
     worker_id: str
     stop_requested: bool = False
+    started: bool = False  # granted with the start barrier (`lease_attempts(start=True)`)
 
 
 def _with_retries(authority: Units, fn: Callable, name: str):
@@ -75,8 +77,13 @@ def lease_attempts(
     run_id: str | None = None,
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
+    start: bool = False,
 ) -> list[Lease]:
-    """Lease up to `limit` claimed Attempts, oldest first; skip any another worker got."""
+    """Lease up to `limit` claimed Attempts, oldest first; skip any another worker got.
+
+    With `start` each grant also crosses the start barrier in its own commit (unit
+    `lease_start`): for an executor that spawns at once."""
+    decide = run_path.lease_and_start if start else worker_rules.grant_lease
     leases: list[Lease] = []
     offered = candidates.claimable_attempts(
         authority.store, now_ms, limit * 2, run_id=run_id, step_key=step_key, tasks=tasks
@@ -90,16 +97,14 @@ def lease_attempts(
                 return None  # another replica is on it: skip, never wait
             aggregate = load_aggregate(tx, attempt_run_id)
             try:
-                decision = worker_rules.grant_lease(
-                    aggregate, attempt_id, worker_id, ttl_ms, now_ms
-                )
+                decision = decide(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
             except (FenceError, InvalidInput):
                 return None  # no longer leasable: someone else got it, or the Run moved on
             commit(tx, decision.appends)
-            return _lease_value(aggregate, decision.lease)
+            return _lease_value(aggregate, decision.lease, started=start)
 
         try:
-            granted = authority.execute(grant, name="lease")
+            granted = authority.execute(grant, name="lease_start" if start else "lease")
         except (VersionConflict, LockTimeout):
             continue  # the Run moved, or its head stayed held: leave it for the next call
         if granted is not None:
@@ -109,7 +114,7 @@ def lease_attempts(
     return leases
 
 
-def _lease_value(aggregate, grant, stop_requested: bool = False) -> Lease:
+def _lease_value(aggregate, grant, stop_requested: bool = False, started: bool = False) -> Lease:
     attempt = aggregate.attempts[grant.attempt_id]
     step = aggregate.steps[attempt.step_key]
     return Lease(
@@ -122,6 +127,7 @@ def _lease_value(aggregate, grant, stop_requested: bool = False) -> Lease:
         expires_at_ms=grant.expires_at_ms,
         worker_id=grant.worker_id,
         stop_requested=stop_requested,
+        started=started,
     )
 
 
@@ -192,12 +198,13 @@ def complete(
     output: dict | None,
     now_ms: int,
 ) -> str:
-    """Record the Attempt's end under its lease; returns the recorded status."""
+    """Record the Attempt's end under its lease, with what the frontier and attempt
+    admission decide next from it, in one commit; returns the recorded status."""
     aggregate, decision = _worker_write(
         authority,
         lease,
         "complete",
-        lambda agg: worker_rules.complete(
+        lambda agg: run_path.complete_and_advance(
             agg,
             lease.attempt_id,
             lease.lease_id,

@@ -183,8 +183,9 @@ def scenario() -> tuple[Op, ...]:
         (14, "running", "quick", "z", {}),
         (15, "complete", "quick", "z", {"outcome": "succeeded", "recorded": "succeeded"}),
         (15.5, "start", "retry", None, {"workflow": "retried"}),
-        (16, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
-        (17, "starting", "ok", "a", {}),
+        # lease and start barrier in one commit (lease_start), a completion that carries
+        # the frontier (ok/b, ok/c ready) and their claims
+        (16, "lease", "ok", "a", {"worker": "w1", "ttl_ms": 30 * SECOND, "start": True}),
         (18, "running", "ok", "a", {}),
         (19, "complete", "ok", "a", {"outcome": "succeeded", "recorded": "succeeded"}),
         (20, "lease", "fail", "a", {"worker": "w1", "ttl_ms": 30 * SECOND}),
@@ -220,9 +221,8 @@ def scenario() -> tuple[Op, ...]:
         (46, "cycle", None, None, {}),  # ok/c's claim expired: lost, requeued, claimed again
         # (and r's retry is due: its second Attempt is claimed)
         (46.5, "lease", "retry", "r", {"worker": "w7", "ttl_ms": 30 * SECOND}),
-        (47, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND}),
+        (47, "lease", "ok", "c", {"worker": "w1", "ttl_ms": 30 * SECOND, "start": True}),
         (47.5, "running", "retry", "r", {}),
-        (48, "starting", "ok", "c", {}),
         (48.5, "complete", "retry", "r", {"outcome": "succeeded", "recorded": "succeeded"}),
         (49, "running", "ok", "c", {}),
         (50, "complete", "ok", "c", {"outcome": "succeeded", "recorded": "succeeded"}),
@@ -310,6 +310,7 @@ class Driver:
             now_ms=op.at_ms,
             run_id=run_id,
             step_key=op.step,
+            start=op.args.get("start", False),
         )
         if leases:
             return

@@ -33,10 +33,14 @@ def attempt_id_for(plan_digest: str, step_run_id: str, step_epoch: int) -> str:
 
 
 def decide_attempt_admission(
-    aggregate: RunAggregate, now_ms: int, executor: str = "local_process"
+    aggregate: RunAggregate,
+    now_ms: int,
+    executor: str = "local_process",
+    actor: str = ATTEMPTS_ACTOR,
 ) -> Decision:
     """Claim one Attempt for every ready StepRun that has no active Attempt and is
-    not waiting for its retry (`retry_at_ms` after `now_ms`)."""
+    not waiting for its retry (`retry_at_ms` after `now_ms`); `actor` is the writer
+    named in the records' metadata."""
     check_now(now_ms)
     if executor not in EXECUTORS:
         raise InvalidInput(
@@ -44,7 +48,7 @@ def decide_attempt_admission(
         )
     if aggregate.run.is_terminal or effective_intent(aggregate, now_ms) is not None:
         return EMPTY
-    builder = DecisionBuilder.on(aggregate, now_ms, ATTEMPTS_ACTOR)
+    builder = DecisionBuilder.on(aggregate, now_ms, actor)
     plan = aggregate.plan
     digest = plan.plan_digest
     attempts = aggregate.attempts

@@ -75,6 +75,13 @@ def lease_of(lease: Any) -> Lease:
         text(f"lease.{name}", getattr(lease, name))
     positive("lease.version", lease.version)
     instant("lease.expires_at_ms", lease.expires_at_ms)
-    if not isinstance(lease.stop_requested, bool):
-        raise InvalidInput("lease.stop_requested", "bool", "lease.stop_requested must be a bool")
+    for name in ("stop_requested", "started"):
+        flag(f"lease.{name}", getattr(lease, name))
     return lease
+
+
+def flag(field: str, value: Any) -> bool:
+    """A bool, refused otherwise (1 or "yes" are not flags)."""
+    if not isinstance(value, bool):
+        raise InvalidInput(field, "bool", f"{field} must be a bool, got {value!r}")
+    return value

@@ -126,10 +126,23 @@ class AsyncRuntime:
         run_id: str | None = None,
         step_key: str | None = None,
         tasks: Iterable[str] | None = None,
+        start: bool = False,
     ) -> list[Lease]:
-        """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min)."""
+        """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min).
+
+        `start=True`: each grant also crosses the start barrier in the same commit (the
+        Attempt is `starting`, `Lease.started` is set): for an executor that spawns at
+        once; `mark_running` stays optional and `complete` is accepted from starting."""
         return await asyncio.to_thread(
-            self.runtime.lease_attempts, worker_id, limit, ttl_ms, now_ms, run_id, step_key, tasks
+            self.runtime.lease_attempts,
+            worker_id,
+            limit,
+            ttl_ms,
+            now_ms,
+            run_id,
+            step_key,
+            tasks,
+            start,
         )
 
     async def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:

@@ -27,7 +27,7 @@ from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
 from projections.verify import VerifyReport
 from qlflow import packages
-from qlflow.arguments import instant, lease_of, optional_text, positive, text, texts
+from qlflow.arguments import flag, instant, lease_of, optional_text, positive, text, texts
 from qlflow.clock import wall_clock_ms
 from qlflow.inspection import Inspection
 from qlflow.scheduling import Scheduling
@@ -237,8 +237,13 @@ class Runtime(Inspection, Scheduling):
         run_id: str | None = None,
         step_key: str | None = None,
         tasks: Iterable[str] | None = None,
+        start: bool = False,
     ) -> list[Lease]:
-        """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min)."""
+        """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min).
+
+        `start=True`: each grant also crosses the start barrier in the same commit (the
+        Attempt is `starting`, `Lease.started` is set): for an executor that spawns at
+        once; `mark_running` stays optional and `complete` is accepted from starting."""
         worker_id = text("worker_id", worker_id)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)  # refused even when there is nothing to lease
@@ -256,6 +261,7 @@ class Runtime(Inspection, Scheduling):
             run_id=run_id,
             step_key=step_key,
             tasks=task_set,
+            start=flag("start", start),
         )
 
     def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:

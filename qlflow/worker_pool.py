@@ -62,8 +62,13 @@ class WorkerPool:
             tasks = sorted(servable if tasks is None else servable.intersection(tasks))
             if not tasks:
                 return 0
-        leases = self._rt.lease_attempts(
-            self.worker_id, limit=free, ttl_ms=self.ttl_ms, run_id=self.run_id, tasks=tasks
+        leases = self._rt.lease_attempts(  # the executor spawns at once: start with the grant
+            self.worker_id,
+            limit=free,
+            ttl_ms=self.ttl_ms,
+            run_id=self.run_id,
+            tasks=tasks,
+            start=True,
         )
         for lease in leases:
             thread = threading.Thread(

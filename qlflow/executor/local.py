@@ -139,7 +139,8 @@ class LocalProcessExecutor:
     # -- one Attempt ----------------------------------------------------------
     def execute(self, lease: Lease) -> AttemptReport:
         """Run one leased Attempt to its end and record the outcome under the lease:
-        find its command, pass the start barrier (`mark_starting`) before spawning,
+        find its command, pass the start barrier (`mark_starting`, unless the lease was
+        granted with it: `lease_attempts(start=True)`) before spawning,
         then supervise the process under its lease and `complete` with its exit code
         (0 -> succeeded, anything else -> failed)."""
         log_path = self._log_path(lease)
@@ -149,9 +150,11 @@ class LocalProcessExecutor:
         try:
             command = self._resolve(lease)
         except TaskUnavailable as error:
-            if error.cancelled:
+            if error.cancelled and not lease.started:
                 return self._not_started(lease, log_path, str(error))
             problem, code = str(error), error.result_code or START_FAILED
+            if error.cancelled:  # past the barrier already: recorded, never run
+                code = WORKER_SHUTDOWN
         except (QlflowError, OSError) as error:
             problem = str(error)
         if command is not None:
@@ -161,18 +164,19 @@ class LocalProcessExecutor:
                 return self._not_started(lease, log_path, "the store cannot be read right now")
             except QlflowError as error:
                 command, problem = None, str(error)
-        if self._closed:
+        if self._closed and not lease.started:
             return self._not_started(lease, log_path, "the executor is shutting down")
         held = Held(lease)
         try:
-            until_recorded(
-                self._rt,
-                held,
-                "start",
-                self._rt.mark_starting,
-                ttl_ms=self.ttl_ms,
-                stopping=self._closing,
-            )
+            if not lease.started:  # a lease granted with start=True crossed it already
+                until_recorded(
+                    self._rt,
+                    held,
+                    "start",
+                    self._rt.mark_starting,
+                    ttl_ms=self.ttl_ms,
+                    stopping=self._closing,
+                )
         except FenceError as error:
             log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
             return report(held.lease, None, None, None, log_path, error=str(error))
@@ -180,7 +184,7 @@ class LocalProcessExecutor:
             return self._not_started(held.lease, log_path, "the executor is shutting down")
         if command is None:
             return self._start_failed(held, log_path, problem or "task unavailable", code)
-        if self._closing.is_set():  # past the barrier: recorded, never run
+        if self._closing.is_set() or self._closed:  # past the barrier: recorded, never run
             return self._start_failed(held, log_path, "the host stopped", WORKER_SHUTDOWN)
         try:
             process = self._spawn(held.lease, command, inputs, log_path)

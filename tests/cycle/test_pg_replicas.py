@@ -105,8 +105,14 @@ def test_replicas_and_workers_converge_every_run(pg_url):
     for r in records:
         if r.type == "lease.granted":
             lease_start[r.data["lease_id"]] = r.global_position
-        if r.type in ("lease.completed", "lease.released"):
-            lease_end[r.data["lease_id"]] = r.global_position
+        # a lease completes in the commit of its Attempt's end, which a completion may
+        # share with the Run's terminal: the Attempt's end is where the lease stopped
+        ended = r.type in ("lease.completed", "lease.released") or (
+            r.type.startswith("attempt.") and "result_code" in r.data
+        )
+        if ended and r.data.get("lease_id"):
+            lease_id = r.data["lease_id"]
+            lease_end[lease_id] = min(lease_end.get(lease_id, 10**18), r.global_position)
     for run_id in run_ids:
         run_records = [r for r in records if r.stream_id == f"run-{run_id}"]
         assert run_records[-1].type.startswith("workflow.")

@@ -23,29 +23,31 @@ from bench import crash_matrix as matrix
 QUICK = {
     "edge": [
         ("admission.after_commit", 1),
-        ("complete.before_commit", 4),
+        ("complete.before_commit", 4),  # the retried failure, before its commit
         ("cancellation.after_begin", 2),
         ("recovery.after_commit", 2),
         ("renew.after_commit", 2),
         ("schedule.after_append", 2),  # the scheduled Run admitted, its cursor not moved
-        ("complete.after_commit", 4),  # the retried failure: r back to ready
+        ("lease_start.after_commit", 1),  # lease and start barrier committed, answer lost
     ],
     "standalone": [
         ("publish.after_commit", 1),
         ("lease.before_commit", 6),
-        ("frontier.after_commit", 3),
+        ("frontier.after_commit", 1),
         ("cancel.after_commit", 1),
         ("running.before_begin", 3),
         ("schedule.after_commit", 2),  # the fire committed, its answer lost
-        ("complete.before_commit", 4),  # the retried failure, before its commit
+        ("lease_start.before_commit", 2),
+        ("complete.after_commit", 2),  # a completion that carried its frontier
     ],
     "cluster": [
         ("admission.before_commit", 3),
-        ("complete.after_commit", 5),
+        ("complete.after_commit", 4),  # the retried failure: r back to ready
         ("cancellation.before_commit", 3),
         ("recovery.before_commit", 1),
-        ("start.after_commit", 2),
+        ("start.after_commit", 1),
         ("schedule.before_commit", 3),  # the skip of a revoked publisher's occurrence
+        ("lease_start.after_begin", 1),
     ],
 }
 WRITE_PATHS = (
@@ -55,6 +57,7 @@ WRITE_PATHS = (
     "cancellation",
     "frontier",
     "lease",
+    "lease_start",
     "start",
     "running",
     "renew",

@@ -135,10 +135,12 @@ def test_the_write_paths_hit_their_points(sqlite_url) -> None:
         rt.publish(manifest([("a", []), ("b", ["a"])]), now_ms=T0)
         rt.start("demo", "flow", admission_key="k", now_ms=T0)
         rt.cycle(now_ms=T0 + 1)
-        work(rt, T0 + 2)
-        rt.cycle(now_ms=T0 + 3)
+        work(rt, T0 + 2)  # a's completion readies and claims b (no frontier phase)
+        (lease,) = rt.lease_attempts("w2", now_ms=T0 + 3, start=True)
+        rt.complete(lease, "succeeded", now_ms=T0 + 4)
+        rt.cycle(now_ms=T0 + 5)
     counts = faults.counts()
-    for unit in ("publish", "admission", "lease", "running", "complete", "frontier"):
+    for unit in ("publish", "admission", "lease", "lease_start", "running", "complete"):
         for point in ("before_begin", "after_begin", "before_commit", "after_commit"):
             assert counts.get(f"{unit}.{point}", 0) >= 1, f"{unit}.{point}"
 

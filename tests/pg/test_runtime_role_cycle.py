@@ -74,4 +74,3 @@ def test_audit_role_reads_the_whole_log_the_runtime_wrote(rt, roles):
     # the audit role sees the publication too; the runtime role sees everything else
     assert [s for s in seen if not s.startswith("publication-")] == runtime_seen
     assert any(s.startswith("publication-") for s in seen)
-

@@ -1,0 +1,530 @@
+"""qlflow beside DBOS, the durable-workflow library a Python user would pick instead
+(issue 18).
+
+    python -m bench.peers [--pg URL] [--rounds 3] [--workflows 100] [--cancel 200]
+                          [--workers 4] [--quick] [--profile] [--sqlite-only]
+
+DBOS comes from the optional `[bench]` extra (`pip install -e .[bench]`); it is
+never a runtime dependency. Every measurement runs in its own child process
+(`python -m bench.peers --child ...`), and the rounds interleave the sides, so
+both meet the same machine load. Each side keeps its shipped durability: qlflow
+WAL + synchronous=FULL, DBOS its rollback journal + FULL; PostgreSQL with
+`synchronous_commit=on` for both. Each child gets its own SQLite file, or its own
+PostgreSQL schema (qlflow) or database (DBOS), dropped at the end.
+
+Sides:
+- `qlflow`: 100 Workflows of the 8-step DAG a -> b..g -> h started, then driven to
+  completion through the public API by one in-process worker between cycles:
+  `cycle()`, `lease_attempts(..., start=True)` (or `mark_running` where the
+  runtime predates it), `complete`.
+- `qlflow_pool`: the main thread cycles, N worker threads of the same process lease
+  and complete.
+- `qlflow_procs`: the main process cycles, N worker processes lease and complete;
+  CPU is the sum of all the processes, RSS the largest.
+- `dbos`: the same DAG as a DBOS workflow whose steps run in sequence, the 100
+  workflows called one after another; `dbos_threads`: the 100 started at once
+  (`DBOS.start_workflow`, DBOS's own thread per workflow).
+
+Figures per side: workflows/s (wall, starting included), process CPU ms per
+workflow, write transactions per workflow (qlflow: its committed units of work;
+DBOS: SQLAlchemy transactions that wrote), cancellation of 200 pending Workflows
+(qlflow: admitted with their roots claimed, `cancel` then `cycle()` until every one
+is terminal; DBOS: workflows waiting in `recv`, `cancel_workflow`), peak RSS
+(VmHWM). On SQLite the qlflow child also counts WAL frames (pages) per commit in a
+separate, untimed pass (a checkpoint after each commit restarts the WAL). With
+--profile a qlflow round is run under cProfile and its top entries printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import inspect
+import io
+import os
+import pstats
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results" / "peers.json"
+STEPS = [("a", []), *((k, ["a"]) for k in "bcdefg"), ("h", list("bcdefg"))]
+PACKAGE, WORKFLOW = "peers", "dag"
+SIDES = ("qlflow", "qlflow_pool", "qlflow_procs", "dbos", "dbos_threads")
+
+
+def _manifest() -> dict:
+    return {
+        "package": {"name": PACKAGE, "publisher": "bench"},
+        "tasks": {key: {"command": ["true"]} for key, _ in STEPS},
+        "workflows": {WORKFLOW: {"steps": [{"key": k, "task": k, "needs": n} for k, n in STEPS]}},
+    }
+
+
+def _cpu_s(who: int = resource.RUSAGE_SELF) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _peak_rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# --- qlflow --------------------------------------------------------------------------
+
+
+class _Commits:
+    """Counts qlflow's committed units of work (the `<unit>.after_commit` points)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.by_unit: dict[str, int] = {}
+
+    def __call__(self, name: str) -> None:
+        if name.endswith(".after_commit"):
+            self.count += 1
+            unit = name[: -len(".after_commit")]
+            self.by_unit[unit] = self.by_unit.get(unit, 0) + 1
+
+
+def _supports_start(rt) -> bool:
+    return "start" in inspect.signature(rt.lease_attempts).parameters
+
+
+def _work_once(rt, worker_id: str, limit: int = 64) -> int:
+    """Lease what is claimable and complete it: the worker's two (or three) commits."""
+    if _supports_start(rt):
+        leases = rt.lease_attempts(worker_id, limit=limit, start=True)
+    else:
+        leases = rt.lease_attempts(worker_id, limit=limit)
+        for lease in leases:
+            rt.mark_running(lease)
+    for lease in leases:
+        rt.complete(lease, "succeeded")
+    return len(leases)
+
+
+def _open(url: str):
+    import qlflow
+
+    profile = "cluster" if url.startswith("postgresql") else "standalone"
+    return qlflow.open(url=url, profile=profile)
+
+
+def _all_terminal(rt, run_ids: Sequence[str]) -> bool:
+    return all(rt.get_run(r).status in ("succeeded", "failed", "cancelled") for r in run_ids)
+
+
+def _drive(rt, run_ids: list[str], workers: int, mode: str, url: str) -> list[dict]:
+    """Cycle (and, in mode `one`, work) until every Run is terminal; returns what the
+    worker processes reported (their peak RSS)."""
+    stop = threading.Event()
+    helpers: list = []
+    if mode == "pool":
+        for n in range(workers):
+            thread = threading.Thread(target=_pool_worker, args=(rt, f"p{n}", stop))
+            thread.start()
+            helpers.append(thread)
+    elif mode == "procs":
+        for n in range(workers):
+            cmd = [sys.executable, "-m", "bench.peers", "--worker", url, "--worker-id", f"q{n}"]
+            helpers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE))
+    try:
+        while True:
+            result = rt.cycle()
+            done = _work_once(rt, "w1") if mode == "one" else 0
+            if not result.changed and not done and _all_terminal(rt, run_ids):
+                break
+            if mode != "one" and not result.changed:
+                time.sleep(0.001)  # let the workers take the lock
+    finally:
+        stop.set()
+        reports = []
+        for helper in helpers:
+            if isinstance(helper, threading.Thread):
+                helper.join()
+            else:
+                helper.terminate()
+                stdout, _ = helper.communicate()  # waited for: its CPU joins RUSAGE_CHILDREN
+                if stdout.strip():
+                    reports.append(orjson.loads(stdout.strip().splitlines()[-1]))
+    return reports
+
+
+def _pool_worker(rt, worker_id: str, stop: threading.Event) -> None:
+    while not stop.is_set():
+        if not _work_once(rt, worker_id, limit=2):
+            time.sleep(0.001)
+
+
+def worker_process(url: str, worker_id: str) -> None:
+    """A worker process of `qlflow_procs`: lease and complete until terminated."""
+    import signal
+
+    rt = _open(url)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    while not stopping.is_set():
+        if not _work_once(rt, worker_id, limit=2):
+            time.sleep(0.001)
+    rt.close()
+    print(orjson.dumps({"cpu_s": _cpu_s(), "rss_mib": _peak_rss_mib()}).decode(), flush=True)
+
+
+def _wal_pages(url: str, db_path: str, workflows: int) -> dict:
+    """Untimed: WAL frames written by each commit of a fresh run of `workflows`."""
+    from eventstore import faults
+
+    pages: dict[str, list[int]] = {}
+    side = sqlite3.connect(db_path, check_same_thread=False)
+
+    def watcher(name: str) -> None:
+        if name.endswith(".after_commit"):
+            _, log_frames, _ = side.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            pages.setdefault(name[: -len(".after_commit")], []).append(log_frames)
+
+    rt = _open(url)
+    side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    faults.watch(watcher)
+    try:
+        run_ids = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(workflows)]
+        _drive(rt, run_ids, 1, "one", url)
+    finally:
+        faults.disarm()
+        rt.close()
+        side.close()
+    every = [p for values in pages.values() for p in values]
+    return {
+        "pages_per_commit": statistics.fmean(every),
+        "by_unit": {unit: round(statistics.fmean(v), 1) for unit, v in sorted(pages.items())},
+    }
+
+
+def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int,
+                 profile: bool, db_path: str | None) -> dict:  # fmt: skip
+    from eventstore import faults
+
+    mode = {"qlflow": "one", "qlflow_pool": "pool", "qlflow_procs": "procs"}[side]
+    rt = _open(url)
+    rt.publish(_manifest())
+    commits = _Commits()
+    if mode != "procs":
+        faults.watch(commits)
+    profiler = cProfile.Profile() if profile else None
+    cpu0, wall0, child0 = _cpu_s(), time.perf_counter(), _cpu_s(resource.RUSAGE_CHILDREN)
+    if profiler:
+        profiler.enable()
+    run_ids = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(workflows)]
+    reports = _drive(rt, run_ids, workers, mode, url)
+    if profiler:
+        profiler.disable()
+    wall = time.perf_counter() - wall0
+    cpu = _cpu_s() - cpu0 + _cpu_s(resource.RUSAGE_CHILDREN) - child0
+    assert all(rt.get_run(r).status == "succeeded" for r in run_ids)
+    out = {
+        "workflows_per_s": workflows / wall,
+        "cpu_ms_per_workflow": cpu * 1000 / workflows,
+        "wall_s": wall,
+    }
+    if mode != "procs":
+        out["commits_per_workflow"] = commits.count / workflows
+        out["commits_by_unit"] = {k: v / workflows for k, v in sorted(commits.by_unit.items())}
+    faults.disarm()
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(30)
+        tottime = io.StringIO()
+        pstats.Stats(profiler, stream=tottime).sort_stats("tottime").print_stats(25)
+        out["profile_cumulative"] = text.getvalue()
+        out["profile_tottime"] = tottime.getvalue()
+    if mode == "one":
+        # cancellation of pending Workflows: roots claimed, nothing leased
+        pending = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(cancels)]
+        while rt.cycle().changed:
+            pass
+        wall0 = time.perf_counter()
+        for run_id in pending:
+            rt.cancel(run_id)
+        while rt.cycle().changed or not _all_terminal(rt, pending):
+            pass
+        out["cancelled_per_s"] = cancels / (time.perf_counter() - wall0)
+    out["rss_mib"] = max([_peak_rss_mib(), *(r["rss_mib"] for r in reports)])
+    rt.close()
+    if mode == "one" and db_path is not None:
+        out["wal"] = _wal_pages(url, db_path, min(workflows, 20))
+    return out
+
+
+# --- DBOS ----------------------------------------------------------------------------
+
+
+def _count_dbos_writes() -> dict:
+    """Counts SQLAlchemy transactions that wrote (any statement but a SELECT/PRAGMA)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    counts = {"writes": 0}
+    dirty: set[int] = set()
+
+    @event.listens_for(Engine, "before_cursor_execute")
+    def _statement(conn, cursor, statement, parameters, context, executemany):
+        head = statement.lstrip()[:6].upper()
+        if head not in ("SELECT", "PRAGMA", "WITH") and not head.startswith("SET"):
+            dirty.add(id(conn.connection.dbapi_connection))
+
+    @event.listens_for(Engine, "commit")
+    def _commit(conn):
+        key = id(conn.connection.dbapi_connection)
+        if key in dirty:
+            dirty.discard(key)
+            counts["writes"] += 1
+
+    return counts
+
+
+def dbos_child(url: str, side: str, workflows: int, cancels: int) -> dict:
+    import logging
+
+    from dbos import DBOS
+
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    counts = _count_dbos_writes()
+    DBOS(config={"name": "peers", "system_database_url": url, "log_level": "WARNING"})
+
+    @DBOS.step()
+    def step(key: str) -> str:
+        return key
+
+    @DBOS.workflow()
+    def dag() -> str:
+        step("a")
+        for key in "bcdefg":
+            step(key)
+        return step("h")
+
+    @DBOS.workflow()
+    def waiting() -> None:
+        DBOS.recv("go", timeout_seconds=600)
+
+    DBOS.launch()
+    writes0 = counts["writes"]
+    cpu0, wall0 = _cpu_s(), time.perf_counter()
+    if side == "dbos":
+        for _ in range(workflows):
+            dag()
+    else:
+        handles = [DBOS.start_workflow(dag) for _ in range(workflows)]
+        for handle in handles:
+            handle.get_result()
+    wall = time.perf_counter() - wall0
+    cpu = _cpu_s() - cpu0
+    out = {
+        "workflows_per_s": workflows / wall,
+        "cpu_ms_per_workflow": cpu * 1000 / workflows,
+        "wall_s": wall,
+        "commits_per_workflow": (counts["writes"] - writes0) / workflows,
+    }
+    if side == "dbos":
+        pending = [DBOS.start_workflow(waiting).workflow_id for _ in range(cancels)]
+        wall0 = time.perf_counter()
+        for workflow_id in pending:
+            DBOS.cancel_workflow(workflow_id)
+        out["cancelled_per_s"] = cancels / (time.perf_counter() - wall0)
+    out["rss_mib"] = _peak_rss_mib()
+    # the cancelled workflows' threads wait in recv: report and leave at once
+    print(orjson.dumps(out).decode(), flush=True)
+    os._exit(0)
+
+
+# --- the parent ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _place(store: str, side: str, pg_url: str | None, workdir: Path):
+    """A fresh place for one child: (url, sqlite path or None); dropped afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    if store == "sqlite":
+        path = workdir / f"{side}-{tag}.db"
+        yield f"sqlite:///{path}", str(path)
+        return
+    import psycopg
+
+    assert pg_url is not None
+    name = f"bench_peers_{side}_{tag}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        if side.startswith("dbos"):
+            base = pg_url.rsplit("/", 1)[0]
+            try:
+                yield f"{base}/{name}", None
+            finally:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        else:
+            from eventstore.url import with_search_path
+
+            admin.execute(f'CREATE SCHEMA "{name}"')
+            try:
+                yield with_search_path(pg_url, name), None
+            finally:
+                admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+def _child(store: str, side: str, args, workdir: Path, profile: bool) -> dict:
+    with _place(store, side, args.pg, workdir) as (url, path):
+        cmd = [sys.executable, "-m", "bench.peers", "--child", side, "--url", url,
+               "--workflows", str(args.workflows), "--cancel", str(args.cancel),
+               "--workers", str(args.workers)]  # fmt: skip
+        if path:
+            cmd += ["--db-path", path]
+        if profile:
+            cmd.append("--profile")
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{side} on {store} failed:\n{done.stderr[-3000:]}")
+        return orjson.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _median(rounds: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rounds if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
+    keys = ("workflows_per_s", "cpu_ms_per_workflow", "commits_per_workflow",
+            "cancelled_per_s", "rss_mib")  # fmt: skip
+    summary: dict = {}
+    for store, sides in raw.items():
+        medians = {side: {k: _median(rounds, k) for k in keys} for side, rounds in sides.items()}
+        base = medians.get("dbos", {})
+        ratios = {}
+        for side in ("qlflow", "qlflow_pool", "qlflow_procs"):
+            ours = medians.get(side, {})
+            if ours.get("workflows_per_s") and base.get("workflows_per_s"):
+                ratios[f"{side}_workflows_per_s_vs_dbos"] = (
+                    ours["workflows_per_s"] / base["workflows_per_s"]
+                )
+            threads = medians.get("dbos_threads", {}).get("workflows_per_s")
+            if ours.get("workflows_per_s") and threads:
+                ratios[f"{side}_workflows_per_s_vs_dbos_threads"] = (
+                    ours["workflows_per_s"] / threads
+                )
+        ours = medians.get("qlflow", {})
+        if ours.get("cancelled_per_s") and base.get("cancelled_per_s"):
+            ratios["qlflow_cancel_vs_dbos"] = ours["cancelled_per_s"] / base["cancelled_per_s"]
+        if ours.get("cpu_ms_per_workflow") and base.get("cpu_ms_per_workflow"):
+            ratios["qlflow_cpu_vs_dbos"] = ours["cpu_ms_per_workflow"] / base["cpu_ms_per_workflow"]
+        wal = [r["wal"] for r in sides.get("qlflow", []) if "wal" in r]
+        summary[store] = {"medians": medians, "ratios": ratios, "wal": wal[-1] if wal else None}
+    return summary
+
+
+def render(summary: dict) -> str:
+    lines = []
+    for store, figures in summary.items():
+        lines.append(f"== {store} (median of rounds)")
+        lines.append(
+            f"{'side':<14}{'wf/s':>9}{'CPU ms/wf':>11}{'commits/wf':>12}"
+            f"{'cancel/s':>10}{'RSS MiB':>9}"
+        )
+        for side, m in figures["medians"].items():
+            cells = [m.get(k) for k in ("workflows_per_s", "cpu_ms_per_workflow",
+                     "commits_per_workflow", "cancelled_per_s", "rss_mib")]  # fmt: skip
+            text = ["-" if v is None else f"{v:.1f}" for v in cells]
+            lines.append(
+                f"{side:<14}{text[0]:>9}{text[1]:>11}{text[2]:>12}{text[3]:>10}{text[4]:>9}"
+            )
+        for name, value in figures["ratios"].items():
+            lines.append(f"  {name}: {value:.2f}")
+        if figures.get("wal"):
+            wal = figures["wal"]
+            lines.append(f"  WAL pages per commit: {wal['pages_per_commit']:.1f} {wal['by_unit']}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
+    parser.add_argument("--sqlite-only", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workflows", type=int, default=100)
+    parser.add_argument("--cancel", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--quick", action="store_true", help="1 round, 20 workflows, 40 cancels")
+    parser.add_argument("--profile", action="store_true", help="profile one qlflow round")
+    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--db-path", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-id", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker_process(args.worker, args.worker_id)
+        return None
+    if args.child:
+        if args.child.startswith("dbos"):
+            out = dbos_child(args.url, args.child, args.workflows, args.cancel)
+        else:
+            out = qlflow_child(args.url, args.child, args.workflows, args.cancel,
+                               args.workers, args.profile, args.db_path)  # fmt: skip
+        print(orjson.dumps(out).decode(), flush=True)
+        return None
+    if args.quick:
+        args.rounds, args.workflows, args.cancel = 1, 20, 40
+    stores = ["sqlite"] if args.sqlite_only or not args.pg else ["sqlite", "postgresql"]
+    sides = [s for s in args.sides.split(",") if s]
+    raw: dict[str, dict[str, list[dict]]] = {store: {s: [] for s in sides} for store in stores}
+    profiles: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="qlflow-peers-") as tmp:
+        for round_no in range(args.rounds):
+            for store in stores:
+                order = sides if round_no % 2 == 0 else list(reversed(sides))
+                for side in order:
+                    result = _child(store, side, args, Path(tmp), False)
+                    raw[store][side].append(result)
+                    print(f"round {round_no + 1} {store} {side}: "
+                          f"{result['workflows_per_s']:.1f} wf/s", file=sys.stderr)  # fmt: skip
+        if args.profile:
+            for store in stores:
+                profiles[store] = _child(store, "qlflow", args, Path(tmp), True)
+    summary = summarise(raw)
+    results = {
+        "workflows": args.workflows,
+        "cancel": args.cancel,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "summary": summary,
+        "raw": raw,
+        "profiles": {
+            s: {k: p[k] for k in ("profile_cumulative", "profile_tottime")}
+            for s, p in profiles.items()
+        },
+    }
+    print(render(summary))
+    for store, profile in profiles.items():
+        print(f"== cProfile, one qlflow round on {store} (tottime)")
+        print("\n".join(profile["profile_tottime"].splitlines()[:40]))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The run path: worker writes that carry what would otherwise take another commit
+(docs/DESIGN.md "The run path: two commits per step").
+
+- `lease_and_start`: the lease grant and the start barrier in one decision, for an
+  executor that spawns at once.
+- `complete_and_advance`: the completion, then what the frontier and attempt
+  admission phases would decide next from it, in one decision.
+
+Nothing here restates a rule: each part is the decision its own module makes
+(`worker.grant_lease`, `worker.mark_starting`, `worker.complete`,
+`frontier.decide_frontier`, `attempts.decide_attempt_admission`), each taken on
+the aggregate as the part before it left it (`applied`), so the records are the
+very ones those decisions write one commit at a time — ids, types and data; the
+metadata names the worker as the actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from domain.aggregate import RunAggregate, extend
+from domain.attempts import decide_attempt_admission
+from domain.decision import Decision
+from domain.frontier import decide_frontier
+from domain.records import NewEvent, Record, StreamAppend
+from domain.streams import LEASE, category, entity_id, run_stream, steps_stream
+from domain.worker import complete, grant_lease, mark_starting
+
+
+def applied(aggregate: RunAggregate, decision: Decision) -> RunAggregate:
+    """The aggregate after `decision`'s records, as a fold of the committed log would
+    give it (global positions are not part of the aggregate)."""
+    if not decision.appends:
+        return aggregate
+    run_records: list[Record] = []
+    step_records: list[Record] = []
+    lease_records: dict[str, list[Record]] = {}
+    for append in decision.appends:
+        records = [
+            Record(
+                event.event_id,
+                append.stream_id,
+                append.expected_version + offset,
+                0,
+                event.type,
+                event.data,
+                event.metadata,
+            )
+            for offset, event in enumerate(append.events, start=1)
+        ]
+        if append.stream_id == run_stream(aggregate.run_id):
+            run_records = records
+        elif append.stream_id == steps_stream(aggregate.run_id):
+            step_records = records
+        elif category(append.stream_id) == LEASE:
+            lease_records[entity_id(append.stream_id)] = records
+        else:
+            raise AssertionError(f"decision bug: append to {append.stream_id!r}")
+    return extend(aggregate, run_records, step_records, lease_records)
+
+
+def chained(*decisions: Decision, **fields: Any) -> Decision:
+    """One Decision appending the records of `decisions`, taken in order, each on the
+    aggregate the one before left: per stream the first expected version, the events
+    in order."""
+    order: list[str] = []
+    expected: dict[str, int] = {}
+    events: dict[str, list[NewEvent]] = {}
+    for decision in decisions:
+        for append in decision.appends:
+            if append.stream_id not in expected:
+                order.append(append.stream_id)
+                expected[append.stream_id] = append.expected_version
+                events[append.stream_id] = []
+            head = expected[append.stream_id] + len(events[append.stream_id])
+            if append.expected_version != head:
+                raise AssertionError(
+                    f"decision bug: {append.stream_id} expected at v{append.expected_version}, "
+                    f"the chain is at v{head}"
+                )
+            events[append.stream_id].extend(append.events)
+    appends = tuple(StreamAppend(s, expected[s], tuple(events[s])) for s in order)
+    run_terminal = next((d.run_terminal for d in decisions if d.run_terminal), None)
+    fields.setdefault("run_terminal", run_terminal)
+    fields.setdefault("settled_attempts", sum(d.settled_attempts for d in decisions))
+    fields.setdefault("settled_steps", sum(d.settled_steps for d in decisions))
+    return Decision(appends=appends, **fields)
+
+
+def lease_and_start(
+    aggregate: RunAggregate, attempt_id: str, worker_id: str, ttl_ms: int, now_ms: int
+) -> Decision:
+    """Grant the lease (as `grant_lease`) and cross the start barrier under it (as
+    `mark_starting`) in one decision; its `lease` is the granted lease."""
+    grant = grant_lease(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
+    assert grant.lease is not None
+    start = mark_starting(
+        applied(aggregate, grant), attempt_id, grant.lease.lease_id, grant.lease.version, now_ms
+    )
+    return chained(grant, start, lease=grant.lease)
+
+
+def complete_and_advance(
+    aggregate: RunAggregate,
+    attempt_id: str,
+    lease_id: str,
+    lease_version: int,
+    outcome: str,
+    result_code: str | None,
+    output: Mapping[str, Any] | None,
+    now_ms: int,
+) -> Decision:
+    """`complete`, then the frontier (dependents ready or skipped, the Run's terminal
+    when every StepRun is) and attempt admission (`attempt.claimed` for the StepRuns
+    that became ready) as the cycle would decide them next. A replayed completion
+    stays a replay: whatever it did not carry, the cycle finishes."""
+    done = complete(
+        aggregate, attempt_id, lease_id, lease_version, outcome, result_code, output, now_ms
+    )
+    if done.replayed or not done.appends:
+        return done
+    actor = _actor_of(done)
+    after = applied(aggregate, done)
+    frontier = decide_frontier(after, now_ms, actor=actor)
+    admission = decide_attempt_admission(applied(after, frontier), now_ms, actor=actor)
+    return chained(done, frontier, admission)
+
+
+def _actor_of(decision: Decision) -> str:
+    actor = decision.appends[0].events[0].metadata.get("actor")
+    if not isinstance(actor, str):
+        raise AssertionError("decision bug: a worker write without an actor")
+    return actor
