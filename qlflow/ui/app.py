@@ -253,8 +253,8 @@ class Pages:
                 start_form = await run_in_threadpool(
                     self.dashboard.start_form, package, workflow, values
                 )
-            except (InvalidInput, NotFound):
-                raise refused from None
+            except (InvalidInput, NotFound, *self.dashboard.denied):
+                raise refused from None  # no form to show it on: the error page says it
             name = refused.field.removeprefix("params.") if refused.field else None
             start_form = replace(start_form, error=str(refused), error_field=name)
             return self.render(request, "start.html", {"f": start_form, "nav": "packages"}, 400)
