@@ -249,11 +249,12 @@ class Pages:
         try:
             receipt = await run_in_threadpool(self.dashboard.start, package, workflow, values)
         except InvalidInput as refused:
+            unreadable: tuple[type[BaseException], ...] = (InvalidInput, NotFound)
             try:
                 start_form = await run_in_threadpool(
                     self.dashboard.start_form, package, workflow, values
                 )
-            except (InvalidInput, NotFound, *self.dashboard.denied):
+            except (*unreadable, *self.dashboard.denied):
                 raise refused from None  # no form to show it on: the error page says it
             name = refused.field.removeprefix("params.") if refused.field else None
             start_form = replace(start_form, error=str(refused), error_field=name)
