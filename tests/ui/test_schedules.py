@@ -122,3 +122,15 @@ def test_a_schedule_param_value_is_escaped(rt, client):
     assert ESCAPED in html and "<script>alert(1)" not in html
     schedules = client.get("/schedules").text
     assert f'href="/runs/{run.run_id}"' in schedules  # the last fire's Run
+
+
+def test_an_unarmed_schedule_has_no_button_and_its_pause_is_refused(rt, client):
+    rt.publish(manifest(schedule("0 3 * * *")), now_ms=NOW)  # no cycle armed it yet
+    (view,) = rt.schedules()
+    html = client.get("/schedules").text
+    assert 'title="armed by the next cycle">unarmed' in html
+    assert "at the next cycle's arming" in html and 'data-action="pause"' not in html
+    token = csrf_of(client.get("/packages").text)  # no form on the page: another one's
+    response = client.post(f"/schedules/{view.schedule_id}/pause", data={"csrf": token})
+    assert response.status_code == 400 and "not armed yet" in response.text
+    assert not rt.schedules()[0].paused
