@@ -153,12 +153,12 @@ class Inspection:
         first, the current head, withdrawn or quarantined ones, its publisher's trust."""
         return package_views.packages(self.store, optional_text("package", package))
 
-    def workflow_params(self, package: str, workflow: str) -> tuple[ParamDefinition, ...]:
+    def workflow_params(self, package: str, workflow: str) -> list[ParamDefinition]:
         """The parameters `workflow` of the head of `package` declares (name, type,
         default, description), by name: what a start form offers. NotFound for an
         unknown package or Workflow."""
         package, workflow = text("package", package), text("workflow", workflow)
-        return workflow_params.declared_params(self.store, package, workflow)
+        return list(workflow_params.declared_params(self.store, package, workflow))
 
 
 def _cursor(after: object) -> dict[str, int]:

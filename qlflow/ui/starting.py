@@ -64,7 +64,7 @@ class Starting:
         params = self.runtime.workflow_params(package, workflow)
         if values is None:
             values = {p.name: param_value(p.default) for p in params if p.default is not None}
-        return StartForm(package, workflow, params, dict(values))
+        return StartForm(package, workflow, tuple(params), dict(values))
 
     def start(self, package: str, workflow: str, values: Mapping[str, str] | None = None) -> Any:
         """Admit a Run of `workflow` from the head of `package` (an installation or

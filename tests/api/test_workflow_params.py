@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import qlflow
-from domain.params import ParamDefinition
+from qlflow import ParamDefinition
 from qlflow.errors import NotFound
 from tests.ui.test_plan_v2 import manifest
 
@@ -21,11 +21,11 @@ def rt(store_url):
 
 def test_the_head_declares_the_params(rt):
     rt.publish(manifest(), now_ms=T0)
-    assert rt.workflow_params("daily", "nightly") == (
+    assert rt.workflow_params("daily", "nightly") == [
         ParamDefinition("date", "string", None, "the <i>day</i>"),
         ParamDefinition("dry", "boolean", False),
         ParamDefinition("limit", "integer", 10),
-    )
+    ]
     changed = manifest()
     del changed["workflows"]["nightly"]["params"]["dry"]
     rt.publish(changed, now_ms=T0 + 1)  # a new head: its declarations
