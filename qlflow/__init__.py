@@ -17,6 +17,7 @@ from typing import Any
 
 from actors.supervisor import CycleResult, PageResult
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, RunState, StepRunState
+from domain.params import ParamDefinition
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
 from eventstore.logs import LogState, Pruned
@@ -59,6 +60,7 @@ __all__ = [
     "LogState",
     "PackageView",
     "PageResult",
+    "ParamDefinition",
     "Profile",
     "Pruned",
     "Publication",

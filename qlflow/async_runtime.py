@@ -13,6 +13,7 @@ from typing import Any
 
 from actors.supervisor import CycleResult
 from domain.aggregate import RunAggregate
+from domain.params import ParamDefinition
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
 from eventstore.logs import LogState, Piece, Pruned
@@ -340,6 +341,12 @@ class AsyncRuntime:
         """Every package installation (of one package name): its generations newest
         first, the current head, withdrawn or quarantined ones, its publisher's trust."""
         return await asyncio.to_thread(self.runtime.packages, package)
+
+    async def workflow_params(self, package: str, workflow: str) -> list[ParamDefinition]:
+        """The parameters `workflow` of the head of `package` declares (name, type,
+        default, description), by name: what a start form offers. NotFound for an
+        unknown package or Workflow."""
+        return await asyncio.to_thread(self.runtime.workflow_params, package, workflow)
 
     async def aggregate_at(self, run_id: str, version: int | None = None) -> RunAggregate:
         """The Run's aggregate as it was at run-stream `version` (None: now)."""

@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 
 from actors.authority import OperationAuthority
 from domain.errors import InvalidInput
+from domain.params import ParamDefinition
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from eventstore import BaseStore
 from eventstore import logs as log_store
 from eventstore.logs import LogState, Piece, Pruned
-from projections import package_views, run_search, step_logs, views
+from projections import package_views, run_search, step_logs, views, workflow_params
 from projections.package_views import PackageView
 from projections.run_search import RunFilter
 from projections.step_logs import LogAttempt, LogChunk
@@ -151,6 +152,13 @@ class Inspection:
         """Every package installation (of one package name): its generations newest
         first, the current head, withdrawn or quarantined ones, its publisher's trust."""
         return package_views.packages(self.store, optional_text("package", package))
+
+    def workflow_params(self, package: str, workflow: str) -> list[ParamDefinition]:
+        """The parameters `workflow` of the head of `package` declares (name, type,
+        default, description), by name: what a start form offers. NotFound for an
+        unknown package or Workflow."""
+        package, workflow = text("package", package), text("workflow", workflow)
+        return list(workflow_params.declared_params(self.store, package, workflow))
 
 
 def _cursor(after: object) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""Routes of the dashboard: server-rendered pages, two POST actions, and the small
-fragment endpoints a running Run's page and a step's live log tail poll.
+"""Routes of the dashboard: server-rendered pages, POST actions (cancel, start, pause
+and resume a schedule), and the small fragment endpoints a running Run's page and a
+step's live log tail poll.
 
 Handlers parse the request, ask `Dashboard` (in a worker thread: the runtime's calls
 block), and render a template; typed errors become an error page with their status.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -30,6 +32,7 @@ from domain.errors import (
 )
 from qlflow.ui import security, times
 from qlflow.ui.data import DEFAULT_PAGE_SIZE, Cursor, Dashboard, RunQuery
+from qlflow.ui.starting import form_values
 from qlflow.ui.templating import STATIC, STREAM_LABELS, run_url, store_label, templates
 
 # Fixed messages shown after an action (the query names one; nothing is echoed back).
@@ -38,6 +41,9 @@ NOTICES = {
     "cancel-existing": "The Run already had a cancel intent.",
     "started": "Run admitted: a cycle claims its first steps.",
     "start-existing": "That admission already existed: this is its Run.",
+    "schedule-paused": "Schedule paused: it fires no Run until it is resumed.",
+    "schedule-resumed": "Schedule resumed: it fires from its next occurrence.",
+    "schedule-unchanged": "The schedule already was in that state.",
 }
 
 SECURITY_HEADERS = {
@@ -193,6 +199,22 @@ class Pages:
             {"installations": installations, "nav": "packages", "now_ms": self.dashboard.now_ms()},
         )
 
+    async def start_page(self, request: Request) -> Response:
+        """The start form of one Workflow: its declared parameters as fields."""
+        params = request.query_params
+        start_form = await run_in_threadpool(
+            self.dashboard.start_form, params.get("package", ""), params.get("workflow", "")
+        )
+        return self.render(request, "start.html", {"f": start_form, "nav": "packages"})
+
+    async def schedules(self, request: Request) -> Response:
+        found = await run_in_threadpool(self.dashboard.schedules)
+        return self.render(
+            request,
+            "schedules.html",
+            {"schedules": found, "nav": "schedules", "now_ms": self.dashboard.now_ms()},
+        )
+
     async def login(self, request: Request) -> Response:
         if self.token is None:
             return RedirectResponse("/runs", status_code=303)
@@ -219,11 +241,41 @@ class Pages:
         return RedirectResponse(f"{run_url(run_id)}?notice={notice}", status_code=303)
 
     async def start(self, request: Request) -> Response:
+        """Admit a Run with the form's parameters; a refused binding (InvalidInput)
+        shows the form again with the error, nothing started."""
         form = await self._checked_form(request)
         package, workflow = form.get("package", ""), form.get("workflow", "")
-        receipt = await run_in_threadpool(self.dashboard.start, package, workflow)
+        values = form_values(form)
+        try:
+            receipt = await run_in_threadpool(self.dashboard.start, package, workflow, values)
+        except InvalidInput as refused:
+            unreadable: tuple[type[BaseException], ...] = (InvalidInput, NotFound)
+            try:
+                start_form = await run_in_threadpool(
+                    self.dashboard.start_form, package, workflow, values
+                )
+            except (*unreadable, *self.dashboard.denied):
+                raise refused from None  # no form to show it on: the error page says it
+            name = refused.field.removeprefix("params.") if refused.field else None
+            start_form = replace(start_form, error=str(refused), error_field=name)
+            return self.render(request, "start.html", {"f": start_form, "nav": "packages"}, 400)
         notice = "started" if receipt.status == "created" else "start-existing"
         return RedirectResponse(f"{run_url(receipt.run_id)}?notice={notice}", status_code=303)
+
+    async def pause(self, request: Request) -> Response:
+        return await self._set_paused(request, True)
+
+    async def resume(self, request: Request) -> Response:
+        return await self._set_paused(request, False)
+
+    async def _set_paused(self, request: Request, paused: bool) -> Response:
+        await self._checked_form(request)
+        schedule_id = request.path_params["schedule_id"]
+        changed = await run_in_threadpool(self.dashboard.set_paused, schedule_id, paused)
+        notice = ("schedule-paused" if paused else "schedule-resumed") if changed else None
+        return RedirectResponse(
+            f"/schedules?notice={notice or 'schedule-unchanged'}", status_code=303
+        )
 
     # -- errors ---------------------------------------------------------------------------
     async def not_found(self, request: Request, exc: Exception) -> Response:
@@ -312,7 +364,11 @@ def build(
         Route("/runs/{run_id}/attempts/{attempt_id}/log", pages.log_tail),
         Route("/runs/{run_id}/steps/{step_key:path}", pages.step),
         Route("/packages", pages.packages),
+        Route("/start", pages.start_page, methods=["GET"]),
         Route("/start", pages.start, methods=["POST"]),
+        Route("/schedules", pages.schedules),
+        Route("/schedules/{schedule_id}/pause", pages.pause, methods=["POST"]),
+        Route("/schedules/{schedule_id}/resume", pages.resume, methods=["POST"]),
         Route(security.LOGIN_PATH, pages.login),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

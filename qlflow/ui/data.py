@@ -3,9 +3,9 @@ takes goes through `Dashboard`, and nothing else in `qlflow.ui` touches the runt
 
 Every call is the public Runtime API (`runs` and `count_runs` for the runs list,
 `packages`, `get_run`, `timeline`, `why`, `step_history`, `log_attempts` and `logs`
-for step logs, `start`, `cancel`); no query is written here. Later features
-(parameters, outputs, schedules) are new methods and fields here; the routes only
-render what this module returns.
+for step logs, `workflow_params` and `start`, `cancel`, `schedules`, `pause_schedule`
+and `resume_schedule`); no query is written here. The routes only render what this
+module (and the two it mixes in) returns.
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ from projections.package_views import PackageView
 from projections.run_search import RunCursor
 from projections.step_logs import LogAttempt, LogChunk
 from projections.views import RunView, StepView
+from qlflow.cli.retry_words import waiting_retry
 from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Runtime
 from qlflow.ui.dag import Layout, depths, layout
 from qlflow.ui.log_lines import LogLine, lines
+from qlflow.ui.schedule_list import Schedules
+from qlflow.ui.starting import Starting
 
 RUN_STATUSES = (RUN_RUNNING, *sorted(RUN_TERMINAL))
 PAGE_SIZES = (25, 50, 100, 200)
@@ -148,6 +151,7 @@ class RunDetail:
     why: WhyReport
     stamp: str
     now_ms: int
+    retries: dict[str, str]  # step key -> "retry 2 of 3 at <time>" while it waits for one
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +181,7 @@ class StepDetail:
     logs: tuple[AttemptLog, ...]  # one per Attempt, in claim order
     stamp: str
     now_ms: int
+    retry: str  # "retry 2 of 3 at <time>" while the step waits for one, else ""
 
     @property
     def live(self) -> bool:
@@ -194,8 +199,9 @@ Installation = PackageView  # one installation: its generations (newest first), 
 # --- the adapter -----------------------------------------------------------------------------
 
 
-class Dashboard:
-    """Reads and actions of the dashboard over one opened Runtime."""
+class Dashboard(Starting, Schedules):
+    """Reads and actions of the dashboard over one opened Runtime (the start form and
+    the schedules are in `qlflow.ui.starting` and `qlflow.ui.schedule_list`)."""
 
     def __init__(self, runtime: Runtime, clock: Callable[[], int] | None = None) -> None:
         self.runtime = runtime
@@ -266,6 +272,7 @@ class Dashboard:
             why=self.runtime.why(run_id, now_ms=now),
             stamp=stamp(run),
             now_ms=now,
+            retries={key: waiting_retry(step, now) for key, step in run.steps.items()},
         )
 
     def stamp(self, run_id: str) -> str:
@@ -275,6 +282,7 @@ class Dashboard:
     def step(self, run_id: str, step_key: str, all_lines: bool = False) -> StepDetail:
         """One step of a Run: its Attempts with their logs (the last LOG_LINES lines of
         each unless `all_lines`), its history, the steps that need it."""
+        now = self.now_ms()
         run = self.runtime.get_run(run_id)
         step = run.steps.get(step_key)
         if step is None:
@@ -293,7 +301,8 @@ class Dashboard:
                 for a in named
             ),
             stamp=step_stamp(run, step),
-            now_ms=self.now_ms(),
+            now_ms=now,
+            retry=waiting_retry(step, now),
         )
 
     def step_stamp(self, run_id: str, step_key: str) -> str:
@@ -322,11 +331,6 @@ class Dashboard:
         return self.runtime.packages()
 
     # -- actions --------------------------------------------------------------------------
-    def start(self, package: str, workflow: str) -> Any:
-        """Admit a Run of `workflow` from the head of `package` (an installation or
-        package name); the runtime's start guard decides whether it may."""
-        return self.runtime.start(package, workflow, now_ms=self.now_ms())
-
     def cancel(self, run_id: str) -> bool:
         """Record a user cancel intent (idempotent); the cycle converges the Run."""
         self.runtime.get_run(run_id)  # an unknown id is a NotFound, not a silent no-op

@@ -9,8 +9,9 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 import jinja2
 from starlette.templating import Jinja2Templates
 
-from qlflow.ui import times
+from qlflow.ui import times, values
 from qlflow.ui.data import DEFAULT_PAGE_SIZE, PAGE_SIZES, RUN_STATUSES, short_id
+from qlflow.ui.schedule_list import next_fire_zoned
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -30,9 +31,23 @@ def tail_url(run_id: str, attempt_id: str) -> str:
     return f"{run_url(run_id)}/attempts/{quote(attempt_id, safe=':')}/log"
 
 
+def start_url(package: str, workflow: str) -> str:
+    """The start form of `workflow` of `package`."""
+    return "/start?" + urlencode({"package": package, "workflow": workflow})
+
+
+def schedule_url(schedule_id: str, action: str) -> str:
+    """Where a schedule's pause or resume action posts."""
+    return f"/schedules/{quote(schedule_id, safe=':')}/{action}"
+
+
 # the header's pages: (the `nav` a page renders with, its label, its address);
-# a new page (schedules) is a route, a template and an entry here
-NAV_ITEMS = (("runs", "Runs", "/runs"), ("packages", "Packages", "/packages"))
+# a new page is a route, a template and an entry here
+NAV_ITEMS = (
+    ("runs", "Runs", "/runs"),
+    ("schedules", "Schedules", "/schedules"),
+    ("packages", "Packages", "/packages"),
+)
 
 # how the step page marks each stream of a log
 STREAM_LABELS = {"stdout": "out", "stderr": "err", "qlflow": "qlflow", "dropped": "…"}
@@ -71,10 +86,16 @@ def environment() -> jinja2.Environment:
         instants=times.readable_instants,
         short_id=short_id,
         run_url=run_url,
+        json_text=values.json_text,
+        param_value=values.param_value,
+        next_fire_zoned=next_fire_zoned,
     )
     env.globals.update(
         step_url=step_url,
         tail_url=tail_url,
+        start_url=start_url,
+        schedule_url=schedule_url,
+        clipped=values.clipped,
         stream_labels=STREAM_LABELS,
         nav_items=NAV_ITEMS,
         runs_url=runs_url,

@@ -194,6 +194,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
         "resolve_attempt_id": call(either(p.lease.attempt_id[4:12]), either(p.run_id)),
         "short_run_ids": call(either([p.run_id])),
         "packages": call(either(None)),
+        "workflow_params": call(either("demo"), either("flow")),
         "step_history": call(either(p.run_id), either("x")),
         "aggregate_at": call(either(p.run_id), either(None)),
         "schedules": call(),
@@ -209,6 +210,7 @@ METHODS = [
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
     "task_definition", "schedules", "pause_schedule", "resume_schedule",
+    "workflow_params",
 ]  # fmt: skip
 
 

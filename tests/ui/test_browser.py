@@ -167,6 +167,11 @@ def test_a_person_finds_the_failure_and_cancels_a_running_run(sqlite_url):
             expect(page.locator(".why")).to_contain_text("Cancelled (reason user)")
             assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
             assert rt.get_run(running.run_id).status == "cancelled"
+
+            page.locator('header nav a[href="/schedules"]').click()  # the header's page
+            page.wait_for_url("**/schedules")
+            expect(page.locator("main h1")).to_have_text("Schedules")
+            expect(page.locator("main .empty")).to_contain_text("No schedules")
             assert errors == []
             browser.close()
     finally:

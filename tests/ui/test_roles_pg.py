@@ -57,6 +57,8 @@ def test_the_audit_role_reads_every_page_and_may_not_act(roles):
             f"/runs/{ids['running']}/live",
             f"/runs/{ids['failed']}/steps/b",
             "/packages",
+            "/schedules",
+            "/start?package=demo&workflow=flow",
         ):
             assert client.get(path).status_code == 200, path
         step = client.get(f"/runs/{ids['running']}/steps/a")  # its log, from the store
@@ -85,6 +87,14 @@ def test_the_runtime_role_acts_and_is_told_what_it_may_not_read(roles):
         done = client.post(f"/runs/{ids['running']}/cancel", data={"csrf": token})
         assert done.status_code == 303
         assert rt.get_run(ids["running"]).cancel_reason == "user"
+        # a refused binding with no form to show it on (the role may not read the
+        # Workflow's declarations) is still the binding's error, nothing started
+        before = len(rt.runs())
+        bad = client.post(
+            "/start", data={"csrf": token, "package": "demo", "workflow": "flow", "param.x": "1"}
+        )
+        assert bad.status_code == 400 and "unknown parameter" in bad.text
+        assert len(rt.runs()) == before
     finally:
         client.close()
         rt.close()
