@@ -45,9 +45,14 @@ def functions() -> tuple[ServerFunction, ...]:
 
 
 def migrate_all(store) -> None:
-    """Bring every projection schema up to date (idempotent)."""
+    """Bring every projection schema up to date (idempotent), then let a module
+    that defines `backfill(store)` fill what a schema step could not compute."""
     for module in modules():
         store.migrate(module.COMPONENT, module.MIGRATIONS)
+    for module in modules():
+        backfill = getattr(module, "backfill", None)
+        if backfill is not None:
+            backfill(store)
 
 
 def apply_records(tx, records: Sequence[Record]) -> None:

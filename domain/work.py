@@ -1,0 +1,121 @@
+"""Which cycle phases have work on a Run, and when (docs/DESIGN.md, "The candidate index").
+
+The answer is the decisions' own: nothing here restates a status rule. For a folded
+aggregate, each decision (and the lease grant, for each active Attempt) is a function
+of the observation time alone, and it can only change where a time the aggregate
+holds is crossed — the Run's deadline, or a lease's expiry. Between two such instants
+it is constant, so calling it once per interval tells exactly when it has work:
+
+- `phase_windows(aggregate)` -> {phase: Window | None}: the instants at which
+  `decide_<phase>(aggregate, now_ms)` returns records;
+- `grant_windows(aggregate)` -> {attempt_id: Window}: the instants at which
+  `grant_lease` would lease the Attempt (what a worker may claim).
+
+A Window is half-open, `[opens_ms, closes_ms)`, `closes_ms` None for never. Every
+phase's work is one such interval (recovery and cancellation open at an instant and
+stay open; frontier and attempt admission are open until the deadline);
+tests/domain/test_work.py checks, over random Runs, that the window and the decision
+agree at every instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+
+from domain.aggregate import RunAggregate
+from domain.attempts import decide_attempt_admission
+from domain.cancellation import decide_cancellation
+from domain.decision import Decision
+from domain.errors import FenceError
+from domain.frontier import decide_frontier
+from domain.phases import ADMISSION, CANCELLATION, FRONTIER, RECOVERY
+from domain.recovery import decide_recovery
+from domain.transitions import MIN_LEASE_TTL_MS
+from domain.worker import grant_lease
+
+DECISIONS: Mapping[str, Callable[[RunAggregate, int], Decision]] = {
+    RECOVERY: decide_recovery,
+    CANCELLATION: decide_cancellation,
+    FRONTIER: decide_frontier,
+    ADMISSION: decide_attempt_admission,
+}
+"""The cycle's decision for each phase."""
+
+_PROBE_WORKER = "work-probe"  # a grant is asked for, never written
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The instants `[opens_ms, closes_ms)` at which there is work (`closes_ms`
+    None: it stays open until the aggregate changes)."""
+
+    opens_ms: int
+    closes_ms: int | None = None
+
+    def contains(self, now_ms: int) -> bool:
+        """Whether there is work at `now_ms`."""
+        return self.opens_ms <= now_ms and (self.closes_ms is None or now_ms < self.closes_ms)
+
+
+def instants(aggregate: RunAggregate) -> tuple[int, ...]:
+    """Where the decisions over `aggregate` may change, sorted: 0 (the first
+    observation time), the deadline, and every active Attempt's lease expiry."""
+    found = {0}
+    deadline = aggregate.run.deadline_ms
+    if deadline is not None:
+        found.add(deadline)
+    for attempt in aggregate.active_attempts():
+        if attempt.lease is not None:
+            found.add(attempt.lease.expires_at_ms)
+    return tuple(sorted(found))
+
+
+def phase_windows(aggregate: RunAggregate) -> dict[str, Window | None]:
+    """Each phase's Window of work on `aggregate` (None: no work at any instant)."""
+    points = instants(aggregate)
+    return {
+        phase: _window(partial(_decides, decide, aggregate), points)
+        for phase, decide in DECISIONS.items()
+    }
+
+
+def _decides(
+    decide: Callable[[RunAggregate, int], Decision], aggregate: RunAggregate, now_ms: int
+) -> bool:
+    return bool(decide(aggregate, now_ms).appends)
+
+
+def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
+    """The Window in which each active Attempt may be leased (Attempts that never
+    may are left out)."""
+    points = instants(aggregate)
+    found = {}
+    for attempt in aggregate.active_attempts():
+        window = _window(partial(_grantable, aggregate, attempt.attempt_id), points)
+        if window is not None:
+            found[attempt.attempt_id] = window
+    return found
+
+
+def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
+    try:
+        grant_lease(aggregate, attempt_id, _PROBE_WORKER, MIN_LEASE_TTL_MS, now_ms)
+    except FenceError:
+        return False
+    return True
+
+
+def _window(has_work: Callable[[int], bool], points: Iterable[int]) -> Window | None:
+    """The interval of `points`' intervals `[p_i, p_i+1)` where `has_work(p_i)`."""
+    opens: int | None = None
+    closes: int | None = None
+    for point in points:
+        if has_work(point):
+            if opens is None:
+                opens = point
+            closes = None
+        elif opens is not None and closes is None:
+            closes = point
+    return None if opens is None else Window(opens, closes)
