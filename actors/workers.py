@@ -61,7 +61,7 @@ def _decide_and_commit(tx: Transaction, run_id: str, decide, attempt_id: str | N
     aggregate = load_aggregate(tx, run_id)
     decision = decide(aggregate)
     if decision.appends:
-        commit(tx, decision.appends)
+        commit(tx, decision.appends, folded=aggregate)
     return aggregate, decision
 
 
@@ -95,7 +95,7 @@ def lease_attempts(
                 )
             except (FenceError, InvalidInput):
                 return None  # no longer leasable: someone else got it, or the Run moved on
-            commit(tx, decision.appends)
+            commit(tx, decision.appends, folded=aggregate)
             return _lease_value(aggregate, decision.lease)
 
         try:

@@ -11,16 +11,18 @@ it is constant, so calling it once per interval tells exactly when it has work:
 - `grant_windows(aggregate)` -> {attempt_id: Window}: the instants at which
   `grant_lease` would lease the Attempt (what a worker may claim).
 
-A Window is half-open, `[opens_ms, closes_ms)`, `closes_ms` None for never. Every
-phase's work is one such interval (recovery and cancellation open at an instant and
-stay open; frontier and attempt admission are open until the deadline);
-tests/domain/test_work.py checks, over random Runs, that the window and the decision
-agree at every instant.
+A Window is half-open, `[opens_ms, closes_ms)`, `closes_ms` None for never. A
+phase's work changes at most once in time (recovery and cancellation open at an
+instant and stay open; frontier and attempt admission are open until the deadline),
+so it is found by bisection; a grant's window may open and close (a lease expires,
+then the deadline comes), and its few instants are all looked at.
+tests/domain/test_work.py checks, over random Runs, that the windows and the
+decisions agree at every instant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -76,27 +78,33 @@ def phase_windows(aggregate: RunAggregate) -> dict[str, Window | None]:
     """Each phase's Window of work on `aggregate` (None: no work at any instant)."""
     points = instants(aggregate)
     return {
-        phase: _window(partial(_decides, decide, aggregate), points)
+        phase: _monotone_window(partial(_decides, decide, aggregate), points)
         for phase, decide in DECISIONS.items()
     }
+
+
+def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
+    """The Window in which each active Attempt may be leased (Attempts that never
+    may are left out). A grant reads the Run's deadline and this Attempt's own lease,
+    so only those instants are looked at."""
+    deadline = aggregate.run.deadline_ms
+    found = {}
+    for attempt in aggregate.active_attempts():
+        points = {0}
+        if deadline is not None:
+            points.add(deadline)
+        if attempt.lease is not None:
+            points.add(attempt.lease.expires_at_ms)
+        window = _window(partial(_grantable, aggregate, attempt.attempt_id), sorted(points))
+        if window is not None:
+            found[attempt.attempt_id] = window
+    return found
 
 
 def _decides(
     decide: Callable[[RunAggregate, int], Decision], aggregate: RunAggregate, now_ms: int
 ) -> bool:
     return bool(decide(aggregate, now_ms).appends)
-
-
-def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
-    """The Window in which each active Attempt may be leased (Attempts that never
-    may are left out)."""
-    points = instants(aggregate)
-    found = {}
-    for attempt in aggregate.active_attempts():
-        window = _window(partial(_grantable, aggregate, attempt.attempt_id), points)
-        if window is not None:
-            found[attempt.attempt_id] = window
-    return found
 
 
 def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
@@ -107,7 +115,7 @@ def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
     return True
 
 
-def _window(has_work: Callable[[int], bool], points: Iterable[int]) -> Window | None:
+def _window(has_work: Callable[[int], bool], points: Sequence[int]) -> Window | None:
     """The interval of `points`' intervals `[p_i, p_i+1)` where `has_work(p_i)`."""
     opens: int | None = None
     closes: int | None = None
@@ -119,3 +127,20 @@ def _window(has_work: Callable[[int], bool], points: Iterable[int]) -> Window | 
         elif opens is not None and closes is None:
             closes = point
     return None if opens is None else Window(opens, closes)
+
+
+def _monotone_window(has_work: Callable[[int], bool], points: Sequence[int]) -> Window | None:
+    """`_window` for work that changes at most once over `points` (a phase's work
+    opens once and stays, or is there until it closes once): a bisection, so a Run
+    with many leases costs a few decisions, not one per lease."""
+    first, last = has_work(points[0]), has_work(points[-1])
+    if first == last:
+        return Window(points[0]) if first else None
+    low, high = 0, len(points) - 1  # has_work(points[low]) == first != has_work(points[high])
+    while high - low > 1:
+        middle = (low + high) // 2
+        if has_work(points[middle]) == first:
+            low = middle
+        else:
+            high = middle
+    return Window(points[0], points[high]) if first else Window(points[high])

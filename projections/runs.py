@@ -249,17 +249,19 @@ ATTEMPTS = _Table(
 )  # fmt: skip
 
 
-def apply(tx, records: Sequence[Record]) -> None:
-    """Fold freshly appended run, step and lease records into the read models."""
+TAKES_FOLDED = True  # see projections.registry
+
+
+def apply(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:
+    """Fold freshly appended run, step and lease records into the read models
+    (`folded`: a Run as its writer folded it just before these records)."""
     rows = _load(tx, records)
     touched: set[str] = set()
     for record in records:
         run_id = _fold(rows, record)
         if run_id is not None:
             touched.add(run_id)
-    # the records are in the log already: the Runs' streams as this transaction reads
-    # them are the Runs after this append
-    for aggregate in _folded_runs(tx, (r for r in touched if r in rows.runs)):
+    for aggregate in _after(tx, records, rows, touched, folded):
         _refresh_work(rows, aggregate)
     for table in (RUNS, STEP_RUNS, ATTEMPTS):
         changed = rows.changed(table)
@@ -604,6 +606,53 @@ def _refresh_work(rows: _Rows, aggregate: RunAggregate) -> None:
             attempt["grant_closes_ms"] = None if window is None else window.closes_ms
 
 
+def _after(
+    tx, records: Sequence[Record], rows: _Rows, touched: set[str], folded: RunAggregate | None
+) -> list[RunAggregate]:
+    """The touched Runs after these records: the writer's aggregate extended with
+    them when it is the Run just before them, else folded by the domain from the
+    Run's streams as this transaction reads them (the records are in the log)."""
+    wanted = {run_id for run_id in touched if run_id in rows.runs}
+    found = []
+    if folded is not None and folded.run_id in wanted:
+        streams = _by_run(records, rows).get(folded.run_id)
+        if streams is not None and _continues(folded, streams):
+            found.append(extend(folded, *streams))
+            wanted.discard(folded.run_id)
+    return found + _folded_runs(tx, wanted)
+
+
+def _by_run(records: Sequence[Record], rows: _Rows) -> dict[str, _Streams]:
+    """The records grouped by Run into (run, steps, {attempt: lease}) streams, in
+    log order (a lease record's Run is its Attempt's, as held in `rows`)."""
+    by_run: dict[str, _Streams] = {}
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _LEASE:
+            attempt = rows.attempts.get(entity_id)
+            if attempt is None:
+                continue
+            streams = by_run.setdefault(attempt["run_id"], ([], [], {}))
+            streams[2].setdefault(entity_id, []).append(record)
+        elif family in (_RUN, _STEPS):
+            streams = by_run.setdefault(entity_id, ([], [], {}))
+            streams[0 if family == _RUN else 1].append(record)
+    return by_run
+
+
+def _continues(aggregate: RunAggregate, streams: _Streams) -> bool:
+    """Whether each stream's records start right after the aggregate's version of it."""
+    run_records, step_records, lease_records = streams
+    if run_records and run_records[0].stream_version != aggregate.version + 1:
+        return False
+    if step_records and step_records[0].stream_version != aggregate.steps_version + 1:
+        return False
+    return all(
+        found[0].stream_version == aggregate.lease_versions.get(attempt_id, 0) + 1
+        for attempt_id, found in lease_records.items()
+    )
+
+
 def _folded_runs(tx, run_ids: Iterable[str]) -> list[RunAggregate]:
     """Each Run's aggregate, folded by the domain from its streams as `tx` reads them."""
     return [fold(*streams) for streams in _run_streams(tx, run_ids).values()]
@@ -743,18 +792,7 @@ class Replay:
         A batch may end inside an append (a RunEvent without its StepRunMutation yet):
         such a Run cannot be folded until the next batch brings the rest, so it waits
         in `_unfolded` (`flush` folds what is left, and raises if the log is corrupt)."""
-        by_run: dict[str, _Streams] = {}
-        for record in records:
-            family, _, entity_id = record.stream_id.partition("-")
-            if family == _LEASE:
-                attempt = self._rows.attempts.get(entity_id)
-                if attempt is None:
-                    continue
-                streams = by_run.setdefault(attempt["run_id"], ([], [], {}))
-                streams[2].setdefault(entity_id, []).append(record)
-            elif family in (_RUN, _STEPS):
-                streams = by_run.setdefault(entity_id, ([], [], {}))
-                streams[0 if family == _RUN else 1].append(record)
+        by_run = _by_run(records, self._rows)
         if records:
             self._last = max(self._last, max(record.global_position for record in records))
         held = self._aggregates

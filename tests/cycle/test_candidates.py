@@ -76,10 +76,15 @@ def test_a_join_is_skipped_as_soon_as_one_need_failed_while_a_sibling_runs(rt):
 
 @st.composite
 def dags(draw) -> list[tuple[str, list[str]]]:
-    """Most DAGs small (a cycle per example is cheap), a few up to 128 Steps."""
-    size = draw(st.sampled_from(("small", "small", "small", "small", "medium", "large")))
-    bound = {"small": 6, "medium": 24, "large": 128}[size]
-    n = draw(st.integers(1, bound))
+    """Most DAGs small (each worker write is a durable commit), a few up to 128 Steps."""
+    size = draw(st.integers(0, 39))
+    n = draw(
+        st.integers(1, 6)
+        if size < 34
+        else st.integers(7, 24)
+        if size < 39
+        else st.integers(25, 128)
+    )
     steps = []
     for i in range(n):
         picks = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
@@ -88,9 +93,7 @@ def dags(draw) -> list[tuple[str, list[str]]]:
 
 
 def candidates_at(rt, now_ms: int) -> dict[str, set[str]]:
-    return {
-        phase: set(candidates.page(rt.store, phase, now_ms, 10_000)) for phase in DECISIONS
-    }
+    return {phase: set(candidates.page(rt.store, phase, now_ms, 10_000)) for phase in DECISIONS}
 
 
 def check_index(rt, run_id: str, now_ms: int, idle: set[str]) -> set[str]:
@@ -146,7 +149,7 @@ def test_the_index_is_safe_never_busy_and_every_run_ends(rt, steps, timeout_ms, 
     misbehaved: set[str] = set()
     idle: set[str] = set()
     cancelled = False
-    for cycles in range(1, bound + 1):
+    for _cycle in range(bound):
         idle = check_index(rt, run_id, now, idle)
         rt.cycle(now_ms=now)
         if rt.get_run(run_id).status != "running":
@@ -157,5 +160,4 @@ def test_the_index_is_safe_never_busy_and_every_run_ends(rt, steps, timeout_ms, 
         now += TTL_MS if abandoned else rng.choice((1, 10, 1_000))
     else:
         pytest.fail(f"liveness: the Run is not terminal after {bound} cycles")
-    assert cycles <= bound
     check_index(rt, run_id, now, idle)
