@@ -775,7 +775,11 @@ class Replay:
         for aggregate in self._fold_aggregates(records):
             _refresh_work(rows, aggregate)
         if len(self._recent) > self.capacity:
-            self._write(list(self._recent)[: len(self._recent) // 2])
+            # a Run whose last batch ended mid-append stays until its windows are
+            # known: once written out, an Attempt that ended in that append would not
+            # be loaded again to have its window cleared
+            older = list(self._recent)[: len(self._recent) // 2]
+            self._write([run_id for run_id in older if run_id not in self._unfolded])
 
     def flush(self) -> None:
         """Write out every row held in memory, and forget them."""
