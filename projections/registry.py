@@ -49,14 +49,18 @@ def functions() -> tuple[ServerFunction, ...]:
 
 
 def migrate_all(store) -> None:
-    """Bring every projection schema up to date (idempotent), then let a module
-    that defines `backfill(store)` fill what a schema step could not compute."""
+    """Bring every projection schema up to date (idempotent). A module that defines
+    `backfill(store, from_version)` fills, after an upgrade from `from_version`, what
+    its schema steps could not compute."""
+    upgraded = []
     for module in modules():
-        store.migrate(module.COMPONENT, module.MIGRATIONS)
-    for module in modules():
+        before = store.schema_version(module.COMPONENT)
+        if store.migrate(module.COMPONENT, module.MIGRATIONS) > before:
+            upgraded.append((module, before))
+    for module, before in upgraded:
         backfill = getattr(module, "backfill", None)
         if backfill is not None:
-            backfill(store)
+            backfill(store, before)
 
 
 def apply_records(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:

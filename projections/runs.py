@@ -696,12 +696,11 @@ def _upto(records: list[Record], position: int | None) -> list[Record]:
     return [r for r in records if r.global_position <= position]
 
 
-def backfill(store) -> int:
-    """Refold the Runs a schema upgrade left with an unknown candidate window (see
-    step 3 above) and store the domain's answer; return how many. A read-only store
-    is left as it is."""
-    if store.read_only:
-        return 0
+def backfill(store, from_version: int) -> int:
+    """After an upgrade across step 3 (above), refold the Runs it left with an
+    unknown candidate window and store the domain's answer; return how many."""
+    if from_version == 0 or from_version >= 3:
+        return 0  # a new store has no Runs; a later step leaves the windows alone
     done = 0
     while True:
         with store.transaction() as tx:

@@ -1,5 +1,5 @@
 """A store upgraded to the candidate windows (schema step 3 of projections.runs):
-its running Runs are refolded at the next writable open, and carry on."""
+its running Runs are refolded when it is opened and upgraded, and carry on."""
 
 from __future__ import annotations
 
@@ -9,17 +9,30 @@ import qlflow
 from projections import candidates, runs
 from tests.cycle.helpers import DIAMOND, T0, manifest, work
 
+_OLD_INDEXES = (
+    "runs_frontier", "runs_admission", "runs_cancellation", "runs_deadline",
+    "attempts_claimable", "attempts_lease_expiry",
+)  # fmt: skip
 
-def _as_just_upgraded(rt) -> None:
-    """What step 3 leaves in a store it upgrades: no windows, but an unknown
-    opening (-1) on every running Run and claimed Attempt (its own UPDATEs)."""
-    updates = [sql for sql in runs.MIGRATIONS[2]["sqlite"] if sql.startswith("UPDATE")]
-    assert len(updates) == 2
+
+def _back_to_step_2(rt) -> None:
+    """Give the store the schema of projections.runs step 2 (hand-written flags), as a
+    store from before the candidate windows has it."""
+    dialect = rt.store.dialect
     with rt.store.transaction() as tx:
-        tx.execute(f"UPDATE runs SET {', '.join(f'{c} = NULL' for c in runs.WINDOW_COLUMNS)}")
-        tx.execute(f"UPDATE attempts SET {', '.join(f'{c} = NULL' for c in runs.GRANT_COLUMNS)}")
-        for sql in updates:
-            tx.execute(sql)
+        for phase in candidates.PHASES:
+            tx.execute(f"DROP INDEX runs_{phase}_opens")
+        tx.execute("DROP INDEX attempts_grantable")
+        for column in runs.WINDOW_COLUMNS:
+            tx.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        for column in runs.GRANT_COLUMNS:
+            tx.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
+        for flag in ("frontier", "admission", "cancellation"):
+            tx.execute(f"ALTER TABLE runs ADD COLUMN needs_{flag} INTEGER NOT NULL DEFAULT 0")
+        for sql in runs.MIGRATIONS[0][dialect]:
+            if any(f"INDEX {name} " in sql for name in _OLD_INDEXES):
+                tx.execute(sql)
+        tx.execute("UPDATE schema_versions SET version = 2 WHERE component = ?", (runs.COMPONENT,))
 
 
 @pytest.mark.parametrize("claimed", [False, True])
@@ -30,11 +43,8 @@ def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
         if claimed:
             rt.cycle(now_ms=T0)  # a's Attempt is claimed, not leased
         before = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
-        _as_just_upgraded(rt)
-        # unknown: a candidate of every phase at any instant, whatever the decisions say
-        for phase in candidates.PHASES:
-            assert candidates.page(rt.store, phase, 0, 10) == [run_id]
-    with qlflow.open(store_url) as rt:
+        _back_to_step_2(rt)
+    with qlflow.open(store_url) as rt:  # migrates to step 3, then refolds the Run
         assert rt.verify_projections().ok
         after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
         assert after == before
