@@ -30,7 +30,7 @@ from domain.aggregate import RunAggregate
 from domain.attempts import decide_attempt_admission
 from domain.cancellation import decide_cancellation
 from domain.decision import Decision
-from domain.errors import FenceError
+from domain.errors import FenceError, InvalidInput
 from domain.frontier import decide_frontier
 from domain.phases import ADMISSION, CANCELLATION, FRONTIER, RECOVERY
 from domain.recovery import decide_recovery
@@ -110,8 +110,8 @@ def _decides(
 def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
     try:
         grant_lease(aggregate, attempt_id, _PROBE_WORKER, MIN_LEASE_TTL_MS, now_ms)
-    except FenceError:
-        return False
+    except (FenceError, InvalidInput):  # InvalidInput: even the shortest lease would
+        return False  # expire past the latest instant
     return True
 
 
