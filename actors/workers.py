@@ -63,7 +63,7 @@ def _decide_and_commit(tx: Transaction, run_id: str, decide, attempt_id: str | N
     aggregate = load_aggregate(tx, run_id)
     decision = decide(aggregate)
     if decision.appends:
-        commit(tx, decision.appends)
+        commit(tx, decision.appends, folded=aggregate)
     return aggregate, decision
 
 
@@ -100,7 +100,7 @@ def lease_attempts(
                 decision = decide(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
             except (FenceError, InvalidInput):
                 return None  # no longer leasable: someone else got it, or the Run moved on
-            commit(tx, decision.appends)
+            commit(tx, decision.appends, folded=aggregate)
             return _lease_value(aggregate, decision.lease, started=start)
 
         try:

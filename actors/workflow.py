@@ -78,7 +78,7 @@ def converge(authority: Units, run_id: str, phase: str, now_ms: int) -> Workflow
     def write(tx: Transaction) -> bool:
         if not lock_unchanged(tx, streams, aggregate):
             return False
-        commit_encoded(tx, batch)
+        commit_encoded(tx, batch, folded=aggregate)
         return True
 
     if not authority.execute(write, name=phase):

@@ -33,6 +33,7 @@ from rich.table import Table
 
 import qlflow
 from projections.run_search import RunCursor, RunFilter, list_sql
+from projections.runs import WINDOW_COLUMNS
 from projections.views import _RUN_COLUMNS
 
 RESULTS = Path(__file__).parent / "results" / "runs_search.json"
@@ -46,7 +47,7 @@ COLUMNS = (
     "run_id, package, workflow_key, publication_id, plan_digest, admission_key, status, "
     "version, steps_version, step_count, open_steps, admitted_at_ms, timeout_ms, deadline_ms, "
     "cancel_requested_at_ms, cancel_reason, result_code, error_code, terminal_at_ms, "
-    "needs_frontier, needs_admission, needs_cancellation"
+    + ", ".join(WINDOW_COLUMNS)
 )
 
 
@@ -88,9 +89,7 @@ def _rows(count: int) -> list[tuple[Any, ...]]:
                 code,
                 code,
                 ended,
-                0,
-                0,
-                0,
+                *(None,) * len(WINDOW_COLUMNS),  # the bench's Runs have no cycle work
             )
         )
     return rows

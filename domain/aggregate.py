@@ -26,6 +26,7 @@ from typing import Any
 from domain import event_types
 from domain.errors import CorruptionError
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.intent import cancel_intent
 from domain.plan import ExecutionPlan, PlanStep
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
@@ -191,14 +192,9 @@ def effective_intent(aggregate: RunAggregate, now_ms: int) -> tuple[str, int] | 
     """The Run's cancel intent as (reason, cancel time), or None (SPEC §7).
 
     A recorded intent wins; otherwise a reached deadline is a `timeout` intent
-    whose cancel time is the deadline itself.
+    whose cancel time is the deadline itself (the rule is `domain.intent`'s).
     """
-    run = aggregate.run
-    if run.cancel_reason is not None and run.cancel_requested_at_ms is not None:
-        return run.cancel_reason, run.cancel_requested_at_ms
-    if run.deadline_ms is not None and now_ms >= run.deadline_ms:
-        return "timeout", run.deadline_ms
-    return None
+    return cancel_intent(aggregate.run, now_ms)
 
 
 # --- folding ---------------------------------------------------------------------------

@@ -9,3 +9,6 @@ FRONTIER = "frontier"
 ADMISSION = "admission"
 
 PHASES = (RECOVERY, CANCELLATION, SCHEDULE, FRONTIER, ADMISSION)
+RUN_PHASES = (RECOVERY, CANCELLATION, FRONTIER, ADMISSION)
+"""The phases whose work is on a Run (the schedule phase's is on a schedule): the
+candidate index keeps a window of instants for each."""

@@ -8,8 +8,6 @@ admission index all ask these, so the rule lives here once (docs/DESIGN.md,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from domain.aggregate import RunAggregate, StepRunState
 from domain.retry import RetryPolicy, retry_at_after
 from domain.transitions import STEP_READY
@@ -37,18 +35,6 @@ def retry_after_failure(aggregate: RunAggregate, step_key: str, now_ms: int) -> 
 def waiting_retry(step: StepRunState, now_ms: int) -> bool:
     """Whether a ready StepRun still waits for its retry at `now_ms`."""
     return step.status == STEP_READY and step.retry_at_ms is not None and now_ms < step.retry_at_ms
-
-
-def next_admission_at_ms(retry_ats: Iterable[int | None]) -> int | None:
-    """The earliest instant one of these ready StepRuns may get an Attempt, given
-    each one's `retry_at_ms` (None: at once, so the answer is None too). The read
-    model's admission index stores it; an empty input gives None."""
-    earliest: int | None = None
-    for retry_at in retry_ats:
-        if retry_at is None:
-            return None
-        earliest = retry_at if earliest is None else min(earliest, retry_at)
-    return earliest
 
 
 def next_retry_at_ms(aggregate: RunAggregate) -> int | None:

@@ -220,6 +220,10 @@ class EventStore(Reads, Protocol):
 
     def iter_all(self, after_position: int = 0, batch: int = 5000) -> Iterator[Record]: ...
 
+    def schema_version(self, component: str) -> int:
+        """The recorded schema version of `component` (0: none yet)."""
+        ...
+
     def migrate(self, component: str, steps: Sequence[MigrationStep]) -> int:
         """Apply the steps of `component` beyond its recorded schema version in one
         transaction; return the version now recorded. Raises SchemaError when the

@@ -191,6 +191,11 @@ class BaseStore(ABC):
 
     # -- schema ------------------------------------------------------------------------
 
+    def schema_version(self, component: str) -> int:
+        """The recorded schema version of `component` (0: none yet)."""
+        with self._reading() as session:
+            return self._recorded_version(session, component) or 0
+
     def migrate(self, component: str, steps: Sequence[MigrationStep]) -> int:
         """Apply the steps of `component` beyond its recorded version in one transaction;
         return the version now recorded. SchemaError if the database is newer.

@@ -1,77 +1,38 @@
 """Candidate queries: which Runs a cycle phase should look at, from indexes only.
 
-Each query reads a partial index of the read models, never all Runs: a dormant
-Run (waiting on a worker, or finished) is in none of them. Pages are keyset
-pages over run ids (`after_run_id`), so a cycle can walk several pages and the
-caller can rotate where it starts.
+The read model stores, per Run and phase, the window of instants in which the
+phase's decision has work (`domain.work`, folded in `projections.runs`), and per
+Attempt the window in which a worker may lease it. Every query here is the same:
+the rows whose window holds `now_ms`, read from a partial index on the window's
+opening instant. A dormant Run (waiting on a worker, or finished) is in none of
+them. Pages are keyset pages over run ids (`after_run_id`), so a cycle can walk
+several pages and the caller can rotate where it starts.
 """
 
 from __future__ import annotations
 
-PHASES = ("recovery", "cancellation", "frontier", "admission")
+from domain.phases import RUN_PHASES as PHASES
+from domain.transitions import ATTEMPT_ACTIVE
+
+__all__ = ["PHASES", "active_attempt_ids", "claimable_attempts", "page"]
+
+
+def _open_at(prefix: str) -> str:
+    """The condition "the window `<prefix>_opens_ms`..`<prefix>_closes_ms` holds the
+    instant bound twice after it"."""
+    return f"{prefix}_opens_ms <= ? AND ({prefix}_closes_ms IS NULL OR {prefix}_closes_ms > ?)"
 
 
 def page(store_or_tx, phase: str, now_ms: int, limit: int, after_run_id: str = "") -> list[str]:
-    """Up to `limit` run ids with work for `phase`, in run id order after `after_run_id`."""
-    sql, params = _QUERIES[phase](now_ms)
+    """Up to `limit` run ids with work for `phase` at `now_ms`, in run id order after
+    `after_run_id`."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; one of {PHASES}")
     rows = store_or_tx.query(
-        f"SELECT run_id FROM ({sql}) candidates WHERE run_id > ? ORDER BY run_id LIMIT ?",
-        (*params, after_run_id, limit),
+        f"SELECT run_id FROM runs WHERE {_open_at(phase)} AND run_id > ? ORDER BY run_id LIMIT ?",
+        (now_ms, now_ms, after_run_id, limit),
     )
     return [row[0] for row in rows]
-
-
-def _recovery(now_ms: int):
-    # a two-sided range makes SQLite use the partial expiry index instead of
-    # walking every Attempt by run id (which made dormant Runs cost time)
-    return (
-        """SELECT DISTINCT run_id FROM attempts
-           WHERE lease_status = 'leased' AND expires_at_ms BETWEEN 0 AND ?
-             AND status IN ('claimed', 'starting', 'running')""",
-        (now_ms,),
-    )
-
-
-def _cancellation(now_ms: int):
-    return (
-        """SELECT run_id FROM runs WHERE status = 'running' AND needs_cancellation = 1
-           UNION
-           SELECT run_id FROM runs WHERE status = 'running'
-             AND cancel_requested_at_ms IS NULL AND deadline_ms IS NOT NULL
-             AND deadline_ms <= ?""",
-        (now_ms,),
-    )
-
-
-def _progress(flag: str):
-    def query(now_ms: int):
-        return (
-            f"""SELECT run_id FROM runs WHERE status = 'running' AND {flag} = 1
-                  AND cancel_requested_at_ms IS NULL
-                  AND (deadline_ms IS NULL OR deadline_ms > ?)""",
-            (now_ms,),
-        )
-
-    return query
-
-
-def _admission(now_ms: int):
-    # a Run whose only admissible StepRuns wait for a retry is left out until then
-    return (
-        """SELECT run_id FROM runs WHERE status = 'running' AND needs_admission = 1
-              AND cancel_requested_at_ms IS NULL
-              AND (deadline_ms IS NULL OR deadline_ms > ?)
-              AND (admission_at_ms IS NULL OR admission_at_ms <= ?)""",
-        (now_ms, now_ms),
-    )
-
-
-_QUERIES = {
-    "recovery": _recovery,
-    "cancellation": _cancellation,
-    "frontier": _progress("needs_frontier"),
-    "admission": _admission,
-}
 
 
 def claimable_attempts(
@@ -83,35 +44,24 @@ def claimable_attempts(
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """(attempt_id, run_id) of claimed Attempts a worker may lease, oldest first.
-
-    An Attempt is claimable when it has no lease, its lease was released, or its
-    never-started lease expired; its Run must be running with no cancel intent
-    and before its deadline.
-    """
-    where = [
-        "a.status = 'claimed'",
-        "(a.lease_status IS NULL OR a.lease_status = 'released'"
-        " OR (a.lease_status = 'leased' AND a.expires_at_ms <= ?))",
-        "r.status = 'running'",
-        "r.cancel_requested_at_ms IS NULL",
-        "(r.deadline_ms IS NULL OR r.deadline_ms > ?)",
-    ]
+    """(attempt_id, run_id) of Attempts a worker may lease at `now_ms`, oldest claim
+    first: those whose grant window holds `now_ms` (`domain.work.grant_windows`)."""
+    where = [_open_at("grant")]
     params: list = [now_ms, now_ms]
     if run_id is not None:
-        where.append("a.run_id = ?")
+        where.append("run_id = ?")
         params.append(run_id)
     if step_key is not None:
-        where.append("a.step_key = ?")
+        where.append("step_key = ?")
         params.append(step_key)
     if tasks is not None:
         if not tasks:
             return []
-        where.append(f"a.task_ref IN ({', '.join('?' for _ in tasks)})")
+        where.append(f"task_ref IN ({', '.join('?' for _ in tasks)})")
         params.extend(sorted(tasks))
     rows = store_or_tx.query(
-        f"""SELECT a.attempt_id, a.run_id FROM attempts a JOIN runs r ON r.run_id = a.run_id
-            WHERE {" AND ".join(where)} ORDER BY a.claimed_position LIMIT ?""",
+        f"""SELECT attempt_id, run_id FROM attempts
+            WHERE {" AND ".join(where)} ORDER BY claimed_position LIMIT ?""",
         (*params, limit),
     )
     return [(row[0], row[1]) for row in rows]
@@ -119,9 +69,10 @@ def claimable_attempts(
 
 def active_attempt_ids(tx, run_id: str) -> list[str]:
     """Sorted ids of the Run's non-terminal Attempts (the PostgreSQL lock order)."""
+    active = sorted(ATTEMPT_ACTIVE)
     rows = tx.query(
-        """SELECT attempt_id FROM attempts WHERE run_id = ?
-           AND status IN ('claimed', 'starting', 'running') ORDER BY attempt_id""",
-        (run_id,),
+        f"""SELECT attempt_id FROM attempts WHERE run_id = ?
+            AND status IN ({", ".join("?" * len(active))}) ORDER BY attempt_id""",
+        (run_id, *active),
     )
     return [row[0] for row in rows]

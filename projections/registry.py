@@ -10,7 +10,10 @@ Each projection module defines:
 - `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
 - `apply(tx, records)`: update its tables for records just appended, in the
   append's transaction. It must be deterministic and depend only on the records
-  and the tables' current rows, so that a replay of the log gives the same rows.
+  and the tables' current rows (and the log), so that a replay of the log gives the
+  same rows. A module that sets `TAKES_FOLDED = True` is also given `folded`: the
+  Run aggregate the writer folded just before the append, if it has one (it may use
+  it instead of folding the Run again; the answer must be the same).
 
 It may also define `Replay(tx, insert)`, the rebuild's way to fold the whole log
 batch after batch (`apply(records)`, then `flush()`): free to hold rows in memory and
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import ModuleType
 
+from domain.aggregate import RunAggregate
 from domain.records import Record
 from eventstore import faults
 from eventstore.grants import ServerFunction
@@ -49,24 +53,36 @@ def functions() -> tuple[ServerFunction, ...]:
 
 
 def migrate_all(store) -> None:
-    """Bring every projection schema up to date (idempotent)."""
+    """Bring every projection schema up to date (idempotent). A module that defines
+    `backfill(store, from_version)` fills, after an upgrade from `from_version`, what
+    its schema steps could not compute."""
+    upgraded = []
     for module in modules():
-        store.migrate(module.COMPONENT, module.MIGRATIONS)
+        before = store.schema_version(module.COMPONENT)
+        if store.migrate(module.COMPONENT, module.MIGRATIONS) > before:
+            upgraded.append((module, before))
+    for module, before in upgraded:
+        backfill = getattr(module, "backfill", None)
+        if backfill is not None:
+            backfill(store, before)
 
 
-def apply_records(tx, records: Sequence[Record]) -> None:
+def apply_records(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:
     """Route freshly appended records to the modules that fold them."""
     if not records:
         return
     for module in modules():
         mine = [r for r in records if r.stream_id.startswith(module.STREAM_PREFIXES)]
-        if mine:
+        if mine and getattr(module, "TAKES_FOLDED", False):
+            module.apply(tx, mine, folded=folded)
+        elif mine:
             module.apply(tx, mine)
 
 
-def commit(tx, appends) -> list[Record]:
-    """Append through the store and update the read models in the same transaction."""
-    return commit_encoded(tx, encode_appends(appends))
+def commit(tx, appends, folded: RunAggregate | None = None) -> list[Record]:
+    """Append through the store and update the read models in the same transaction
+    (`folded`: the Run as the writer folded it just before, if it did)."""
+    return commit_encoded(tx, encode_appends(appends), folded)
 
 
 def commit_through(tx, function, args, appends) -> list[Record]:
@@ -78,9 +94,9 @@ def commit_through(tx, function, args, appends) -> list[Record]:
     return records
 
 
-def commit_encoded(tx, batch) -> list[Record]:
+def commit_encoded(tx, batch, folded: RunAggregate | None = None) -> list[Record]:
     """`commit` for appends already validated and encoded (`encode_appends`)."""
     records = tx.append_encoded(batch)
-    apply_records(tx, records)
+    apply_records(tx, records, folded)
     faults.hit_append()
     return records

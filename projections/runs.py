@@ -1,17 +1,19 @@
 """Read models of Runs, StepRuns and Attempts (with their current lease), and the
-candidate flags the cycle pages over (docs/DESIGN.md "Read models").
+candidate index the cycle pages over (docs/DESIGN.md "The candidate index").
 
 Everything here is a deterministic function of the `run-`, `steps-` and `lease-`
-records, so a replay of the log rebuilds identical rows. The candidate flags are
-recomputed from a Run's step rows after each batch touching it, which keeps a
-dormant Run out of every candidate index: it costs rows and nothing else.
+records, so a replay of the log rebuilds identical rows. The candidate index is the
+domain's answer (`domain.work`) for the Run folded after each batch touching it:
+per phase the window `[<phase>_opens_ms, <phase>_closes_ms)` in which its decision
+has work, per Attempt the window in which a worker may lease it. A dormant Run has
+no open window and is in no candidate index: it costs rows and nothing else.
 
 `apply` has one shape for any batch, one append's records or a rebuild's thousands:
 
 1. load: the rows the batch can touch (its Runs, their StepRuns, the Attempts it
    names or its StepRuns hold live), with a few `IN (...)` queries;
-2. fold: every record, in log order, into those rows in memory; then the candidate
-   flags of each Run a run or lease record touched;
+2. fold: every record, in log order, into those rows in memory; then the work windows
+   of each Run a run or lease record touched, from its aggregate (`_folded_runs`);
 3. store: each row that is new or differs from what was loaded, once, with one
    `executemany` UPSERT per table, in key order (a fixed row lock order).
 
@@ -28,16 +30,17 @@ from typing import Any
 
 import orjson
 
+from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
+from domain.phases import RUN_PHASES
 from domain.records import Record
-from domain.retries import next_admission_at_ms
+from domain.streams import lease_stream, run_stream, steps_stream
+from domain.transitions import STEP_TERMINAL
+from domain.work import grant_windows, phase_windows
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.runs"
 STREAM_PREFIXES = ("run-", "steps-", "lease-")
-
-TERMINAL_STEP = frozenset({"succeeded", "failed", "cancelled", "timed_out", "skipped"})
-LIVE_ATTEMPT = frozenset({"claimed", "starting", "running"})
 
 MIGRATIONS = [
     {
@@ -147,6 +150,48 @@ MIGRATIONS.append(
         "postgresql": [stmt.replace("INTEGER", "BIGINT") for stmt in _PLAN_V2_COLUMNS],
     }
 )
+# Step 4: the candidate index is the domain's answer (domain.work): per phase the
+# window of instants its decision has work in, per Attempt the window a worker may
+# lease it in; one index per window on its opening instant. The hand-written flags
+# and their indexes go. Running Runs of an older store get an opening of -1 (open at
+# any instant) and are refolded at the next writable open (`backfill`).
+WINDOW_COLUMNS = tuple(f"{phase}_{end}_ms" for phase in RUN_PHASES for end in ("opens", "closes"))
+GRANT_COLUMNS = ("grant_opens_ms", "grant_closes_ms")
+UNKNOWN_MS = -1  # an opening the migration could not compute: refolded by `backfill`
+
+
+def _work_step(integer: str) -> list[str]:
+    return [
+        *(
+            f"DROP INDEX {index}"
+            for index in (
+                "runs_frontier", "runs_admission", "runs_cancellation", "runs_deadline",
+                "attempts_claimable", "attempts_lease_expiry",
+            )
+        ),
+        *(
+            f"ALTER TABLE runs DROP COLUMN needs_{phase}"
+            for phase in ("frontier", "admission", "cancellation")
+        ),
+        "ALTER TABLE runs DROP COLUMN admission_at_ms",  # step 3's retry index: a window now
+        *(f"ALTER TABLE runs ADD COLUMN {column} {integer}" for column in WINDOW_COLUMNS),
+        *(f"ALTER TABLE attempts ADD COLUMN {column} {integer}" for column in GRANT_COLUMNS),
+        "UPDATE runs SET "
+        + ", ".join(f"{phase}_opens_ms = {UNKNOWN_MS}" for phase in RUN_PHASES)
+        + " WHERE status = 'running'",
+        f"UPDATE attempts SET grant_opens_ms = {UNKNOWN_MS} WHERE status = 'claimed'",
+        *(
+            f"CREATE INDEX runs_{phase}_opens ON runs ({phase}_opens_ms)"
+            f" WHERE {phase}_opens_ms IS NOT NULL"
+            for phase in RUN_PHASES
+        ),
+        "CREATE INDEX attempts_grantable ON attempts (claimed_position)"
+        " WHERE grant_opens_ms IS NOT NULL",
+    ]  # fmt: skip
+
+
+MIGRATIONS.append({"sqlite": _work_step("INTEGER"), "postgresql": _work_step("BIGINT")})
+WORK_STEP = len(MIGRATIONS)  # the step that added the windows: `backfill` fills them
 
 
 TABLES = {
@@ -200,8 +245,7 @@ RUNS = _Table(
         "run_id", "package", "workflow_key", "publication_id", "plan_digest", "admission_key",
         "status", "version", "steps_version", "step_count", "open_steps", "admitted_at_ms",
         "timeout_ms", "deadline_ms", "cancel_requested_at_ms", "cancel_reason", "result_code",
-        "error_code", "terminal_at_ms", "needs_frontier", "needs_admission",
-        "needs_cancellation", "params", "admission_at_ms",
+        "error_code", "terminal_at_ms", "params", *WINDOW_COLUMNS,
     ),
 )  # fmt: skip
 STEP_RUNS = _Table(
@@ -218,21 +262,25 @@ ATTEMPTS = _Table(
         "attempt_id", "run_id", "step_key", "step_run_id", "step_epoch", "attempt_number",
         "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
         "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
-        "result_code", "output",
+        "result_code", "output", *GRANT_COLUMNS,
     ),
 )  # fmt: skip
 
 
-def apply(tx, records: Sequence[Record]) -> None:
-    """Fold freshly appended run, step and lease records into the read models."""
+TAKES_FOLDED = True  # see projections.registry
+
+
+def apply(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:
+    """Fold freshly appended run, step and lease records into the read models
+    (`folded`: a Run as its writer folded it just before these records)."""
     rows = _load(tx, records)
     touched: set[str] = set()
     for record in records:
         run_id = _fold(rows, record)
         if run_id is not None:
             touched.add(run_id)
-    for run_id in touched:
-        _refresh_candidate_flags(rows, run_id)
+    for aggregate in _after(tx, records, rows, touched, folded):
+        _refresh_work(rows, aggregate)
     for table in (RUNS, STEP_RUNS, ATTEMPTS):
         changed = rows.changed(table)
         if changed:
@@ -342,7 +390,7 @@ def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
 
 
 def _fold(rows: _Rows, record: Record) -> str | None:
-    """Fold one record; return the Run whose candidate flags it may change, if any."""
+    """Fold one record; return the Run whose work windows it may change, if any."""
     family, _, entity_id = record.stream_id.partition("-")
     if family == _RUN:
         _fold_run_event(rows, entity_id, record)
@@ -408,11 +456,7 @@ def _admit(rows: _Rows, run_id: str, record: Record) -> None:
             "admitted_at_ms": admitted,
             "timeout_ms": timeout,
             "deadline_ms": admitted + timeout if timeout is not None else None,
-            "needs_frontier": 0,
-            "needs_admission": 0,
-            "needs_cancellation": 0,
             "params": _json(plan["params"]) if "params" in plan else None,
-            "admission_at_ms": None,
         },
     )
     for step in steps:
@@ -454,7 +498,7 @@ def _move_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> Non
         updated_at_ms=record.metadata.get("at_ms"),
         retry_at_ms=data.get("retry_at_ms"),
     )
-    if run is not None and to in TERMINAL_STEP and data["from"] not in TERMINAL_STEP:
+    if run is not None and to in STEP_TERMINAL and data["from"] not in STEP_TERMINAL:
         run["open_steps"] -= 1
 
 
@@ -564,70 +608,146 @@ def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | Non
     return attempt["run_id"]
 
 
-# --- candidate flags ---------------------------------------------------------------------
+# --- the candidate index: the domain's answer for the folded Run ------------------------
 
 
-def _refresh_candidate_flags(rows: _Rows, run_id: str) -> None:
-    """Recompute which cycle phases have work on this Run, from its own rows only."""
-    run = rows.runs.get(run_id)
+def _refresh_work(rows: _Rows, aggregate: RunAggregate) -> None:
+    """Store `domain.work`'s windows for the Run and its Attempts held in `rows`."""
+    run = rows.runs.get(aggregate.run_id)
     if run is None:
         return
-    if run["status"] != "running":
-        run.update(needs_frontier=0, needs_admission=0, needs_cancellation=0, admission_at_ms=None)
-        return
-    frontier, admission, cancellation = _phases_with_work(rows, run_id, run["open_steps"])
-    run.update(
-        needs_frontier=int(frontier),
-        needs_admission=int(admission),
-        needs_cancellation=int(cancellation and run["cancel_requested_at_ms"] is not None),
-        admission_at_ms=_admission_at_ms(rows, run_id) if admission else None,
+    for phase, window in phase_windows(aggregate).items():
+        run[f"{phase}_opens_ms"] = None if window is None else window.opens_ms
+        run[f"{phase}_closes_ms"] = None if window is None else window.closes_ms
+    grants = grant_windows(aggregate)
+    for attempt_id in aggregate.attempts:
+        attempt = rows.attempts.get(attempt_id)
+        if attempt is not None:
+            window = grants.get(attempt_id)
+            attempt["grant_opens_ms"] = None if window is None else window.opens_ms
+            attempt["grant_closes_ms"] = None if window is None else window.closes_ms
+
+
+def _after(
+    tx, records: Sequence[Record], rows: _Rows, touched: set[str], folded: RunAggregate | None
+) -> list[RunAggregate]:
+    """The touched Runs after these records: the writer's aggregate extended with
+    them when it is the Run just before them, else folded by the domain from the
+    Run's streams as this transaction reads them (the records are in the log)."""
+    wanted = {run_id for run_id in touched if run_id in rows.runs}
+    found = []
+    if folded is not None and folded.run_id in wanted:
+        streams = _by_run(records, rows).get(folded.run_id)
+        if streams is not None and _continues(folded, streams):
+            found.append(extend(folded, *streams))
+            wanted.discard(folded.run_id)
+    return found + _folded_runs(tx, wanted)
+
+
+def _by_run(records: Sequence[Record], rows: _Rows) -> dict[str, _Streams]:
+    """The records grouped by Run into (run, steps, {attempt: lease}) streams, in
+    log order (a lease record's Run is its Attempt's, as held in `rows`)."""
+    by_run: dict[str, _Streams] = {}
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _LEASE:
+            attempt = rows.attempts.get(entity_id)
+            if attempt is None:
+                continue
+            streams = by_run.setdefault(attempt["run_id"], ([], [], {}))
+            streams[2].setdefault(entity_id, []).append(record)
+        elif family in (_RUN, _STEPS):
+            streams = by_run.setdefault(entity_id, ([], [], {}))
+            streams[0 if family == _RUN else 1].append(record)
+    return by_run
+
+
+def _continues(aggregate: RunAggregate, streams: _Streams) -> bool:
+    """Whether each stream's records start right after the aggregate's version of it."""
+    run_records, step_records, lease_records = streams
+    if run_records and run_records[0].stream_version != aggregate.version + 1:
+        return False
+    if step_records and step_records[0].stream_version != aggregate.steps_version + 1:
+        return False
+    return all(
+        found[0].stream_version == aggregate.lease_versions.get(attempt_id, 0) + 1
+        for attempt_id, found in lease_records.items()
     )
 
 
-def _admission_at_ms(rows: _Rows, run_id: str) -> int | None:
-    """When the first ready StepRun without an Attempt may get one (None: now); a
-    StepRun waiting for its retry waits until its `retry_at_ms` (domain.retries)."""
-    return next_admission_at_ms(
-        step["retry_at_ms"]
-        for step in rows.steps.get(run_id, {}).values()
-        if step["status"] == "ready" and step["live_attempt_id"] is None
-    )
+def _folded_runs(tx, run_ids: Iterable[str]) -> list[RunAggregate]:
+    """Each Run's aggregate, folded by the domain from its streams as `tx` reads them."""
+    return [fold(*streams) for streams in _run_streams(tx, run_ids).values()]
 
 
-def _phases_with_work(rows: _Rows, run_id: str, open_steps: int) -> tuple[bool, bool, bool]:
-    """(frontier, admission, cancellation): whether the Run's StepRuns give each work."""
-    steps = rows.steps.get(run_id, {})
-    frontier = cancellation = open_steps == 0
-    admission = False
-    for step in steps.values():
-        status = step["status"]
-        if status == "pending":
-            cancellation = True
-            if _needs_settled(steps, step):
-                frontier = True
-        elif status == "ready":
-            live_attempt = step["live_attempt_id"]
-            if live_attempt is None:
-                admission = cancellation = True
-            elif _claimed_without_lease(rows.attempts.get(live_attempt)):
-                cancellation = True
-        elif status in ("lost", "waiting_approval"):
-            cancellation = True
-            frontier = frontier or status == "lost"
-    return frontier, admission, cancellation
+_Streams = tuple[list[Record], list[Record], dict[str, list[Record]]]
 
 
-def _needs_settled(steps: dict[str, Row], step: Row) -> bool:
-    """Whether every StepRun `step` needs has reached a terminal status."""
-    return all(steps[need]["status"] in TERMINAL_STEP for need in step["needs"].split(",") if need)
+def _run_streams(
+    tx, run_ids: Iterable[str], upto_position: int | None = None
+) -> dict[str, _Streams]:
+    """Each existing Run's (run, steps, {attempt: lease}) streams as `tx` reads them
+    (only records at or before `upto_position`, if given): two queries in all."""
+    ordered = sorted(run_ids)
+    if not ordered:
+        return {}
+    streams = tx.read_streams([s for r in ordered for s in (run_stream(r), steps_stream(r))])
+    streams = {k: _upto(v, upto_position) for k, v in streams.items()}
+    claimed = {
+        run_id: [
+            r.data["attempt_id"] for r in streams[run_stream(run_id)] if r.type == "attempt.claimed"
+        ]
+        for run_id in ordered
+    }
+    wanted = [lease_stream(a) for attempts in claimed.values() for a in attempts]
+    leases = tx.read_streams(wanted) if wanted else {}
+    return {
+        run_id: (
+            streams[run_stream(run_id)],
+            streams[steps_stream(run_id)],
+            {a: _upto(leases[lease_stream(a)], upto_position) for a in claimed[run_id]},
+        )
+        for run_id in ordered
+        if streams[run_stream(run_id)]
+    }
 
 
-def _claimed_without_lease(attempt: Row | None) -> bool:
-    return (
-        attempt is not None
-        and attempt["status"] == "claimed"
-        and attempt["lease_status"] != "leased"
-    )
+def _upto(records: list[Record], position: int | None) -> list[Record]:
+    if position is None:
+        return records
+    return [r for r in records if r.global_position <= position]
+
+
+def backfill(store, from_version: int) -> int:
+    """After an upgrade across `WORK_STEP` (above), refold the Runs it left with an
+    unknown candidate window and store the domain's answer; return how many."""
+    if from_version == 0 or from_version >= WORK_STEP:
+        return 0  # a new store has no Runs; a later step leaves the windows alone
+    done = 0
+    while True:
+        with store.transaction() as tx:
+            found = tx.query(
+                f"SELECT run_id FROM runs WHERE {RUN_PHASES[0]}_opens_ms = ?"
+                " ORDER BY run_id LIMIT ?",
+                (UNKNOWN_MS, REFRESH_BATCH),
+            )
+            run_ids = [row[0] for row in found]
+            if not run_ids:
+                return done
+            tx.lock_heads([run_stream(r) for r in run_ids], wait=True)
+            rows = _Rows()
+            rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", run_ids))
+            rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} run_id", run_ids))
+            for aggregate in _folded_runs(tx, run_ids):
+                _refresh_work(rows, aggregate)
+            for table in (RUNS, ATTEMPTS):
+                changed = rows.changed(table)
+                if changed:
+                    tx.executemany(table.upsert_sql, changed)
+            done += len(run_ids)
+
+
+REFRESH_BATCH = 200  # Runs `backfill` refolds per transaction
 
 
 def _json(value) -> str:
@@ -645,7 +765,8 @@ Insert = Callable[[str, Sequence[str], list[tuple]], None]
 class Replay:
     """`apply` for a rebuild, batch after batch into tables that start empty.
 
-    Each batch goes through `apply`'s load, fold and candidate flags, but the rows stay
+    Each batch goes through `apply`'s load, fold and work windows (from aggregates it
+    holds beside the rows and extends batch by batch), but the rows stay
     in memory between batches and are written only when they leave: once more than
     `capacity` Runs are held, the least recently named half leave, and `flush` empties
     the lot. So a Run's rows are loaded at most once while they stay (never, if the
@@ -660,6 +781,9 @@ class Replay:
         self._insert = insert
         self._rows = _Rows()
         self._recent: dict[str, None] = {}  # Runs in memory, least recently named first
+        self._aggregates: dict[str, RunAggregate] = {}  # the Runs in memory, folded
+        self._unfolded: set[str] = set()  # Runs in memory whose last batch ended mid-append
+        self._last = 0  # the position of the last record folded
 
     def apply(self, records: Sequence[Record]) -> None:
         """Fold one batch, in log order; past capacity, write out the older half."""
@@ -670,14 +794,52 @@ class Replay:
             run_id = _fold(rows, record)
             if run_id is not None:
                 touched.add(run_id)
-        for run_id in touched:
-            _refresh_candidate_flags(rows, run_id)
+        for aggregate in self._fold_aggregates(records):
+            _refresh_work(rows, aggregate)
         if len(self._recent) > self.capacity:
-            self._write(list(self._recent)[: len(self._recent) // 2])
+            # a Run whose last batch ended mid-append stays until its windows are
+            # known: once written out, an Attempt that ended in that append would not
+            # be loaded again to have its window cleared
+            older = list(self._recent)[: len(self._recent) // 2]
+            self._write([run_id for run_id in older if run_id not in self._unfolded])
 
     def flush(self) -> None:
         """Write out every row held in memory, and forget them."""
+        for streams in _run_streams(self._tx, self._unfolded, self._last).values():
+            _refresh_work(self._rows, fold(*streams))
+        self._unfolded.clear()
         self._write(list(self._recent))
+
+    def _fold_aggregates(self, records: Sequence[Record]) -> list[RunAggregate]:
+        """The aggregate of every Run the batch has records of, after the batch: one
+        held from the last batch is extended, any other folded from the log up to the
+        batch's last record (the log may hold more by now).
+
+        A batch may end inside an append (a RunEvent without its StepRunMutation yet):
+        such a Run cannot be folded until the next batch brings the rest, so it waits
+        in `_unfolded` (`flush` folds what is left, and raises if the log is corrupt)."""
+        by_run = _by_run(records, self._rows)
+        if records:
+            self._last = max(self._last, max(record.global_position for record in records))
+        held = self._aggregates
+        missing = [run_id for run_id in by_run if run_id not in held]
+        found = _run_streams(self._tx, missing, self._last)
+        folded = []
+        for run_id, streams in by_run.items():
+            try:
+                if run_id in found:
+                    held[run_id] = fold(*found[run_id])
+                elif run_id in held:
+                    held[run_id] = extend(held[run_id], *streams)
+                else:
+                    continue
+            except CorruptionError:
+                held.pop(run_id, None)
+                self._unfolded.add(run_id)
+                continue
+            self._unfolded.discard(run_id)
+            folded.append(held[run_id])
+        return folded
 
     def _load_missing(self, records: Sequence[Record]) -> None:
         """What `_load` loads, but only rows that are neither in memory nor created by
@@ -705,6 +867,8 @@ class Replay:
         leaving = set(run_ids)
         for run_id in run_ids:
             del self._recent[run_id]
+            self._aggregates.pop(run_id, None)
+            self._unfolded.discard(run_id)
         runs = [rows.runs.pop(run_id) for run_id in run_ids if run_id in rows.runs]
         steps = [row for run_id in run_ids for row in rows.steps.pop(run_id, {}).values()]
         attempt_ids = [a for a, row in rows.attempts.items() if row["run_id"] in leaving]

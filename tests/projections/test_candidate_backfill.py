@@ -1,0 +1,61 @@
+"""A store upgraded to the candidate windows (schema step 4 of projections.runs):
+its running Runs are refolded when it is opened and upgraded, and carry on."""
+
+from __future__ import annotations
+
+import pytest
+
+import qlflow
+from projections import candidates, runs
+from tests.cycle.helpers import DIAMOND, T0, manifest, work
+
+_OLD_INDEXES = (
+    "runs_frontier", "runs_admission", "runs_cancellation", "runs_deadline",
+    "attempts_claimable", "attempts_lease_expiry",
+)  # fmt: skip
+
+
+def _back_to_the_flags(rt) -> None:
+    """Give the store the schema of projections.runs just before `WORK_STEP`
+    (hand-written flags, plan v2's admission instant), as a store from before the
+    candidate windows has it."""
+    dialect = rt.store.dialect
+    with rt.store.transaction() as tx:
+        for phase in candidates.PHASES:
+            tx.execute(f"DROP INDEX runs_{phase}_opens")
+        tx.execute("DROP INDEX attempts_grantable")
+        for column in runs.WINDOW_COLUMNS:
+            tx.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        for column in runs.GRANT_COLUMNS:
+            tx.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
+        for flag in ("frontier", "admission", "cancellation"):
+            tx.execute(f"ALTER TABLE runs ADD COLUMN needs_{flag} INTEGER NOT NULL DEFAULT 0")
+        tx.execute("ALTER TABLE runs ADD COLUMN admission_at_ms BIGINT")
+        for sql in runs.MIGRATIONS[0][dialect]:
+            if any(f"INDEX {name} " in sql for name in _OLD_INDEXES):
+                tx.execute(sql)
+        tx.execute(
+            "UPDATE schema_versions SET version = ? WHERE component = ?",
+            (runs.WORK_STEP - 1, runs.COMPONENT),
+        )
+
+
+@pytest.mark.parametrize("claimed", [False, True])
+def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
+    with qlflow.open(store_url) as rt:
+        rt.publish(manifest(DIAMOND), now_ms=T0)
+        run_id = rt.start("demo", "flow", admission_key="k1", now_ms=T0).run_id
+        if claimed:
+            rt.cycle(now_ms=T0)  # a's Attempt is claimed, not leased
+        before = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
+        _back_to_the_flags(rt)
+    with qlflow.open(store_url) as rt:  # migrates across WORK_STEP, then refolds the Run
+        assert rt.verify_projections().ok
+        after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
+        assert after == before
+        now = T0
+        for _ in range(10):
+            rt.cycle(now_ms=now)
+            work(rt, now)
+            now += 10
+        assert rt.get_run(run_id).status == "succeeded"
