@@ -1,9 +1,10 @@
 """Fold a Run's streams into one immutable aggregate, checking the log's integrity.
 
 `fold(run_records, step_records, lease_records)` reads the `run-<id>` RunEvents,
-the `steps-<id>` StepRunMutations and each `lease-<attempt_id>` stream (SPEC §2,
-docs/EVENTS.md). Every rule the log must keep is checked on the way; a record
-that breaks one raises `CorruptionError` naming the stream, version and event id:
+the `steps-<id>` StepRunMutations and each `lease-<attempt_id>` stream
+(docs/DESIGN.md, "Streams"; docs/EVENTS.md). Every rule the log must keep is
+checked on the way; a record that breaks one raises `CorruptionError` naming the
+stream, version and event id:
 
 - versions are contiguous from 1 in every stream, and every record is in its stream;
 - the Run stream opens with `workflow.admitted` (carrying the plan), then one
@@ -189,7 +190,8 @@ class RunAggregate:
 
 
 def effective_intent(aggregate: RunAggregate, now_ms: int) -> tuple[str, int] | None:
-    """The Run's cancel intent as (reason, cancel time), or None (SPEC §7).
+    """The Run's cancel intent as (reason, cancel time), or None (docs/DESIGN.md,
+    "Cancellation convergence").
 
     A recorded intent wins; otherwise a reached deadline is a `timeout` intent
     whose cancel time is the deadline itself (the rule is `domain.intent`'s).

@@ -1,4 +1,4 @@
-"""Task Attempt admission (SPEC §5–6).
+"""Task Attempt admission (docs/DESIGN.md, "States" and "The cycle").
 
 Each `ready` StepRun with no active Attempt gets a `claimed` Attempt admitted
 against its exact ready epoch, with an immutable admission (plan digest, task

@@ -1,7 +1,8 @@
-"""Cancel intent and whole-workflow cancellation convergence (SPEC §7, ADR-0228).
+"""Cancel intent and whole-workflow cancellation convergence (docs/DESIGN.md,
+"Cancellation convergence").
 
 `request_cancel` records the intent on the parent Run. `decide_cancellation`
-is the pure state machine of ADR-0228: given the exact Run, every StepRun, the
+is the pure state machine of cancellation convergence: given the exact Run, every StepRun, the
 Attempts with their immutable admissions and leases, and the observation time,
 it ends what no worker holds and blocks the rest:
 

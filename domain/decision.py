@@ -4,7 +4,7 @@ A `Decision` holds the appends to make (one `StreamAppend` per stream, each with
 the expected version the decision was computed against) and what the caller
 reports: the blocked set, counters, the Run's new terminal status, a granted or
 renewed lease. `DecisionBuilder` allocates contiguous versions, pairs every
-`step.*` RunEvent with its StepRunMutation, refuses any status change SPEC §5
+`step.*` RunEvent with its StepRunMutation, refuses any status change docs/DESIGN.md ("States")
 does not allow, and stamps metadata `{at_ms, causation_id, correlation_id, actor}`
 — so no decision formats a record by hand.
 """

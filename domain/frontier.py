@@ -1,4 +1,4 @@
-"""Frontier and terminal aggregation (SPEC §6).
+"""Frontier and terminal aggregation (docs/DESIGN.md, "The cycle").
 
 A `pending` StepRun whose needs all `succeeded` becomes `ready`; one with any
 need `failed | cancelled | timed_out | skipped` becomes `skipped`

@@ -1,4 +1,5 @@
-"""Recovery of Attempts whose lease ran out (SPEC §6), for every running Run.
+"""Recovery of Attempts whose lease ran out, for every running Run (docs/DESIGN.md,
+"Recovery and the start barrier").
 
 - A `claimed` Attempt whose lease expired before it started is `lost`
   (`lease_expired`), its lease released, and its StepRun requeued `ready → ready`

@@ -1,4 +1,5 @@
-"""Allowed status changes of a Run, a StepRun, a Task Attempt and a lease (SPEC §5).
+"""Allowed status changes of a Run, a StepRun, a Task Attempt and a lease
+(docs/DESIGN.md, "States").
 
 The fold refuses any logged change these tables do not allow; the decision
 builder refuses to write one.
@@ -68,7 +69,7 @@ RELEASE_REASONS = ("declined", "shutdown", "start_failed", "capacity_changed", "
 MIN_LEASE_TTL_MS = 5_000
 MAX_LEASE_TTL_MS = 600_000
 
-# --- limits and result codes (SPEC §7, Appendix A) ------------------------------------
+# --- limits and result codes ------------------------------------------------------------
 
 MAX_ATTEMPTS_PER_STEP = 64
 MAX_ATTEMPTS_PER_RUN = 8_192
@@ -96,7 +97,8 @@ def step_change_allowed(from_status: str, to_status: str, *, retry: bool = False
 
 
 def attempt_change_allowed(from_status: str, to_status: str) -> bool:
-    """True when SPEC §5 allows a Task Attempt to go from `from_status` to `to_status`."""
+    """True when the status rules (docs/DESIGN.md, "States") allow a Task Attempt to
+    go from `from_status` to `to_status`."""
     return to_status in ATTEMPT_TRANSITIONS.get(from_status, ())
 
 

@@ -1,4 +1,5 @@
-"""Worker transitions under a lease fence (SPEC §5–6, docs/EVENTS.md lease stream).
+"""Worker transitions under a lease fence (docs/DESIGN.md, "Fencing"; docs/EVENTS.md,
+the lease stream).
 
 A worker leases a claimed Attempt (`grant_lease`), crosses the start barrier
 (`mark_starting`: Attempt `starting`, StepRun `ready → running`, written before

@@ -1,4 +1,4 @@
-"""Prove the live read models equal a replay of the log (SPEC §9).
+"""Prove the live read models equal a replay of the log (docs/DESIGN.md, "Projections").
 
 `verify(store)` builds the replay copy exactly as `rebuild` does (private connection,
 shadowing temp tables, the modules' own `apply`), but never swaps it in. The final

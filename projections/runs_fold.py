@@ -1,0 +1,349 @@
+"""Load and fold for the Runs read model: the rows a batch of records can touch,
+and each record folded into them in memory, as `projections.runs.apply` and the
+rebuild's `Replay` use them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from domain.errors import CorruptionError
+from domain.records import Record
+from domain.transitions import STEP_TERMINAL
+from projections.runs_schema import (
+    _IN_CHUNK,
+    _LEASE,
+    _RUN,
+    _STEPS,
+    ATTEMPTS,
+    RUNS,
+    STEP_RUNS,
+    Row,
+    _Table,
+)
+
+# --- load ------------------------------------------------------------------------------
+
+
+class _Rows:
+    """The rows a batch can touch, as folded so far, and their values as loaded."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, Row] = {}
+        self.steps: dict[str, dict[str, Row]] = {}  # run_id -> step_key -> row
+        self.attempts: dict[str, Row] = {}
+        self._loaded: dict[str, dict[Any, tuple]] = {
+            table.name: {} for table in (RUNS, STEP_RUNS, ATTEMPTS)
+        }
+
+    def add(self, table: _Table, row: Row) -> None:
+        if table is RUNS:
+            self.runs[row["run_id"]] = row
+        elif table is STEP_RUNS:
+            self.steps.setdefault(row["run_id"], {})[row["step_key"]] = row
+        else:
+            self.attempts[row["attempt_id"]] = row
+
+    def add_loaded(self, table: _Table, found: Iterable[tuple]) -> None:
+        """Rows as a query returned them (every column, in table order)."""
+        loaded = self._loaded[table.name]
+        for values in found:
+            row = table.row(values)
+            self.add(table, row)
+            loaded[table.key_of(row)] = tuple(values)
+
+    def step(self, run_id: str, step_key: str) -> Row | None:
+        return self.steps.get(run_id, {}).get(step_key)
+
+    def changed(self, table: _Table) -> list[tuple]:
+        """Values of the table's new or changed rows, in key order."""
+        if table is RUNS:
+            current: Iterable[Row] = self.runs.values()
+        elif table is STEP_RUNS:
+            current = (row for steps in self.steps.values() for row in steps.values())
+        else:
+            current = self.attempts.values()
+        return [values for values, _new in table.differing(current, self._loaded[table.name])]
+
+
+def _load(tx, records: Sequence[Record]) -> _Rows:
+    """Every row the records can touch: three queries (two when no Attempt is named)."""
+    run_ids, attempt_ids = _named(records)
+    rows = _Rows()
+    rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", attempt_ids))
+    run_ids.update(attempt["run_id"] for attempt in rows.attempts.values())
+    rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", run_ids))
+    steps, live_attempts = _select_steps_with_live_attempts(tx, run_ids)
+    rows.add_loaded(STEP_RUNS, steps)
+    rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in attempt_ids))
+    return rows
+
+
+def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
+    """The Run ids and Attempt ids the records name (a lease stream names its Attempt)."""
+    run_ids: set[str] = set()
+    attempt_ids: set[str] = set()
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _RUN:
+            run_ids.add(entity_id)
+            if record.type.startswith("attempt."):
+                attempt_ids.add(record.data["attempt_id"])
+        elif family == _STEPS:
+            run_ids.add(entity_id)
+        elif family == _LEASE:
+            attempt_ids.add(entity_id)
+    return run_ids, attempt_ids
+
+
+_STEPS_WITH_LIVE_ATTEMPTS = (
+    f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
+    f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
+    "FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id WHERE s.run_id"
+)
+
+
+def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[tuple], list[tuple]]:
+    """The Runs' StepRuns, and the Attempts they hold live."""
+    split = len(STEP_RUNS.columns)
+    found = _query_in(tx, _STEPS_WITH_LIVE_ATTEMPTS, run_ids)
+    live_attempts = {row[split]: row[split:] for row in found if row[split] is not None}
+    return [row[:split] for row in found], list(live_attempts.values())
+
+
+def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
+    """Rows of `sql` + ` IN (values)`, in chunks of `_IN_CHUNK` values."""
+    ordered = sorted(values)
+    found: list[tuple] = []
+    for start in range(0, len(ordered), _IN_CHUNK):
+        chunk = ordered[start : start + _IN_CHUNK]
+        found += tx.query(f"{sql} IN ({', '.join('?' * len(chunk))})", chunk)
+    return found
+
+
+# --- fold: like an UPDATE, a record whose row is missing changes nothing ---------------
+
+
+def _fold(rows: _Rows, record: Record) -> str | None:
+    """Fold one record; return the Run whose work windows it may change, if any."""
+    family, _, entity_id = record.stream_id.partition("-")
+    if family == _RUN:
+        _fold_run_event(rows, entity_id, record)
+        return entity_id
+    if family == _STEPS:
+        run = rows.runs.get(entity_id)
+        if run is not None and run["steps_version"] < record.stream_version:
+            run["steps_version"] = record.stream_version
+        return None
+    if family == _LEASE:
+        return _fold_lease_event(rows, entity_id, record)
+    return None
+
+
+def _fold_run_event(rows: _Rows, run_id: str, record: Record) -> None:
+    """Fold a RunEvent: admission inserts the Run and its StepRuns; any other event
+    moves the Run's version, then does what its type says."""
+    kind = record.type
+    if kind == "workflow.admitted":
+        _admit(rows, run_id, record)
+        return
+    run = rows.runs.get(run_id)
+    if run is not None:
+        run["version"] = record.stream_version
+    fold = _RUN_EVENT_FOLDS.get(kind) or _RUN_EVENT_FAMILY_FOLDS.get(_family(kind))
+    if fold is not None:
+        fold(rows, run_id, run, record)
+
+
+def _family(kind: str) -> str:
+    """The event type's family: "step.failed" -> "step." ("" for a type with no dot)."""
+    return kind[: kind.find(".") + 1]
+
+
+def _update(row: Row | None, **values: Any) -> None:
+    if row is not None:
+        row.update(values)
+
+
+def _admit(rows: _Rows, run_id: str, record: Record) -> None:
+    data = record.data
+    plan = data["plan"]
+    steps = plan["steps"]
+    timeout = plan.get("timeout_ms")
+    admitted = data["admitted_at_ms"]
+    if run_id in rows.runs:
+        raise CorruptionError(f"run {run_id!r} is admitted twice in the log")
+    rows.add(
+        RUNS,
+        {
+            **dict.fromkeys(RUNS.columns),
+            "run_id": run_id,
+            "package": plan["package"],
+            "workflow_key": plan["workflow_key"],
+            "publication_id": plan["publication_id"],
+            "plan_digest": plan["plan_digest"],
+            "admission_key": data.get("admission_key"),
+            "status": "running",
+            "version": record.stream_version,
+            "steps_version": 0,
+            "step_count": len(steps),
+            "open_steps": len(steps),
+            "admitted_at_ms": admitted,
+            "timeout_ms": timeout,
+            "deadline_ms": admitted + timeout if timeout is not None else None,
+            "params": _json(plan["params"]) if "params" in plan else None,
+        },
+    )
+    for step in steps:
+        if rows.step(run_id, step["key"]) is not None:
+            raise CorruptionError(f"run {run_id!r} admits step {step['key']!r} twice")
+        rows.add(
+            STEP_RUNS,
+            {
+                "run_id": run_id,
+                "step_key": step["key"],
+                "step_run_id": step["step_run_id"],
+                "task_ref": step["task_ref"],
+                "needs": ",".join(step["needs"]),
+                "status": step["initial_status"],
+                "epoch": 0,
+                "result_code": None,
+                "live_attempt_id": None,
+                "attempt_count": 0,
+                "updated_at_ms": admitted,
+                "max_attempts": step["retry"]["max_attempts"] if "retry" in step else 1,
+                "retry_at_ms": None,
+            },
+        )
+
+
+def _create_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    _update(rows.step(run_id, data["step_key"]), status=data["status"], epoch=data["epoch"])
+
+
+def _move_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    to = data["to"]
+    _update(
+        rows.step(run_id, data["step_key"]),
+        status=to,
+        epoch=data["epoch"],
+        result_code=data.get("result_code"),
+        updated_at_ms=record.metadata.get("at_ms"),
+        retry_at_ms=data.get("retry_at_ms"),
+    )
+    if run is not None and to in STEP_TERMINAL and data["from"] not in STEP_TERMINAL:
+        run["open_steps"] -= 1
+
+
+def _claim(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    attempt_id = data["attempt_id"]
+    if attempt_id in rows.attempts:
+        raise CorruptionError(f"attempt {attempt_id!r} is claimed twice in the log")
+    rows.add(
+        ATTEMPTS,
+        {
+            **dict.fromkeys(ATTEMPTS.columns),
+            "attempt_id": attempt_id,
+            "run_id": run_id,
+            "step_key": data["step_key"],
+            "step_run_id": data["step_run_id"],
+            "step_epoch": data["step_epoch"],
+            "attempt_number": data["attempt_number"],
+            "task_ref": data["admission"]["task_ref"],
+            "status": "claimed",
+            "claimed_at_ms": record.metadata.get("at_ms"),
+            "claimed_position": record.global_position,
+        },
+    )
+    step = rows.step(run_id, data["step_key"])
+    if step is not None:
+        step["live_attempt_id"] = attempt_id
+        step["attempt_count"] += 1
+
+
+def _start_attempt(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    attempt = rows.attempts.get(record.data["attempt_id"])
+    if attempt is not None:
+        attempt["status"] = record.type.partition(".")[2]
+        if attempt["started_at_ms"] is None:
+            attempt["started_at_ms"] = record.metadata.get("at_ms")
+
+
+def _end_attempt(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    attempt_id = data["attempt_id"]
+    output = data.get("output")
+    _update(
+        rows.attempts.get(attempt_id),
+        status=record.type.partition(".")[2],
+        result_code=data.get("result_code"),
+        ended_at_ms=record.metadata.get("at_ms"),
+        output=None if output is None else _json(output),
+    )
+    for step in rows.steps.get(run_id, {}).values():
+        if step["live_attempt_id"] == attempt_id:
+            step["live_attempt_id"] = None
+
+
+def _request_cancel(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    _update(run, cancel_requested_at_ms=data["requested_at_ms"], cancel_reason=data["reason"])
+
+
+def _end_run(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    data = record.data
+    _update(
+        run,
+        status=record.type.partition(".")[2],
+        result_code=data.get("result_code"),
+        error_code=data.get("error_code"),
+        terminal_at_ms=record.metadata.get("at_ms"),
+    )
+
+
+# What each RunEvent type does beyond moving the Run's version (`workflow.admitted`
+# aside): an exact type first, else its family ("step.<to>", "attempt.<terminal>",
+# "workflow.<terminal>"); any other type only moves the version.
+_RUN_EVENT_FOLDS = {
+    "step.created": _create_step,
+    "attempt.claimed": _claim,
+    "attempt.starting": _start_attempt,
+    "attempt.running": _start_attempt,
+    "workflow.cancel_requested": _request_cancel,
+}
+_RUN_EVENT_FAMILY_FOLDS = {
+    "step.": _move_step,
+    "attempt.": _end_attempt,
+    "workflow.": _end_run,
+}
+
+
+def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | None:
+    """Fold a lease record into its Attempt's row; return the Attempt's Run, if any."""
+    attempt = rows.attempts.get(attempt_id)
+    if attempt is None:
+        return None
+    kind, data = record.type, record.data
+    if kind == "lease.granted":
+        attempt.update(
+            lease_id=data["lease_id"],
+            lease_version=record.stream_version,
+            lease_status="leased",
+            worker_id=data["worker_id"],
+            expires_at_ms=data["expires_at_ms"],
+        )
+    elif kind == "lease.renewed":
+        attempt.update(lease_version=record.stream_version, expires_at_ms=data["expires_at_ms"])
+    else:
+        status = "completed" if kind == "lease.completed" else "released"
+        attempt.update(lease_version=record.stream_version, lease_status=status)
+    return attempt["run_id"]
+
+
+def _json(value) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

@@ -1,0 +1,239 @@
+"""The tables of the Runs read model (runs, step_runs, attempts), their schema steps
+and grants, and the row shape each table is upserted with (docs/DESIGN.md,
+"Projections" and "The candidate index")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from typing import Any
+
+from domain.phases import RUN_PHASES
+from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
+
+COMPONENT = "projections.runs"
+STREAM_PREFIXES = ("run-", "steps-", "lease-")
+
+MIGRATIONS = [
+    {
+        "sqlite": [
+            """CREATE TABLE runs (
+                run_id TEXT PRIMARY KEY,
+                package TEXT NOT NULL,
+                workflow_key TEXT NOT NULL,
+                publication_id TEXT NOT NULL,
+                plan_digest TEXT NOT NULL,
+                admission_key TEXT,
+                status TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                steps_version INTEGER NOT NULL DEFAULT 0,
+                step_count INTEGER NOT NULL,
+                open_steps INTEGER NOT NULL,
+                admitted_at_ms INTEGER NOT NULL,
+                timeout_ms INTEGER,
+                deadline_ms INTEGER,
+                cancel_requested_at_ms INTEGER,
+                cancel_reason TEXT,
+                result_code TEXT,
+                error_code TEXT,
+                terminal_at_ms INTEGER,
+                needs_frontier INTEGER NOT NULL DEFAULT 0,
+                needs_admission INTEGER NOT NULL DEFAULT 0,
+                needs_cancellation INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE INDEX runs_frontier ON runs (run_id)
+                WHERE status = 'running' AND needs_frontier = 1""",
+            """CREATE INDEX runs_admission ON runs (run_id)
+                WHERE status = 'running' AND needs_admission = 1""",
+            """CREATE INDEX runs_cancellation ON runs (run_id)
+                WHERE status = 'running' AND needs_cancellation = 1""",
+            """CREATE INDEX runs_deadline ON runs (deadline_ms)
+                WHERE status = 'running' AND cancel_requested_at_ms IS NULL
+                AND deadline_ms IS NOT NULL""",
+            """CREATE TABLE step_runs (
+                run_id TEXT NOT NULL,
+                step_key TEXT NOT NULL,
+                step_run_id TEXT NOT NULL,
+                task_ref TEXT NOT NULL,
+                needs TEXT NOT NULL,
+                status TEXT NOT NULL,
+                epoch INTEGER NOT NULL,
+                result_code TEXT,
+                live_attempt_id TEXT,
+                attempt_count INTEGER NOT NULL DEFAULT 0,
+                updated_at_ms INTEGER,
+                PRIMARY KEY (run_id, step_key)
+            )""",
+            """CREATE TABLE attempts (
+                attempt_id TEXT PRIMARY KEY,
+                run_id TEXT NOT NULL,
+                step_key TEXT NOT NULL,
+                step_run_id TEXT NOT NULL,
+                step_epoch INTEGER NOT NULL,
+                attempt_number INTEGER NOT NULL,
+                task_ref TEXT NOT NULL,
+                status TEXT NOT NULL,
+                claimed_at_ms INTEGER,
+                claimed_position INTEGER NOT NULL,
+                lease_id TEXT,
+                lease_version INTEGER,
+                lease_status TEXT,
+                worker_id TEXT,
+                expires_at_ms INTEGER,
+                started_at_ms INTEGER,
+                ended_at_ms INTEGER,
+                result_code TEXT,
+                output TEXT
+            )""",
+            "CREATE INDEX attempts_by_run ON attempts (run_id, step_key)",
+            """CREATE INDEX attempts_claimable ON attempts (claimed_position)
+                WHERE status = 'claimed'""",
+            """CREATE INDEX attempts_lease_expiry ON attempts (expires_at_ms)
+                WHERE lease_status = 'leased'""",
+        ],
+    }
+]
+# PostgreSQL takes the same DDL with BIGINT for the integer columns.
+MIGRATIONS[0]["postgresql"] = [
+    stmt.replace("INTEGER", "BIGINT") for stmt in MIGRATIONS[0]["sqlite"]
+]
+# Step 2: the runs search (`Runtime.runs`, projections.views.list_runs) reads newest
+# first, keyset-paged on (admitted_at_ms DESC, run_id), optionally by one status or
+# one package (and workflow): each order has its index, so a page reads its rows only.
+_SEARCH_INDEXES = [
+    "CREATE INDEX runs_newest ON runs (admitted_at_ms DESC, run_id)",
+    "CREATE INDEX runs_status_newest ON runs (status, admitted_at_ms DESC, run_id)",
+    "CREATE INDEX runs_package_newest ON runs (package, workflow_key, admitted_at_ms DESC, run_id)",
+    "CREATE INDEX runs_workflow_newest ON runs (workflow_key, admitted_at_ms DESC, run_id)",
+]
+MIGRATIONS.append({"sqlite": _SEARCH_INDEXES, "postgresql": _SEARCH_INDEXES})
+# Step 3 (plan v2): a Run's bound parameters (JSON, NULL for a v1 plan); a StepRun's
+# retry policy and the instant its retry may start; `admission_at_ms`, the earliest
+# instant a Run flagged for admission has a StepRun it may admit (NULL: now).
+_PLAN_V2_COLUMNS = [
+    "ALTER TABLE runs ADD COLUMN params TEXT",
+    "ALTER TABLE runs ADD COLUMN admission_at_ms INTEGER",
+    "ALTER TABLE step_runs ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE step_runs ADD COLUMN retry_at_ms INTEGER",
+]
+MIGRATIONS.append(
+    {
+        "sqlite": _PLAN_V2_COLUMNS,
+        "postgresql": [stmt.replace("INTEGER", "BIGINT") for stmt in _PLAN_V2_COLUMNS],
+    }
+)
+# Step 4: the candidate index is the domain's answer (domain.work): per phase the
+# window of instants its decision has work in, per Attempt the window a worker may
+# lease it in; one index per window on its opening instant. The hand-written flags
+# and their indexes go. Running Runs of an older store get an opening of -1 (open at
+# any instant) and are refolded at the next writable open (`backfill`).
+WINDOW_COLUMNS = tuple(f"{phase}_{end}_ms" for phase in RUN_PHASES for end in ("opens", "closes"))
+GRANT_COLUMNS = ("grant_opens_ms", "grant_closes_ms")
+UNKNOWN_MS = -1  # an opening the migration could not compute: refolded by `backfill`
+
+
+def _work_step(integer: str) -> list[str]:
+    return [
+        *(
+            f"DROP INDEX {index}"
+            for index in (
+                "runs_frontier", "runs_admission", "runs_cancellation", "runs_deadline",
+                "attempts_claimable", "attempts_lease_expiry",
+            )
+        ),
+        *(
+            f"ALTER TABLE runs DROP COLUMN needs_{phase}"
+            for phase in ("frontier", "admission", "cancellation")
+        ),
+        "ALTER TABLE runs DROP COLUMN admission_at_ms",  # step 3's retry index: a window now
+        *(f"ALTER TABLE runs ADD COLUMN {column} {integer}" for column in WINDOW_COLUMNS),
+        *(f"ALTER TABLE attempts ADD COLUMN {column} {integer}" for column in GRANT_COLUMNS),
+        "UPDATE runs SET "
+        + ", ".join(f"{phase}_opens_ms = {UNKNOWN_MS}" for phase in RUN_PHASES)
+        + " WHERE status = 'running'",
+        f"UPDATE attempts SET grant_opens_ms = {UNKNOWN_MS} WHERE status = 'claimed'",
+        *(
+            f"CREATE INDEX runs_{phase}_opens ON runs ({phase}_opens_ms)"
+            f" WHERE {phase}_opens_ms IS NOT NULL"
+            for phase in RUN_PHASES
+        ),
+        "CREATE INDEX attempts_grantable ON attempts (claimed_position)"
+        " WHERE grant_opens_ms IS NOT NULL",
+    ]  # fmt: skip
+
+
+MIGRATIONS.append({"sqlite": _work_step("INTEGER"), "postgresql": _work_step("BIGINT")})
+WORK_STEP = len(MIGRATIONS)  # the step that added the windows: `backfill` fills them
+
+
+TABLES = {
+    "runs": ("run_id",),
+    "step_runs": ("run_id", "step_key"),
+    "attempts": ("attempt_id",),
+}
+GRANTS = {table: {RUNTIME: MOVE, AUDIT: READ} for table in TABLES}
+
+Row = dict[str, Any]
+# a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>
+_RUN, _STEPS, _LEASE = (prefix.removesuffix("-") for prefix in STREAM_PREFIXES)
+_IN_CHUNK = 500  # values per IN (...) list, well under either database's parameter limit
+
+
+class _Table:
+    """One read-model table as `apply` loads and stores it."""
+
+    def __init__(self, name: str, columns: tuple[str, ...]) -> None:
+        self.name = name
+        self.columns = columns  # every column, in table order
+        self.key = TABLES[name]
+        self.key_of: Callable[[Row], Any] = itemgetter(*self.key)  # a str, or a tuple
+        self.values: Callable[[Row], tuple] = itemgetter(*columns)
+        self.select_sql = f"SELECT {', '.join(columns)} FROM {name} WHERE"  # + a condition
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in self.key)
+        self.upsert_sql = (
+            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET {updates}"
+        )
+
+    def row(self, values: Sequence[Any]) -> Row:
+        return dict(zip(self.columns, values, strict=True))
+
+    def differing(self, rows: Iterable[Row], loaded: dict[Any, tuple]) -> list[tuple[tuple, bool]]:
+        """(values, is new) of each row that is new or differs from `loaded` (key ->
+        values as stored), in key order (a fixed row lock order)."""
+        found = []
+        for row in rows:
+            key, values = self.key_of(row), self.values(row)
+            stored = loaded.get(key)
+            if stored != values:
+                found.append((key, values, stored is None))
+        found.sort(key=itemgetter(0))
+        return [(values, new) for _key, values, new in found]
+
+
+RUNS = _Table(
+    "runs",
+    (
+        "run_id", "package", "workflow_key", "publication_id", "plan_digest", "admission_key",
+        "status", "version", "steps_version", "step_count", "open_steps", "admitted_at_ms",
+        "timeout_ms", "deadline_ms", "cancel_requested_at_ms", "cancel_reason", "result_code",
+        "error_code", "terminal_at_ms", "params", *WINDOW_COLUMNS,
+    ),
+)  # fmt: skip
+STEP_RUNS = _Table(
+    "step_runs",
+    (
+        "run_id", "step_key", "step_run_id", "task_ref", "needs", "status", "epoch",
+        "result_code", "live_attempt_id", "attempt_count", "updated_at_ms", "max_attempts",
+        "retry_at_ms",
+    ),
+)  # fmt: skip
+ATTEMPTS = _Table(
+    "attempts",
+    (
+        "attempt_id", "run_id", "step_key", "step_run_id", "step_epoch", "attempt_number",
+        "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
+        "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
+        "result_code", "output", *GRANT_COLUMNS,
+    ),
+)  # fmt: skip

@@ -1,0 +1,124 @@
+"""The candidate index of the Runs read model: `domain.work`'s windows for each Run
+folded after a batch (docs/DESIGN.md, "The candidate index")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from domain.aggregate import RunAggregate, extend, fold
+from domain.records import Record
+from domain.streams import lease_stream, run_stream, steps_stream
+from domain.work import grant_windows, phase_windows
+from projections.runs_fold import (
+    _Rows,
+)
+from projections.runs_schema import _LEASE, _RUN, _STEPS
+
+# --- the candidate index: the domain's answer for the folded Run ------------------------
+
+
+def _refresh_work(rows: _Rows, aggregate: RunAggregate) -> None:
+    """Store `domain.work`'s windows for the Run and its Attempts held in `rows`."""
+    run = rows.runs.get(aggregate.run_id)
+    if run is None:
+        return
+    for phase, window in phase_windows(aggregate).items():
+        run[f"{phase}_opens_ms"] = None if window is None else window.opens_ms
+        run[f"{phase}_closes_ms"] = None if window is None else window.closes_ms
+    grants = grant_windows(aggregate)
+    for attempt_id in aggregate.attempts:
+        attempt = rows.attempts.get(attempt_id)
+        if attempt is not None:
+            window = grants.get(attempt_id)
+            attempt["grant_opens_ms"] = None if window is None else window.opens_ms
+            attempt["grant_closes_ms"] = None if window is None else window.closes_ms
+
+
+def _after(
+    tx, records: Sequence[Record], rows: _Rows, touched: set[str], folded: RunAggregate | None
+) -> list[RunAggregate]:
+    """The touched Runs after these records: the writer's aggregate extended with
+    them when it is the Run just before them, else folded by the domain from the
+    Run's streams as this transaction reads them (the records are in the log)."""
+    wanted = {run_id for run_id in touched if run_id in rows.runs}
+    found = []
+    if folded is not None and folded.run_id in wanted:
+        streams = _by_run(records, rows).get(folded.run_id)
+        if streams is not None and _continues(folded, streams):
+            found.append(extend(folded, *streams))
+            wanted.discard(folded.run_id)
+    return found + _folded_runs(tx, wanted)
+
+
+def _by_run(records: Sequence[Record], rows: _Rows) -> dict[str, _Streams]:
+    """The records grouped by Run into (run, steps, {attempt: lease}) streams, in
+    log order (a lease record's Run is its Attempt's, as held in `rows`)."""
+    by_run: dict[str, _Streams] = {}
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _LEASE:
+            attempt = rows.attempts.get(entity_id)
+            if attempt is None:
+                continue
+            streams = by_run.setdefault(attempt["run_id"], ([], [], {}))
+            streams[2].setdefault(entity_id, []).append(record)
+        elif family in (_RUN, _STEPS):
+            streams = by_run.setdefault(entity_id, ([], [], {}))
+            streams[0 if family == _RUN else 1].append(record)
+    return by_run
+
+
+def _continues(aggregate: RunAggregate, streams: _Streams) -> bool:
+    """Whether each stream's records start right after the aggregate's version of it."""
+    run_records, step_records, lease_records = streams
+    if run_records and run_records[0].stream_version != aggregate.version + 1:
+        return False
+    if step_records and step_records[0].stream_version != aggregate.steps_version + 1:
+        return False
+    return all(
+        found[0].stream_version == aggregate.lease_versions.get(attempt_id, 0) + 1
+        for attempt_id, found in lease_records.items()
+    )
+
+
+def _folded_runs(tx, run_ids: Iterable[str]) -> list[RunAggregate]:
+    """Each Run's aggregate, folded by the domain from its streams as `tx` reads them."""
+    return [fold(*streams) for streams in _run_streams(tx, run_ids).values()]
+
+
+_Streams = tuple[list[Record], list[Record], dict[str, list[Record]]]
+
+
+def _run_streams(
+    tx, run_ids: Iterable[str], upto_position: int | None = None
+) -> dict[str, _Streams]:
+    """Each existing Run's (run, steps, {attempt: lease}) streams as `tx` reads them
+    (only records at or before `upto_position`, if given): two queries in all."""
+    ordered = sorted(run_ids)
+    if not ordered:
+        return {}
+    streams = tx.read_streams([s for r in ordered for s in (run_stream(r), steps_stream(r))])
+    streams = {k: _upto(v, upto_position) for k, v in streams.items()}
+    claimed = {
+        run_id: [
+            r.data["attempt_id"] for r in streams[run_stream(run_id)] if r.type == "attempt.claimed"
+        ]
+        for run_id in ordered
+    }
+    wanted = [lease_stream(a) for attempts in claimed.values() for a in attempts]
+    leases = tx.read_streams(wanted) if wanted else {}
+    return {
+        run_id: (
+            streams[run_stream(run_id)],
+            streams[steps_stream(run_id)],
+            {a: _upto(leases[lease_stream(a)], upto_position) for a in claimed[run_id]},
+        )
+        for run_id in ordered
+        if streams[run_stream(run_id)]
+    }
+
+
+def _upto(records: list[Record], position: int | None) -> list[Record]:
+    if position is None:
+        return records
+    return [r for r in records if r.global_position <= position]
