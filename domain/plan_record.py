@@ -1,0 +1,91 @@
+"""The execution plan as a `workflow.admitted` record carries it, read back strictly:
+a plan the log holds that does not check is a CorruptionError naming the record."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from domain.errors import CorruptionError
+from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.plan import ExecutionPlan, PlanStep
+from domain.records import Record
+
+
+def _where(record: Record) -> str:
+    return f"{record.stream_id} v{record.stream_version} ({record.event_id}, {record.type})"
+
+
+def corrupt(record: Record, problem: str) -> CorruptionError:
+    """The CorruptionError for `record` breaking an integrity rule: `problem`."""
+    return CorruptionError(f"{_where(record)}: {problem}")
+
+
+# --- plan ------------------------------------------------------------------------------
+
+_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params"))
+
+
+def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
+    """Read the admitted plan back without re-hashing it.
+
+    Admission checked the plan strictly (`domain.plan.normalize`); a fold runs on
+    every decision, so it only checks the shape and the step graph here.
+    """
+    if not isinstance(value, Mapping):
+        raise corrupt(record, "the plan is not an object")
+    try:
+        steps = tuple(
+            PlanStep(
+                key=s["key"],
+                step_run_id=s["step_run_id"],
+                task_id=s["task_id"],
+                task_ref=s["task_ref"],
+                source_digest=s["source_digest"],
+                needs=tuple(s["needs"]),
+                initial_status=s["initial_status"],
+                **_retry_of(s),
+            )
+            for s in value["steps"]
+        )
+        params = tuple(sorted(value.get("params", {}).items()))
+        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps, params=params)
+    except (KeyError, TypeError) as error:
+        raise corrupt(record, f"the plan is missing a field: {error!r}") from None
+    if not steps:
+        raise corrupt(record, "the plan has no Steps")
+    if not isinstance(plan.run_id, str) or not isinstance(plan.plan_digest, str):
+        raise corrupt(record, "the plan's run_id or plan_digest is not a string")
+    if plan.timeout_ms is not None and (not is_int(plan.timeout_ms) or plan.timeout_ms <= 0):
+        raise corrupt(record, f"the plan's timeout_ms {plan.timeout_ms!r} is invalid")
+    keys = [s.key for s in steps]
+    if len(set(keys)) != len(keys) or len({s.step_run_id for s in steps}) != len(steps):
+        raise corrupt(record, "the plan repeats a step key or a StepRun id")
+    for step in steps:
+        expected = "pending" if step.needs else "ready"
+        if step.initial_status != expected:
+            raise corrupt(record, f"plan step {step.key!r} must start {expected!r}")
+    return plan
+
+
+def _retry_of(step: Mapping[str, Any]) -> dict[str, int]:
+    retry = step.get("retry")
+    if retry is None:
+        return {}
+    return {"max_attempts": retry["max_attempts"], "backoff_ms": retry["backoff_ms"]}
+
+
+def plan_order(plan: ExecutionPlan, record: Record) -> tuple[str, ...]:
+    """Step keys with every need first; ties broken by key, so the order is stable."""
+    try:
+        return topological_order({step.key: step.needs for step in plan.steps})
+    except UnknownNeed as problem:
+        need = problem.unknown[0]
+        raise corrupt(record, f"plan step {problem.step!r} needs unknown step {need!r}") from None
+    except DependencyCycle:
+        raise corrupt(record, "the plan's step graph has a cycle") from None
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
