@@ -28,21 +28,11 @@ import pykka
 from actors.authority import Units
 from actors.loading import RunStreams, attempt_lock, read_run_streams
 from domain.aggregate import RunAggregate
-from domain.attempts import decide_attempt_admission
-from domain.cancellation import decide_cancellation
 from domain.errors import VersionConflict
-from domain.frontier import decide_frontier
-from domain.recovery import decide_recovery
+from domain.work import DECISIONS
 from eventstore.api import Transaction
 from eventstore.validation import encode_appends
 from projections.registry import commit_encoded
-
-DECISIONS = {
-    "recovery": decide_recovery,
-    "cancellation": decide_cancellation,
-    "frontier": decide_frontier,
-    "admission": decide_attempt_admission,
-}
 
 
 @dataclass(frozen=True, slots=True)
