@@ -63,15 +63,12 @@ def applied(aggregate: RunAggregate, decision: Decision) -> RunAggregate:
 def chained(*decisions: Decision, **fields: Any) -> Decision:
     """One Decision appending the records of `decisions`, taken in order, each on the
     aggregate the one before left: per stream the first expected version, the events
-    in order. A stream goes after those the later decisions no longer touch, so the
-    log reads as the separate commits would (a Run's terminal event comes last)."""
+    in order."""
     order: list[str] = []
     expected: dict[str, int] = {}
     events: dict[str, list[NewEvent]] = {}
-    last_touched: dict[str, int] = {}
-    for index, decision in enumerate(decisions):
+    for decision in decisions:
         for append in decision.appends:
-            last_touched[append.stream_id] = index
             if append.stream_id not in expected:
                 order.append(append.stream_id)
                 expected[append.stream_id] = append.expected_version
@@ -83,7 +80,6 @@ def chained(*decisions: Decision, **fields: Any) -> Decision:
                     f"the chain is at v{head}"
                 )
             events[append.stream_id].extend(append.events)
-    order.sort(key=last_touched.__getitem__)  # stable: first appearance breaks ties
     appends = tuple(StreamAppend(s, expected[s], tuple(events[s])) for s in order)
     run_terminal = next((d.run_terminal for d in decisions if d.run_terminal), None)
     fields.setdefault("run_terminal", run_terminal)
