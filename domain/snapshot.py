@@ -32,6 +32,16 @@ _LEASE_FIELDS = tuple(f.name for f in fields(LeaseState))
 _DOCUMENT_FIELDS = (
     "schema", "run", "steps", "attempts", "steps_version", "lease_versions", "digest",
 )  # fmt: skip
+_NAME_SETS = {
+    names: frozenset(names)
+    for names in (
+        (*_RUN_FIELDS, "plan"),
+        _STEP_FIELDS,
+        _ATTEMPT_FIELDS,
+        _LEASE_FIELDS,
+        _DOCUMENT_FIELDS,
+    )
+}
 _TUPLES = {"needs", "attempt_ids", "lease_ids"}
 
 
@@ -74,7 +84,7 @@ def aggregate_from_snapshot(document: Any) -> RunAggregate:
 
 
 def _read(document: Any) -> RunAggregate:
-    if not isinstance(document, Mapping) or document.get("schema") != SNAPSHOT_SCHEMA:
+    if type(document) is not dict or document.get("schema") != SNAPSHOT_SCHEMA:
         raise CorruptionError("run snapshot: not a document of schema " + SNAPSHOT_SCHEMA)
     _exact(
         document,
@@ -125,7 +135,7 @@ def _read_attempt(raw: Any) -> AttemptState:
     if values["lease"] is not None:
         _exact(values["lease"], _LEASE_FIELDS)
         values["lease"] = LeaseState(**values["lease"])
-    if not isinstance(values["admission"], Mapping):
+    if type(values["admission"]) is not dict:
         raise CorruptionError("run snapshot: an Attempt's admission is not an object")
     return AttemptState(**values)
 
@@ -150,5 +160,7 @@ def _json(value: Any) -> Any:
 
 
 def _exact(value: Any, names: tuple[str, ...]) -> None:
-    if not isinstance(value, Mapping) or set(value) != set(names):
+    # a stored document is decoded JSON: its objects are dicts (and this runs per
+    # StepRun and Attempt of every load, so no ABC checks)
+    if type(value) is not dict or value.keys() != _NAME_SETS[names]:
         raise CorruptionError(f"run snapshot: expected the fields {sorted(names)}")
