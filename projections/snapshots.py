@@ -36,7 +36,8 @@ _CREATE = """CREATE TABLE run_snapshots (
 )"""
 MIGRATIONS = [{"sqlite": [_CREATE], "postgresql": [_CREATE.replace("INTEGER", "BIGINT")]}]
 TABLES: dict[str, tuple[str, ...]] = {}  # checked by verify against the log, not replayed
-GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
+# the runtime deletes a finished Run's snapshot: a cache it may already overwrite
+GRANTS = {TABLE: {RUNTIME: (*MOVE, "DELETE"), AUDIT: READ}}
 TAKES_FOLDED = True  # see projections.registry
 _TERMINAL = frozenset(f"workflow.{status}" for status in RUN_TERMINAL)
 
