@@ -58,6 +58,10 @@ class Reads(Protocol):
         """Every event of each named stream, in version order, in one query."""
         ...
 
+    def read_streams_after(self, after: Mapping[str, int]) -> dict[str, list[Record]]:
+        """Events of each named stream after its given version, in version order."""
+        ...
+
     def stream_versions(self, stream_ids: Sequence[str]) -> dict[str, int]:
         """Head version of each named stream (0 for a stream that does not exist)."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
@@ -133,6 +133,11 @@ class BaseStore(ABC):
         """Every event of each named stream, in version order, read in one query."""
         with self._reading() as session:
             return session.read_streams(stream_ids)
+
+    def read_streams_after(self, after: Mapping[str, int]) -> dict[str, list[Record]]:
+        """Events of each named stream after its given version, in version order."""
+        with self._reading() as session:
+            return session.read_streams_after(after)
 
     def session(self) -> AbstractContextManager[BaseTransaction]:
         """A read session outside any write transaction: no write lock is taken, and

@@ -36,7 +36,7 @@ from typing import Any
 
 from domain.errors import CorruptionError, InvalidInput
 from eventstore.api import EventStore, ReplaySession, Transaction
-from projections import registry
+from projections import registry, snapshots
 from projections.log_check import DOCUMENT, check_log
 
 Progress = Callable[[int, int], None]
@@ -80,6 +80,8 @@ def rebuild(
         with copy.exclusive():
             copy.catch_up()
             rows = copy.swap()
+            # snapshots are dropped, not rebuilt: the next appends write them again
+            copy.tx.execute(f"DELETE FROM {copy.live(snapshots.TABLE)}")
     return RebuildSummary(
         events=copy.events,
         tail_events=copy.events - replayed,

@@ -35,9 +35,9 @@ from eventstore.validation import encode_appends
 
 def modules() -> tuple[ModuleType, ...]:
     """All projection modules, in the order their records are applied."""
-    from projections import publications, runs, schedules
+    from projections import publications, runs, schedules, snapshots
 
-    return (publications, runs, schedules)
+    return (publications, runs, schedules, snapshots)
 
 
 def functions() -> tuple[ServerFunction, ...]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from projections import registry
+from projections import registry, snapshots
 from projections.log_check import DOCUMENT, LogProblem, check_log
 from projections.rebuild import DEFAULT_BATCH, Progress, ReplayCopy, check_batch
 
@@ -36,6 +36,7 @@ MAX_DIFFERENCES_PER_TABLE = 100
 MISSING = "missing"  # in the replay, not in the live table
 EXTRA = "extra"  # in the live table, not in the replay
 CHANGED = "changed"  # in both, with different column values
+SNAPSHOT = "snapshot"  # a Run snapshot that is not the fold of the log up to its versions
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +61,14 @@ class Difference:
     key: dict[str, Any]
     kind: str  # missing | extra | changed
     columns: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # column -> (live, replay)
+    problem: str | None = None  # what is wrong with a snapshot
 
     def line(self) -> str:
         key = ", ".join(f"{name}={value!r}" for name, value in self.key.items())
+        if self.kind == SNAPSHOT:
+            return (
+                f"{self.table} [{key}]: not the fold of the log up to its versions: {self.problem}"
+            )
         if self.kind == MISSING:
             return f"{self.table} [{key}]: missing from the live table (the replay has it)"
         if self.kind == EXTRA:
@@ -100,6 +106,7 @@ class VerifyReport:
             lines.append(f"the log has {len(self.log_problems)} problem(s)")
             lines += [problem.line() for problem in self.log_problems]
         bad = [name for name, check in self.tables.items() if not check.ok]
+        bad += sorted({d.table for d in self.differences if d.kind == SNAPSHOT})
         if bad:
             lines.append(
                 f"read models differ from a replay at position {self.position}: {', '.join(bad)}"
@@ -136,7 +143,9 @@ def verify(store, progress: Progress | None = None, *, batch: int = DEFAULT_BATC
             return VerifyReport(False, 0, {}, [], {}, problems)
         position = replayed
     return VerifyReport(
-        ok=not problems and all(check.ok for check in tables.values()),
+        ok=not problems
+        and all(check.ok for check in tables.values())
+        and not any(d.kind == SNAPSHOT for d in differences),
         position=position,
         tables=tables,
         differences=differences,
@@ -172,6 +181,17 @@ def _compare(
                 differences += found[:MAX_DIFFERENCES_PER_TABLE]
                 if len(found) > MAX_DIFFERENCES_PER_TABLE:
                     truncated[table] = len(found) - MAX_DIFFERENCES_PER_TABLE
+        differences += [
+            Difference(
+                snapshots.TABLE,
+                {"run_id": run_id, "run_version": run_v, "steps_version": steps_v},
+                SNAPSHOT,
+                problem=problem,
+            )
+            for run_id, run_v, steps_v, problem in snapshots.check(
+                copy.tx, copy.live(snapshots.TABLE)
+            )
+        ]
     return copy.position
 
 

@@ -129,3 +129,16 @@ def test_a_session_reads_committed_state(store, seven):
     with store.session() as session:
         assert [r.event_id for r in session.read_stream("run-b")] == ["b1"]
         assert session.stream_versions(["run-a", "run-x"]) == {"run-a": 5, "run-x": 0}
+
+
+def test_read_streams_after_reads_each_stream_past_its_version(store, seven):
+    streams = store.read_streams_after({"run-a": 3, "steps-a": 0, "run-b": 1, "run-missing": 0})
+
+    assert [r.event_id for r in streams["run-a"]] == ["a4", "a5"]
+    assert [r.stream_version for r in streams["run-a"]] == [4, 5]
+    assert streams["steps-a"] == store.read_stream("steps-a")
+    assert streams["run-b"] == [] and streams["run-missing"] == []
+    assert store.read_streams_after({}) == {}
+    with store.transaction() as tx:
+        tx.append([stream("run-b", 1, event("b2"))])
+        assert [r.event_id for r in tx.read_streams_after({"run-b": 1})["run-b"]] == ["b2"]
