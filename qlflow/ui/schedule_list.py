@@ -3,6 +3,8 @@ Runtime API (`schedules`, `pause_schedule`, `resume_schedule`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from projections.schedule_views import ScheduleView
 from qlflow.cli.schedules import zoned
 from qlflow.runtime import Runtime
@@ -12,9 +14,7 @@ class Schedules:
     """Mixed into `Dashboard`."""
 
     runtime: Runtime
-
-    def now_ms(self) -> int:
-        raise NotImplementedError
+    now_ms: Callable[[], int]  # the Dashboard's clock
 
     def schedules(self) -> list[ScheduleView]:
         """Every schedule of a head publication that is not retired."""

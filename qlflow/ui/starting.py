@@ -10,7 +10,7 @@ box that could not say "false".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,9 +52,7 @@ class Starting:
     """Mixed into `Dashboard`: the start form and the start action."""
 
     runtime: Runtime
-
-    def now_ms(self) -> int:
-        raise NotImplementedError
+    now_ms: Callable[[], int]  # the Dashboard's clock
 
     def start_form(
         self, package: str, workflow: str, values: Mapping[str, str] | None = None

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from markupsafe import Markup, escape
 
 from domain.errors import InvalidInput
+from qlflow.cli.times import duration as duration  # one wording of a length of time
 
 _DIGITS = re.compile(r"[0-9]{1,16}")
 MAX_MS = 2**53 - 1
@@ -28,24 +29,6 @@ def iso(ms: int | None) -> str:
     if ms is None:
         return ""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def duration(ms: int | None) -> str:
-    """A length of time, short: 850ms, 4.2s, 3m07s, 2h05m, 3d04h ("-" for None)."""
-    if ms is None or ms < 0:
-        return "-"
-    if ms < 1000:
-        return f"{ms}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    minutes, seconds = divmod(ms // 1000, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def relative(ms: int | None, now_ms: int) -> str:
