@@ -64,3 +64,36 @@ def rt(roles) -> Iterator[RoleSplitRuntime]:
     finally:
         runtime.close()
         faults.disarm()
+
+
+class OwnerChecks(RoleSplitRuntime):
+    """`RoleSplitRuntime` with verify and rebuild as the owner (the runtime role may
+    not read the publications some read models fold)."""
+
+    OWNER_CALLS = ("verify_projections", "rebuild_projections")
+
+    def __init__(self, runtime, publisher, owner) -> None:
+        super().__init__(runtime, publisher)
+        self.owner = owner
+
+    def __getattr__(self, name: str):
+        if name in self.OWNER_CALLS:
+            return getattr(self.owner, name)
+        return super().__getattr__(name)
+
+    def close(self) -> None:
+        super().close()
+        self.owner.close()
+
+
+@pytest.fixture
+def rt_owner_checks(roles) -> Iterator[OwnerChecks]:
+    """`rt`, with verify and rebuild made as the owner."""
+    runtime = OwnerChecks(
+        qlflow.open(roles.runtime), qlflow.open(roles.publisher), qlflow.open(roles.owner)
+    )
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+        faults.disarm()

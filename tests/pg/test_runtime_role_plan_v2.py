@@ -6,15 +6,10 @@ verify/rebuild as the owner."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-import qlflow
-from eventstore import faults
 from tests.api import test_plan_v2
 from tests.pg.test_runtime_role_cycle import _scenarios
-from tests.pg.test_runtime_role_schedules import OwnerChecks
 
 pytestmark = pytest.mark.pg
 
@@ -22,15 +17,8 @@ SCENARIOS = _scenarios(test_plan_v2)
 
 
 @pytest.fixture
-def rt(roles) -> Iterator[OwnerChecks]:
-    runtime = OwnerChecks(
-        qlflow.open(roles.runtime), qlflow.open(roles.publisher), qlflow.open(roles.owner)
-    )
-    try:
-        yield runtime
-    finally:
-        runtime.close()
-        faults.disarm()
+def rt(rt_owner_checks):
+    return rt_owner_checks
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
