@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import pykka
 
+from actors.aggregate_cache import AggregateCache
 from eventstore import faults
 from eventstore.api import EventStore, Reads, Transaction
 
@@ -35,6 +36,11 @@ class Units(Protocol):
     @property
     def store(self) -> Reads:
         """What candidate queries read outside any unit (a store, or an open transaction)."""
+        ...
+
+    @property
+    def aggregates(self) -> AggregateCache:
+        """The Runs as this process's commits left them (`actors.aggregate_cache`)."""
         ...
 
     def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
@@ -77,8 +83,9 @@ def run_read(store: EventStore, fn: Callable[[Transaction], T]) -> T:
 class LocalUnits:
     """Units of work and reads run on the calling thread, straight on the store."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, aggregates: AggregateCache | None = None) -> None:
         self.store = store
+        self.aggregates = aggregates if aggregates is not None else AggregateCache()
 
     def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
         """Run `fn(tx)` in one transaction (see run_unit)."""
@@ -101,9 +108,9 @@ class _AuthorityActor(pykka.ThreadingActor):
     # the interpreter from waiting on it forever before that hook runs.
     use_daemon_thread = True
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, units: LocalUnits) -> None:
         super().__init__()
-        self._units = LocalUnits(store)
+        self._units = units
 
     def on_receive(self, message: Any) -> _Outcome:
         # An exception escaping on_receive would stop this actor for good; hand
@@ -120,8 +127,9 @@ class OperationAuthority:
 
     def __init__(self, store: EventStore) -> None:
         self.store = store
-        self._local = LocalUnits(store)
-        self._actor = _AuthorityActor.start(store) if store.single_writer else None
+        self.aggregates = AggregateCache()
+        self._local = LocalUnits(store, self.aggregates)
+        self._actor = _AuthorityActor.start(self._local) if store.single_writer else None
 
     def run(self, fn: Callable[[Units], T]) -> T:
         """Run `fn(units)`, which may read and execute several units, as one turn: on a

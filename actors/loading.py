@@ -1,11 +1,20 @@
-"""Read a Run's streams and fold them into the aggregate; the names of the locks
-a Run's writers take."""
+"""Read Runs' streams and fold them into aggregates, many Runs at once; the names of
+the locks a Run's writers take.
+
+A Run is read from the newest base this process can trust — the aggregate its own
+last commit left (`actors.aggregate_cache`), else the stored snapshot
+(`projections.snapshots`) — plus only the records after the base's stream versions;
+without a base, every stream of the Run (docs/DESIGN.md, "Snapshots"). A base is
+checked before it is used: its Run head event must be the one the log holds at its
+version, and the tail must fold onto it; one that does not is never used.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from actors.aggregate_cache import AggregateCache
 from domain.aggregate import RunAggregate, extend, fold, lease_stream, run_stream, steps_stream
 from domain.errors import CorruptionError, NotFound
 from domain.records import Record
@@ -24,7 +33,7 @@ def attempt_lock(attempt_id: str) -> str:
 class RunStreams:
     """What one read of a Run's streams returned: the RunEvent and StepRunMutation
     streams and the lease stream of every Attempt the Run has claimed — whole, or
-    only the records after `base`, the Run's snapshot (docs/DESIGN.md, "Snapshots")."""
+    only the records after `base` (a snapshot or this process's last commit)."""
 
     run_id: str
     run: list[Record]
@@ -57,80 +66,147 @@ class RunStreams:
         if self.folded is not None:
             return self.folded
         if self.base is not None:
+            if not self.records_read():
+                return self.base
             return extend(self.base, self.run, self.steps, self.leases)
         return fold(self.run, self.steps, self.leases)
 
 
-def read_run_streams(tx: Reads, run_id: str) -> RunStreams:
-    """Read the Run's streams after its snapshot and fold them onto it; without a
-    snapshot that checks (its digest, its Run head event at its version) and resumes,
-    every stream of the Run, folded from scratch. NotFound if the Run does not exist."""
-    base = _snapshot(tx, run_id)
-    if base is not None:
-        head_and_after = tx.read_stream(run_stream(run_id), base.version - 1)
-        if not head_and_after or head_and_after[0].event_id != base.run.head_event_id:
-            return read_whole_run_streams(tx, run_id)  # it does not sit on this log
-        run_records = head_and_after[1:]
-        attempt_ids = [*base.attempts, *claimed_attempt_ids(run_records)]
-        after = {lease_stream(a): base.lease_versions.get(a, 0) for a in attempt_ids}
-        after[steps_stream(run_id)] = base.steps_version
-        found = tx.read_streams_after(after)
-        streams = RunStreams(
-            run_id,
-            run_records,
-            found[steps_stream(run_id)],
-            {a: found[lease_stream(a)] for a in attempt_ids},
-            base,
-        )
-        try:
-            return replace(streams, folded=streams.fold())
-        except CorruptionError:
-            pass  # a snapshot that does not resume is never used; verify names it
-    return read_whole_run_streams(tx, run_id)
+def read_runs(
+    tx: Reads, run_ids: Iterable[str], cache: AggregateCache | None = None
+) -> dict[str, RunStreams]:
+    """Each existing Run's streams, folded (`RunStreams.folded`), read from its base
+    where it has one: a few queries for any number of Runs. A Run that does not exist
+    is left out."""
+    wanted = sorted(set(run_ids))
+    bases = _bases(tx, wanted, cache)
+    found: dict[str, RunStreams] = {}
+    if bases:
+        found.update(_read_after_bases(tx, bases))
+    rest = [run_id for run_id in wanted if run_id not in found]
+    if rest:
+        found.update(_read_whole(tx, rest))
+    return {run_id: found[run_id] for run_id in wanted if run_id in found}
 
 
-def _snapshot(tx: Reads, run_id: str) -> RunAggregate | None:
-    document = snapshots.read(tx, run_id)
-    if document is None:
-        return None
-    try:
-        base = aggregate_from_snapshot(document)
-    except CorruptionError:
-        return None
-    return base if base.run_id == run_id else None
+def read_run_streams(tx: Reads, run_id: str, cache: AggregateCache | None = None) -> RunStreams:
+    """One Run's streams from its base (see `read_runs`). NotFound if it does not exist."""
+    found = read_runs(tx, [run_id], cache).get(run_id)
+    if found is None:
+        raise not_found(run_id)
+    return found
 
 
 def read_whole_run_streams(tx: Reads, run_id: str) -> RunStreams:
-    """Read every stream of the Run: two queries (the lease streams named by the
-    RunEvents' claims are read in the second). NotFound if the Run does not exist."""
-    run_id_stream, steps_id_stream = run_stream(run_id), steps_stream(run_id)
-    found = tx.read_streams([run_id_stream, steps_id_stream])
-    run_records = found[run_id_stream]
-    if not run_records:
-        raise NotFound(f"run {run_id!r} does not exist; check the id (qlflow runs lists them)")
-    attempt_ids = claimed_attempt_ids(run_records)
-    leases = tx.read_streams([lease_stream(a) for a in attempt_ids]) if attempt_ids else {}
-    return RunStreams(
-        run_id,
-        run_records,
-        found[steps_id_stream],
-        {a: leases[lease_stream(a)] for a in attempt_ids},
-    )
+    """Every stream of the Run, from its first record. NotFound if it does not exist."""
+    found = _read_whole(tx, [run_id]).get(run_id)
+    if found is None:
+        raise not_found(run_id)
+    return found
 
 
-def load_aggregate(tx: Transaction, run_id: str) -> RunAggregate:
-    """Read the Run's streams in `tx` and fold them.
+def load_aggregate(
+    tx: Transaction, run_id: str, cache: AggregateCache | None = None
+) -> RunAggregate:
+    """Lock the Run's stream head (waiting, bounded by the store's lock timeout), then
+    read and fold the Run in `tx`.
 
-    The Run's stream head is locked first, waiting for it (bounded by the store's
-    lock timeout). Every writer of the Run's streams holds that lock until it
-    commits, so the reads below see one consistent point of the log even where each
-    statement reads its own snapshot. Worker writes use this; the cycle reads without
+    Every writer of a Run's streams holds its head lock until it commits, so the reads
+    see one consistent point of the log even where each statement reads its own
+    snapshot. Worker writes use this (`actors.run_writes`); the cycle reads without
     locks and checks versions when it writes (actors.workflow).
     """
     tx.lock_heads([run_stream(run_id)], wait=True)
-    return read_run_streams(tx, run_id).fold()
+    return read_run_streams(tx, run_id, cache).fold()
+
+
+def not_found(run_id: str) -> NotFound:
+    return NotFound(f"run {run_id!r} does not exist; check the id (qlflow runs lists them)")
 
 
 def claimed_attempt_ids(run_records: Sequence[Record]) -> list[str]:
     """Ids of every Attempt the Run's log has claimed, in claim order."""
     return [r.data["attempt_id"] for r in run_records if r.type == "attempt.claimed"]
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def _bases(tx: Reads, run_ids: list[str], cache: AggregateCache | None) -> dict[str, RunAggregate]:
+    """The base of each Run that has one: this process's last commit, else its snapshot."""
+    bases: dict[str, RunAggregate] = {}
+    if cache is not None:
+        for run_id in run_ids:
+            held = cache.get(run_id)
+            if held is not None:
+                bases[run_id] = held
+    missing = [run_id for run_id in run_ids if run_id not in bases]
+    for run_id, document in snapshots.read_many(tx, missing).items():
+        try:
+            base = aggregate_from_snapshot(document)
+        except CorruptionError:
+            continue  # a snapshot that does not decode is never used; verify names it
+        if base.run_id == run_id:
+            bases[run_id] = base
+    return bases
+
+
+def _read_after_bases(tx: Reads, bases: Mapping[str, RunAggregate]) -> dict[str, RunStreams]:
+    """The records after each base, in one query (two when a tail claims new Attempts).
+    The Run stream is read from the base's own head event, which must be the one the log
+    holds; a base that does not sit on this log or does not resume is left out."""
+    after: dict[str, int] = {}
+    for run_id, base in bases.items():
+        after[run_stream(run_id)] = base.version - 1
+        after[steps_stream(run_id)] = base.steps_version
+        for attempt_id in base.attempts:
+            after[lease_stream(attempt_id)] = base.lease_versions.get(attempt_id, 0)
+    found = tx.read_streams_after(after)
+    new_claims: dict[str, list[str]] = {}
+    for run_id, base in bases.items():
+        head_and_after = found[run_stream(run_id)]
+        if head_and_after and head_and_after[0].event_id == base.run.head_event_id:
+            new_claims[run_id] = [
+                a for a in claimed_attempt_ids(head_and_after[1:]) if a not in base.attempts
+            ]
+    late = [lease_stream(a) for claims in new_claims.values() for a in claims]
+    if late:
+        found.update(tx.read_streams_after(dict.fromkeys(late, 0)))
+    streams: dict[str, RunStreams] = {}
+    for run_id, claims in new_claims.items():
+        base = bases[run_id]
+        attempt_ids = [*base.attempts, *claims]
+        read = RunStreams(
+            run_id,
+            found[run_stream(run_id)][1:],
+            found[steps_stream(run_id)],
+            {a: found[lease_stream(a)] for a in attempt_ids},
+            base,
+        )
+        try:
+            streams[run_id] = replace(read, folded=read.fold())
+        except CorruptionError:
+            continue  # a base that does not resume is never used; verify names a snapshot
+    return streams
+
+
+def _read_whole(tx: Reads, run_ids: list[str]) -> dict[str, RunStreams]:
+    """Every stream of each Run: two queries (the lease streams named by the RunEvents'
+    claims are read in the second). Runs that do not exist are left out."""
+    found = tx.read_streams([s for r in run_ids for s in (run_stream(r), steps_stream(r))])
+    claims = {
+        run_id: claimed_attempt_ids(found[run_stream(run_id)])
+        for run_id in run_ids
+        if found[run_stream(run_id)]
+    }
+    wanted = [lease_stream(a) for attempt_ids in claims.values() for a in attempt_ids]
+    leases = tx.read_streams(wanted) if wanted else {}
+    return {
+        run_id: RunStreams(
+            run_id,
+            found[run_stream(run_id)],
+            found[steps_stream(run_id)],
+            {a: leases[lease_stream(a)] for a in attempt_ids},
+        )
+        for run_id, attempt_ids in claims.items()
+    }

@@ -4,7 +4,9 @@ A cycle walks the phases in order — recovery, cancellation, schedule, frontier
 (with terminal aggregation), attempt admission — and for each takes up to
 `pages_per_phase` bounded pages of candidates from the projection indexes. For
 a page of Runs the supervisor spawns one Workflow actor per candidate Run,
-collects every outcome, and stops every actor before it returns. A page of due
+collects every decided turn, commits them together in one transaction (each
+Run's records checked and appended as its own, `actors.run_writes`), and stops
+every actor before it returns. A page of due
 schedules is turned one schedule after another (`actors.schedules`), each its own
 transaction: a turn is short and admission serializes on the publisher anyway.
 """
@@ -18,7 +20,8 @@ import pykka
 
 from actors import schedules
 from actors.authority import Units
-from actors.workflow import WorkflowActor, WorkflowOutcome
+from actors.run_writes import commit_prepared
+from actors.workflow import Turn, WorkflowActor, WorkflowOutcome
 from domain.phases import PHASES, SCHEDULE
 from projections import candidates
 
@@ -100,16 +103,49 @@ class CycleResult:
 def run_page(
     authority: Units, run_ids: list[str], phase: str, now_ms: int
 ) -> list[WorkflowOutcome]:
-    """Converge one page: an actor per Run, every outcome collected, every actor stopped."""
+    """Converge one page: an actor per Run decides its turn, the page commits the
+    turns together, every actor is stopped."""
     actors = []
     try:
         # started inside the try: if a thread cannot start, the ones that did are stopped
         # (a live actor thread would keep the process from ever exiting)
         for run_id in run_ids:
             actors.append(WorkflowActor.start(authority, run_id, phase, now_ms))
-        return pykka.get_all([actor.ask("converge", block=False) for actor in actors])
+        turns: list[Turn] = pykka.get_all([actor.ask("turn", block=False) for actor in actors])
+        return commit_page(authority, turns, phase)
     finally:
         pykka.get_all([actor.stop(block=False) for actor in actors])
+
+
+def commit_page(authority: Units, turns: list[Turn], phase: str) -> list[WorkflowOutcome]:
+    """Write the page's decided turns in one transaction (unit `phase`); each turn's
+    outcome, blocked or in conflict where its Run's locks or streams said so."""
+    prepared = [turn.prepared for turn in turns if turn.prepared is not None]
+    if not prepared:
+        return [turn.outcome for turn in turns]
+    try:
+        fates, after = authority.execute(lambda tx: commit_prepared(tx, prepared), name=phase)
+    except Exception as error:
+        failed = f"the page's write failed: {type(error).__name__}: {error}"
+        return [
+            turn.outcome
+            if turn.prepared is None
+            else WorkflowOutcome(turn.outcome.run_id, error=failed)
+            for turn in turns
+        ]
+    authority.aggregates.put(after.values())
+    fate_of = iter(fates)
+    outcomes = []
+    for turn in turns:
+        fate = "written" if turn.prepared is None else next(fate_of)
+        run_id = turn.outcome.run_id
+        if fate == "blocked":
+            outcomes.append(WorkflowOutcome(run_id, blocked=True))
+        elif fate == "conflict":
+            outcomes.append(WorkflowOutcome(run_id, conflict=True))
+        else:
+            outcomes.append(turn.outcome)
+    return outcomes
 
 
 class Cycle:

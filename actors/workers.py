@@ -1,29 +1,31 @@
 """Worker-side units of work: lease, start barrier, running, renew, complete; and
 the cancel intent. Each is one short transaction on the operation authority,
-fenced by lease id and version (see docs/DESIGN.md "Leases and fencing").
+fenced by lease id and version (see docs/DESIGN.md "Leases and fencing"); leasing
+and `complete_many` take many Attempts in one transaction (`actors.run_writes`).
 
-Locks. A worker write takes its Attempt's lock, then the Run's stream head
-(`load_aggregate`), waiting for each (bounded by the store's lock timeout): the
-cycle never waits for a lock, so a worker queued behind it cannot deadlock with it.
-Leasing takes the Attempt's lock without waiting and skips an Attempt another
-replica is on.
+Locks. A worker write takes its Attempt's lock, then the Run's stream head,
+waiting for each (bounded by the store's lock timeout): the cycle never waits for
+a lock, so a worker queued behind it cannot deadlock with it. Leasing takes the
+locks without waiting and skips an Attempt another replica is on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from actors.authority import Units
-from actors.loading import attempt_lock, load_aggregate
+from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import run_path
 from domain import worker as worker_rules
+from domain.aggregate import RunAggregate
 from domain.cancellation import request_cancel
-from domain.errors import FenceError, InvalidInput, LockTimeout, VersionConflict
+from domain.decision import EMPTY, Decision
+from domain.errors import LockTimeout, QlflowError, VersionConflict
 from eventstore.api import Transaction
 from projections import candidates
-from projections.registry import commit
 
 log = logging.getLogger("qlflow.worker")
 
@@ -46,25 +48,28 @@ class Lease:
     started: bool = False  # granted with the start barrier (`lease_attempts(start=True)`)
 
 
-def _with_retries(authority: Units, fn: Callable, name: str):
-    """Run a unit of work; on a version conflict, re-read and decide again."""
+def _with_retries(authority: Units, fn: Callable[[Transaction], Batch], name: str) -> Batch:
+    """Run a batch write; on a version conflict, read and decide again. The Runs it
+    leaves are kept once its COMMIT has answered."""
     for attempt in range(CONFLICT_RETRIES):
         try:
-            return authority.execute(fn, name=name)
+            batch = authority.execute(fn, name=name)
         except VersionConflict:
             if attempt == CONFLICT_RETRIES - 1:
                 raise
+            continue
+        authority.aggregates.put(batch.after.values())
+        return batch
     raise AssertionError("unreachable")
 
 
-def _decide_and_commit(tx: Transaction, run_id: str, decide, attempt_id: str | None = None):
-    if attempt_id is not None:
-        tx.lock(attempt_lock(attempt_id))
-    aggregate = load_aggregate(tx, run_id)
-    decision = decide(aggregate)
-    if decision.appends:
-        commit(tx, decision.appends, folded=aggregate)
-    return aggregate, decision
+def _decide_and_commit(
+    tx: Transaction, run_id: str, decide, attempt_id: str | None = None, units: Units | None = None
+) -> tuple[RunAggregate, Decision]:
+    """One worker write in `tx`: lock, read, decide, commit (raises a refusal)."""
+    cache = units.aggregates if units is not None else None
+    batch = write_runs(tx, [RunWrite(run_id, decide, attempt_id)], cache, wait=True)
+    return batch.written[0].result()
 
 
 def lease_attempts(
@@ -79,36 +84,44 @@ def lease_attempts(
     tasks: frozenset[str] | None = None,
     start: bool = False,
 ) -> list[Lease]:
-    """Lease up to `limit` claimed Attempts, oldest first; skip any another worker got.
+    """Lease up to `limit` claimed Attempts, oldest first, in one transaction; skip any
+    another worker got or holds.
 
-    With `start` each grant also crosses the start barrier in its own commit (unit
+    With `start` each grant also crosses the start barrier in the same commit (unit
     `lease_start`): for an executor that spawns at once."""
-    decide = run_path.lease_and_start if start else worker_rules.grant_lease
-    leases: list[Lease] = []
+    rule = run_path.lease_and_start if start else worker_rules.grant_lease
     offered = candidates.claimable_attempts(
         authority.store, now_ms, limit * 2, run_id=run_id, step_key=step_key, tasks=tasks
     )
-    for attempt_id, attempt_run_id in offered:
-        if len(leases) >= limit:
-            break
+    if not offered:
+        return []
 
-        def grant(tx: Transaction, attempt_id=attempt_id, attempt_run_id=attempt_run_id):
-            if not _lock_attempt(tx, attempt_id):
-                return None  # another replica is on it: skip, never wait
-            aggregate = load_aggregate(tx, attempt_run_id)
-            try:
-                decision = decide(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
-            except (FenceError, InvalidInput):
-                return None  # no longer leasable: someone else got it, or the Run moved on
-            commit(tx, decision.appends, folded=aggregate)
-            return _lease_value(aggregate, decision.lease, started=start)
+    def grant(tx: Transaction) -> Batch:
+        granted = 0
 
-        try:
-            granted = authority.execute(grant, name="lease_start" if start else "lease")
-        except (VersionConflict, LockTimeout):
-            continue  # the Run moved, or its head stayed held: leave it for the next call
-        if granted is not None:
-            leases.append(granted)
+        def decide_for(attempt_id: str) -> Callable[[RunAggregate], Decision]:
+            def decide(aggregate: RunAggregate) -> Decision:
+                nonlocal granted
+                if granted >= limit:
+                    return EMPTY
+                decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
+                granted += 1
+                return decision
+
+            return decide
+
+        writes = [RunWrite(r, decide_for(a), a) for a, r in offered]
+        return write_runs(tx, writes, authority.aggregates, wait=False)
+
+    try:
+        batch = _with_retries(authority, grant, "lease_start" if start else "lease")
+    except (VersionConflict, LockTimeout):
+        return []  # Runs moved, or a lock stayed held: leave them for the next call
+    leases = [
+        _lease_value(w.aggregate, w.decision.lease, started=start)
+        for w in batch.written
+        if w.aggregate is not None and w.decision is not None and w.decision.lease is not None
+    ]
     if leases:
         log.info("worker %s leased %d attempt(s)", worker_id, len(leases))
     return leases
@@ -131,18 +144,13 @@ def _lease_value(aggregate, grant, stop_requested: bool = False, started: bool =
     )
 
 
-def _lock_attempt(tx: Transaction, attempt_id: str) -> bool:
-    """The Attempt's lock first (the fixed lock order), without waiting."""
-    return tx.try_lock([attempt_lock(attempt_id)])
-
-
 def _worker_write(authority: Units, lease: Lease, name: str, decide):
     """One fenced worker write on the lease's Run; retried on a version conflict."""
-    return _with_retries(
-        authority,
-        lambda tx: _decide_and_commit(tx, lease.run_id, decide, attempt_id=lease.attempt_id),
-        name,
+    write = RunWrite(lease.run_id, decide, lease.attempt_id)
+    batch = _with_retries(
+        authority, lambda tx: write_runs(tx, [write], authority.aggregates, wait=True), name
     )
+    return batch.written[0].result()
 
 
 def mark_starting(authority: Units, lease: Lease, now_ms: int) -> Lease:
@@ -189,6 +197,27 @@ def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One Attempt's outcome, as `complete` takes it, for `complete_many`."""
+
+    lease: Lease
+    outcome: str
+    result_code: str | None = None
+    output: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """What `complete_many` did with one Completion: `status` is what `complete` would
+    return (the recorded status), or `error` what it would raise (nothing was written
+    for that one)."""
+
+    lease: Lease
+    status: str | None = None
+    error: QlflowError | None = None
+
+
 def complete(
     authority: Units,
     lease: Lease,
@@ -200,47 +229,74 @@ def complete(
 ) -> str:
     """Record the Attempt's end under its lease, with what the frontier and attempt
     admission decide next from it, in one commit; returns the recorded status."""
-    aggregate, decision = _worker_write(
-        authority,
-        lease,
-        "complete",
-        lambda agg: run_path.complete_and_advance(
+    (done,) = complete_many(authority, [Completion(lease, outcome, result_code, output)], now_ms)
+    if done.error is not None:
+        raise done.error
+    assert done.status is not None
+    return done.status
+
+
+def complete_many(
+    authority: Units, completions: Sequence[Completion], now_ms: int
+) -> list[Completed]:
+    """Record several Attempts' ends, each as `complete` would, in one commit; a
+    completion that is refused (a fence, a bad outcome) is answered with its error
+    and the others are recorded."""
+
+    def decide_for(done: Completion) -> Callable[[RunAggregate], Decision]:
+        lease = done.lease
+        return lambda agg: run_path.complete_and_advance(
             agg,
             lease.attempt_id,
             lease.lease_id,
             lease.version,
-            outcome,
-            result_code,
-            output,
+            done.outcome,
+            done.result_code,
+            done.output,
             now_ms,
-        ),
-    )
-    if decision.replayed:
-        recorded = aggregate.attempts[lease.attempt_id].status
-    else:
-        recorded = next(
-            e.type.split(".", 1)[1]
-            for e in decision.events(f"run-{lease.run_id}")
-            if e.type.startswith("attempt.") and e.data.get("attempt_id") == lease.attempt_id
         )
-    log.info(
-        "attempt %s (%s/%s) completed: reported %s, recorded %s",
-        lease.attempt_id,
-        lease.run_id,
-        lease.step_key,
-        outcome,
-        recorded,
+
+    writes = [RunWrite(c.lease.run_id, decide_for(c), c.lease.attempt_id) for c in completions]
+    batch = _with_retries(
+        authority, lambda tx: write_runs(tx, writes, authority.aggregates, wait=True), "complete"
     )
-    return recorded
+    answers = []
+    for done, written in zip(completions, batch.written, strict=True):
+        if written.refusal is not None:
+            answers.append(Completed(done.lease, error=written.refusal))
+            continue
+        recorded = _recorded(done.lease, written)
+        log.info(
+            "attempt %s (%s/%s) completed: reported %s, recorded %s",
+            done.lease.attempt_id,
+            done.lease.run_id,
+            done.lease.step_key,
+            done.outcome,
+            recorded,
+        )
+        answers.append(Completed(done.lease, status=recorded))
+    return answers
+
+
+def _recorded(lease: Lease, written: Written) -> str:
+    """The status a completion recorded (or, replayed, had recorded before)."""
+    aggregate, decision = written.result()
+    if decision.replayed:
+        return aggregate.attempts[lease.attempt_id].status
+    return next(
+        e.type.split(".", 1)[1]
+        for e in decision.events(f"run-{lease.run_id}")
+        if e.type.startswith("attempt.") and e.data.get("attempt_id") == lease.attempt_id
+    )
 
 
 def cancel(authority: Units, run_id: str, reason: str, now_ms: int) -> bool:
     """Record cancel intent on the Run (idempotent). True if this call recorded it."""
-    _, decision = _with_retries(
-        authority,
-        lambda tx: _decide_and_commit(tx, run_id, lambda agg: request_cancel(agg, reason, now_ms)),
-        "cancel",
+    write = RunWrite(run_id, lambda agg: request_cancel(agg, reason, now_ms))
+    batch = _with_retries(
+        authority, lambda tx: write_runs(tx, [write], authority.aggregates, wait=True), "cancel"
     )
+    _, decision = batch.written[0].result()
     if decision.appends:
         log.info("run %s: cancel requested (%s)", run_id, reason)
     return bool(decision.appends)

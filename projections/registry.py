@@ -11,9 +11,10 @@ Each projection module defines:
 - `apply(tx, records)`: update its tables for records just appended, in the
   append's transaction. It must be deterministic and depend only on the records
   and the tables' current rows (and the log), so that a replay of the log gives the
-  same rows. A module that sets `TAKES_FOLDED = True` is also given `folded`: the
-  Run aggregate the writer folded just before the append, if it has one (it may use
-  it instead of folding the Run again; the answer must be the same).
+  same rows. A module that sets `TAKES_FOLDED = True` is also given `folded`: run
+  id -> the Run's aggregate as the writer's decisions leave it, after these records,
+  for the Runs the writer has (it may use them instead of folding the Runs again;
+  the answer must be the same).
 
 It may also define `Replay(tx, insert)`, the rebuild's way to fold the whole log
 batch after batch (`apply(records)`, then `flush()`): free to hold rows in memory and
@@ -23,7 +24,7 @@ the rows `apply` would. Without one the rebuild calls `apply` per batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 
 from domain.aggregate import RunAggregate
@@ -67,7 +68,11 @@ def migrate_all(store) -> None:
             backfill(store, before)
 
 
-def apply_records(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:
+Folded = Mapping[str, RunAggregate]
+"""Run id -> the Run's aggregate after the records being applied (see above)."""
+
+
+def apply_records(tx, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Route freshly appended records to the modules that fold them."""
     if not records:
         return
@@ -79,9 +84,9 @@ def apply_records(tx, records: Sequence[Record], folded: RunAggregate | None = N
             module.apply(tx, mine)
 
 
-def commit(tx, appends, folded: RunAggregate | None = None) -> list[Record]:
+def commit(tx, appends, folded: Folded | None = None) -> list[Record]:
     """Append through the store and update the read models in the same transaction
-    (`folded`: the Run as the writer folded it just before, if it did)."""
+    (`folded`: the Runs as the appends leave them, where the writer has them)."""
     return commit_encoded(tx, encode_appends(appends), folded)
 
 
@@ -94,7 +99,7 @@ def commit_through(tx, function, args, appends) -> list[Record]:
     return records
 
 
-def commit_encoded(tx, batch, folded: RunAggregate | None = None) -> list[Record]:
+def commit_encoded(tx, batch, folded: Folded | None = None) -> list[Record]:
     """`commit` for appends already validated and encoded (`encode_appends`)."""
     records = tx.append_encoded(batch)
     apply_records(tx, records, folded)

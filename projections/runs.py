@@ -24,7 +24,7 @@ until COMMIT (actors.loading), so no one else changes these rows meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
@@ -70,9 +70,9 @@ __all__ = [
 TAKES_FOLDED = True  # see projections.registry
 
 
-def apply(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:
+def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | None = None) -> None:
     """Fold freshly appended run, step and lease records into the read models
-    (`folded`: a Run as its writer folded it just before these records)."""
+    (`folded`: Runs as their writer's decisions left them, after these records)."""
     rows = _load(tx, records)
     touched: set[str] = set()
     for record in records:

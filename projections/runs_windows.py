@@ -3,9 +3,9 @@ folded after a batch (docs/DESIGN.md, "The candidate index")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from domain.aggregate import RunAggregate, extend, fold
+from domain.aggregate import RunAggregate, fold
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
 from domain.work import grant_windows, phase_windows
@@ -35,18 +35,23 @@ def _refresh_work(rows: _Rows, aggregate: RunAggregate) -> None:
 
 
 def _after(
-    tx, records: Sequence[Record], rows: _Rows, touched: set[str], folded: RunAggregate | None
+    tx,
+    records: Sequence[Record],
+    rows: _Rows,
+    touched: set[str],
+    folded: Mapping[str, RunAggregate] | None,
 ) -> list[RunAggregate]:
-    """The touched Runs after these records: the writer's aggregate extended with
-    them when it is the Run just before them, else folded by the domain from the
-    Run's streams as this transaction reads them (the records are in the log)."""
+    """The touched Runs after these records: the writer's aggregate where it has the
+    Run exactly as these records leave it, else folded by the domain from the Run's
+    streams as this transaction reads them (the records are in the log)."""
     wanted = {run_id for run_id in touched if run_id in rows.runs}
     found = []
-    if folded is not None and folded.run_id in wanted:
-        streams = _by_run(records, rows).get(folded.run_id)
-        if streams is not None and _continues(folded, streams):
-            found.append(extend(folded, *streams))
-            wanted.discard(folded.run_id)
+    if folded:
+        for run_id, streams in _by_run(records, rows).items():
+            aggregate = folded.get(run_id)
+            if run_id in wanted and aggregate is not None and _ends_at(aggregate, streams):
+                found.append(aggregate)
+                wanted.discard(run_id)
     return found + _folded_runs(tx, wanted)
 
 
@@ -68,15 +73,15 @@ def _by_run(records: Sequence[Record], rows: _Rows) -> dict[str, _Streams]:
     return by_run
 
 
-def _continues(aggregate: RunAggregate, streams: _Streams) -> bool:
-    """Whether each stream's records start right after the aggregate's version of it."""
+def _ends_at(aggregate: RunAggregate, streams: _Streams) -> bool:
+    """Whether each stream's records end at the aggregate's version of it."""
     run_records, step_records, lease_records = streams
-    if run_records and run_records[0].stream_version != aggregate.version + 1:
+    if run_records and run_records[-1].stream_version != aggregate.version:
         return False
-    if step_records and step_records[0].stream_version != aggregate.steps_version + 1:
+    if step_records and step_records[-1].stream_version != aggregate.steps_version:
         return False
     return all(
-        found[0].stream_version == aggregate.lease_versions.get(attempt_id, 0) + 1
+        found[-1].stream_version == aggregate.lease_versions.get(attempt_id, 0)
         for attempt_id, found in lease_records.items()
     )
 

@@ -1,8 +1,8 @@
 """Snapshots of running Runs' folded aggregates (docs/DESIGN.md, "Snapshots").
 
-`run_snapshots` holds one row per running Run: the aggregate a writer folded just
-before an append (`snapshot_document`), with the Run and StepRun stream versions it
-was folded at, written in that append's transaction whenever the append takes the
+`run_snapshots` holds one row per running Run: the aggregate as a writer's append
+leaves it (`snapshot_document`), with the Run and StepRun stream versions it is
+folded at, written in that append's transaction whenever the append takes the
 Run stream past a multiple of `SNAPSHOT_EVERY` events. A Run's terminal event
 deletes its row (nothing decides about a finished Run). It is not a read model
 compared row by row: `verify` proves each row equals the fold of the log up to its
@@ -11,7 +11,7 @@ versions, and `rebuild` drops them all (the next appends write them again).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -27,6 +27,7 @@ COMPONENT = "projections.snapshots"
 STREAM_PREFIXES = ("run-",)
 TABLE = "run_snapshots"
 SNAPSHOT_EVERY = 32  # Run stream events between snapshots (bench/snapshots.py)
+_IN_CHUNK = 500  # Runs per IN (...) list
 
 _CREATE = """CREATE TABLE run_snapshots (
     run_id TEXT PRIMARY KEY,
@@ -42,19 +43,26 @@ TAKES_FOLDED = True  # see projections.registry
 _TERMINAL = frozenset(f"workflow.{status}" for status in RUN_TERMINAL)
 
 
-def apply(tx, records: Sequence[Record], folded: RunAggregate | None = None) -> None:
-    """Write `folded` as its Run's snapshot when these records take the Run stream past
-    a multiple of SNAPSHOT_EVERY; delete the snapshot of a Run that ended."""
+def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | None = None) -> None:
+    """Write a Run's aggregate after these records (`folded`, where the writer has it)
+    as its snapshot when they take the Run stream past a multiple of SNAPSHOT_EVERY;
+    delete the snapshot of a Run that ended."""
     ended = {r.stream_id.removeprefix("run-") for r in records if r.type in _TERMINAL}
     for run_id in sorted(ended):
         tx.execute("DELETE FROM run_snapshots WHERE run_id = ?", (run_id,))
-    if folded is None or folded.run.status != RUN_RUNNING or folded.run_id in ended:
+    if not folded:
         return
-    stream_id = run_stream(folded.run_id)
-    added = sum(1 for r in records if r.stream_id == stream_id)
-    if folded.version // SNAPSHOT_EVERY == (folded.version + added) // SNAPSHOT_EVERY:
-        return
-    write(tx, folded)
+    added: dict[str, int] = {}
+    for record in records:
+        if record.stream_id.startswith("run-"):
+            added[record.stream_id] = added.get(record.stream_id, 0) + 1
+    for run_id in sorted(folded):
+        after = folded[run_id]
+        count = added.get(run_stream(run_id), 0)
+        if not count or after.run.status != RUN_RUNNING or run_id in ended:
+            continue
+        if (after.version - count) // SNAPSHOT_EVERY != after.version // SNAPSHOT_EVERY:
+            write(tx, after)
 
 
 def write(tx, aggregate: RunAggregate) -> None:
@@ -72,13 +80,26 @@ def write(tx, aggregate: RunAggregate) -> None:
 def read(tx, run_id: str) -> Any | None:
     """The stored snapshot document of `run_id` as decoded JSON (None: there is none,
     or it is not JSON — the caller folds the whole log then)."""
-    rows = tx.query("SELECT document FROM run_snapshots WHERE run_id = ?", (run_id,))
-    if not rows:
-        return None
-    try:
-        return orjson.loads(rows[0][0])
-    except orjson.JSONDecodeError:
-        return None
+    return read_many(tx, [run_id]).get(run_id)
+
+
+def read_many(tx, run_ids: Sequence[str]) -> dict[str, Any]:
+    """The stored snapshot documents of those of `run_ids` that have one, as decoded
+    JSON (a document that is not JSON is left out), in one query per 500 Runs."""
+    found: dict[str, Any] = {}
+    for start in range(0, len(run_ids), _IN_CHUNK):
+        chunk = run_ids[start : start + _IN_CHUNK]
+        rows = tx.query(
+            f"SELECT run_id, document FROM run_snapshots WHERE run_id IN "
+            f"({', '.join('?' * len(chunk))})",
+            chunk,
+        )
+        for run_id, text in rows:
+            try:
+                found[run_id] = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                continue
+    return found
 
 
 def check(tx, table: str) -> list[tuple[str, int, int, str]]:

@@ -1,0 +1,202 @@
+"""Decisions on Runs taken under their locks and committed together: one transaction
+for a batch of worker writes, or for a page of the cycle (docs/DESIGN.md, "Batched
+writes").
+
+Each Run's records are its own: decided on the Run as the log holds it, checked
+against the versions it was decided on, appended all or nothing. A batch only
+shares the transaction — one BEGIN, one lock and read pass, one append call, one
+read-model pass and one COMMIT for all of them. A decision that refuses (a fence, a
+bad argument, a Run that does not exist) writes nothing for its Run and is
+answered on its own; the others go on. What the COMMIT leaves is handed back
+(`Batch.after`) for the caller to keep once the COMMIT has answered
+(`actors.aggregate_cache`).
+
+Locks keep the fixed order of docs/DESIGN.md "Locks": Attempt locks first, then Run
+stream heads, each set in key order. `wait=True` (worker writes) waits for them,
+bounded by the store's lock timeout; `wait=False` (leasing) skips what another
+transaction holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from actors.aggregate_cache import AggregateCache
+from actors.loading import RunStreams, attempt_lock, not_found, read_runs
+from domain.aggregate import RunAggregate
+from domain.decision import Decision
+from domain.errors import FenceError, InvalidInput, NotFound, QlflowError
+from domain.run_path import applied, chained
+from domain.streams import run_stream
+from eventstore.api import Transaction
+from eventstore.validation import EncodedBatch, encode_appends
+from projections.registry import commit_encoded
+
+REFUSALS = (FenceError, InvalidInput, NotFound)
+"""What a decision raises to refuse one write (answered to its caller; the rest go on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunWrite:
+    """One decision to take on one Run: `decide(aggregate)`, under the lock of
+    `attempt_id` (if any) and the Run's stream head."""
+
+    run_id: str
+    decide: Callable[[RunAggregate], Decision]
+    attempt_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What became of one RunWrite."""
+
+    run_id: str
+    aggregate: RunAggregate | None = None  # the Run as its decision saw it
+    decision: Decision | None = None  # None: refused or held
+    refusal: QlflowError | None = None  # the decision refused: nothing written for it
+    held: bool = False  # another transaction holds its locks (wait=False): nothing written
+
+    def result(self) -> tuple[RunAggregate, Decision]:
+        """(aggregate, decision), or raise the refusal."""
+        if self.refusal is not None:
+            raise self.refusal
+        assert self.aggregate is not None and self.decision is not None
+        return self.aggregate, self.decision
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch's answers (in the order of its writes) and the Runs as it leaves them."""
+
+    written: list[Written]
+    after: dict[str, RunAggregate] = field(default_factory=dict)
+
+
+def write_runs(
+    tx: Transaction,
+    writes: Sequence[RunWrite],
+    cache: AggregateCache | None,
+    *,
+    wait: bool,
+) -> Batch:
+    """Lock, read, decide and commit every write in `tx`. Several writes on one Run are
+    decided in order, each on the Run as the one before left it."""
+    held_attempts = _lock_attempts(tx, {w.attempt_id for w in writes if w.attempt_id}, wait)
+    wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
+    locked = _lock_runs(tx, wanted, wait)
+    streams = read_runs(tx, locked, cache)
+    current = {run_id: read.fold() for run_id, read in streams.items()}
+    decisions: dict[str, list[Decision]] = {}
+    written = []
+    for write in writes:
+        run_id = write.run_id
+        if write.attempt_id in held_attempts or run_id not in locked:
+            written.append(Written(run_id, held=True))
+            continue
+        aggregate = current.get(run_id)
+        if aggregate is None:
+            written.append(Written(run_id, refusal=not_found(run_id)))
+            continue
+        try:
+            decision = write.decide(aggregate)
+        except REFUSALS as refusal:
+            written.append(Written(run_id, aggregate, refusal=refusal))
+            continue
+        if decision.appends:
+            current[run_id] = applied(aggregate, decision)
+            decisions.setdefault(run_id, []).append(decision)
+        written.append(Written(run_id, aggregate, decision))
+    after = {run_id: current[run_id] for run_id in decisions}
+    if decisions:
+        batches = [encode_appends(_joined(found).appends) for found in decisions.values()]
+        commit_encoded(tx, joined_batch(batches), folded=after)
+    return Batch(written, after)
+
+
+def joined_batch(batches: Sequence[EncodedBatch]) -> EncodedBatch:
+    """One append call of several Runs' encoded appends (their streams are disjoint)."""
+    if len(batches) == 1:
+        return batches[0]
+    return EncodedBatch(
+        tuple(a for batch in batches for a in batch.appends),
+        tuple(e for batch in batches for e in batch.events),
+    )
+
+
+def _joined(decisions: list[Decision]) -> Decision:
+    return decisions[0] if len(decisions) == 1 else chained(*decisions)
+
+
+def _lock_attempts(tx: Transaction, attempt_ids: set[str], wait: bool) -> set[str]:
+    """Take the Attempts' locks in key order; the ids whose lock another transaction
+    holds (never any with `wait`: it waits, bounded, then LockTimeout)."""
+    keys = {attempt_lock(a): a for a in attempt_ids}
+    if not keys:
+        return set()
+    if wait:
+        for key in sorted(keys):
+            tx.lock(key)
+        return set()
+    if tx.try_lock(sorted(keys)):
+        return set()
+    return {attempt_id for key, attempt_id in keys.items() if not tx.try_lock([key])}
+
+
+def _lock_runs(tx: Transaction, run_ids: set[str], wait: bool) -> set[str]:
+    """Lock the Runs' stream heads in key order; the Runs whose heads are held here."""
+    streams = {run_stream(r): r for r in run_ids}
+    if not streams:
+        return set()
+    if tx.lock_heads(sorted(streams), wait=wait) is not None:
+        return set(run_ids)
+    return {r for s, r in streams.items() if tx.lock_heads([s], wait=False) is not None}
+
+
+# --- the cycle's page: decided outside the lock, checked and committed together ----------
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A Workflow actor's turn, decided on what it read without a lock."""
+
+    streams: RunStreams
+    aggregate: RunAggregate
+    decision: Decision
+    batch: EncodedBatch  # the decision's appends, validated and encoded
+
+
+def commit_prepared(
+    tx: Transaction, prepared: Sequence[Prepared]
+) -> tuple[list[str], dict[str, RunAggregate]]:
+    """Check each turn's streams are still at the versions it read and commit the
+    turns that are, together. Returns each turn's fate — "written", "blocked" (another
+    transaction holds one of its locks, never waited for) or "conflict" (a stream
+    moved) — and the Runs as the commit leaves them.
+
+    The locks of the whole page are asked for at once; only when one is held
+    elsewhere is each turn asked for its own."""
+    reads = [turn.streams.versions() for turn in prepared]
+    keys = [[attempt_lock(a.attempt_id) for a in t.aggregate.active_attempts()] for t in prepared]
+    everyone = tx.try_lock([key for turn_keys in keys for key in turn_keys])
+    heads = tx.lock_heads(sorted({s for read in reads for s in read}), wait=False)
+    fates = []
+    batches = []
+    after: dict[str, RunAggregate] = {}
+    for turn, read, turn_keys in zip(prepared, reads, keys, strict=True):
+        if not everyone and not tx.try_lock(turn_keys):
+            fates.append("blocked")
+            continue
+        current = heads if heads is not None else tx.lock_heads(list(read), wait=False)
+        if current is None:
+            fates.append("blocked")
+            continue
+        if any(current[stream_id] != version for stream_id, version in read.items()):
+            fates.append("conflict")
+            continue
+        fates.append("written")
+        batches.append(turn.batch)
+        after[turn.aggregate.run_id] = applied(turn.aggregate, turn.decision)
+    if batches:
+        commit_encoded(tx, joined_batch(batches), folded=after)
+    return fates, after
