@@ -55,6 +55,8 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     },
     # PostgreSQL: events are written through the append functions (eventstore.pg_append)
     {"sqlite": [], "postgresql": list(pg_append.MIGRATION)},
+    # PostgreSQL: the append function's checks and compare-and-set, set-based
+    {"sqlite": [], "postgresql": list(pg_append.SET_BASED)},
 )
 
 

@@ -51,7 +51,7 @@ CORE_TYPES = f"boolean, {BATCH_TYPES}"
 BATCH_NAMES = ", ".join(name for name, _kind in BATCH_PARAMETERS)
 APPEND_RESULT = "OUT positions bigint[], OUT refused text, OUT moved boolean"
 
-_CORE_BODY = f"""
+_CORE_BODY_V1 = f"""
 DECLARE
     n integer := coalesce(array_length(e_ids, 1), 0);
     m integer := coalesce(array_length(a_streams, 1), 0);
@@ -144,6 +144,120 @@ BEGIN
 END
 """
 
+# Schema step 3: the same checks and outcomes, set-based. Step 2's body checked each
+# stream's versions with a pass over all events and moved each head with a statement
+# of its own: a batch of many Runs (hundreds of streams) cost milliseconds in plpgsql.
+_CORE_BODY = f"""
+DECLARE
+    n integer := coalesce(array_length(e_ids, 1), 0);
+    m integer := coalesce(array_length(a_streams, 1), 0);
+    rights text[];
+    bad text;
+    bad_from bigint;
+    bad_to bigint;
+    done text[];
+    last_position bigint;
+    changed integer;
+BEGIN
+    moved := false;
+    IF n = 0 OR m = 0 OR array_length(a_expected, 1) IS DISTINCT FROM m
+       OR array_length(a_new, 1) IS DISTINCT FROM m
+       OR array_length(e_streams, 1) IS DISTINCT FROM n
+       OR array_length(e_versions, 1) IS DISTINCT FROM n
+       OR array_length(e_types, 1) IS DISTINCT FROM n
+       OR array_length(e_data, 1) IS DISTINCT FROM n
+       OR array_length(e_metadata, 1) IS DISTINCT FROM n THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: a batch needs streams and events, arrays of equal length';
+    END IF;
+    IF (SELECT count(DISTINCT s) FROM unnest(a_streams) s) <> m
+       OR NOT (e_streams <@ a_streams) OR array_position(e_ids, NULL) IS NOT NULL
+       OR (SELECT count(DISTINCT i) FROM unnest(e_ids) i) <> n THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: each stream once, every event on one of them, '
+                      'event ids present and distinct';
+    END IF;
+    -- the k-th event of a stream (in call order) has version expected + k, and there
+    -- are new - expected of them: its versions are expected+1 .. new, in order
+    WITH st AS (SELECT a.s, a.x, a.nw FROM unnest(a_streams, a_expected, a_new) a(s, x, nw)),
+         ev AS (SELECT u.s, u.v, row_number() OVER (PARTITION BY u.s ORDER BY u.o) AS k
+                FROM unnest(e_streams, e_versions) WITH ORDINALITY u(s, v, o)),
+         per AS (SELECT st.s, st.x, st.nw, count(ev.s) AS c,
+                        bool_and(ev.v IS NOT DISTINCT FROM st.x + ev.k) AS in_order
+                 FROM st LEFT JOIN ev ON ev.s = st.s GROUP BY st.s, st.x, st.nw)
+    SELECT per.s, per.x + 1, per.nw INTO bad, bad_from, bad_to FROM per
+    WHERE per.x IS NULL OR per.nw IS NULL OR per.x < 0 OR per.c <> per.nw - per.x
+       OR NOT coalesce(per.in_order, true)
+    ORDER BY per.s COLLATE "C" LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('qlflow_append: the events of stream %s must have versions '
+                             '%s to %s in order', bad, bad_from, bad_to);
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(e_types, e_data, e_metadata) u(t, d, md)
+               WHERE t IS NULL OR t = '' OR json_typeof(d::json) IS DISTINCT FROM 'object'
+                  OR json_typeof(md::json) IS DISTINCT FROM 'object') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: every event needs a type and JSON objects as data '
+                      'and metadata';
+    END IF;
+    SELECT r.prefixes INTO rights FROM {RIGHTS_TABLE} r WHERE r.role = session_user;
+    IF FOUND THEN
+        IF EXISTS (SELECT 1 FROM unnest(a_streams) s
+                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rights) p WHERE starts_with(s, p)))
+        THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied: role %s may not append to stream(s) %s',
+                    session_user,
+                    (SELECT string_agg(s, ', ') FROM unnest(a_streams) s WHERE NOT EXISTS
+                        (SELECT 1 FROM unnest(rights) p WHERE starts_with(s, p))));
+        END IF;
+        IF NOT admitting AND '{ADMITTED_TYPE}' = ANY (e_types) THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('permission denied: role %s may not append {ADMITTED_TYPE}; '
+                                 'a Run is admitted only through qlflow_admit', session_user);
+        END IF;
+    END IF;
+    -- the heads in stream id order first (a fixed lock order), then every CAS at once
+    PERFORM 1 FROM streams h WHERE h.stream_id = ANY (a_streams)
+    ORDER BY h.stream_id COLLATE "C" FOR UPDATE;
+    WITH moved_heads AS (
+        UPDATE streams h SET version = a.nw
+        FROM unnest(a_streams, a_expected, a_new) a(s, x, nw)
+        WHERE a.x > 0 AND h.stream_id = a.s AND h.version = a.x
+        RETURNING h.stream_id
+    ), new_heads AS (
+        INSERT INTO streams (stream_id, version)
+        SELECT a.s, a.nw FROM unnest(a_streams, a_expected, a_new) a(s, x, nw)
+        WHERE a.x = 0 ORDER BY a.s COLLATE "C"
+        ON CONFLICT (stream_id) DO NOTHING
+        RETURNING stream_id
+    )
+    SELECT array_agg(d.stream_id) INTO done
+    FROM (SELECT stream_id FROM moved_heads UNION ALL SELECT stream_id FROM new_heads) d;
+    IF coalesce(array_length(done, 1), 0) <> m THEN
+        moved := done IS NOT NULL;
+        refused := (SELECT s FROM unnest(a_streams) s WHERE NOT (s = ANY (coalesce(done, '{{}}')))
+                    ORDER BY s COLLATE "C" LIMIT 1);
+        RETURN;
+    END IF;
+    moved := true;
+    -- last: the counter's row lock is held until COMMIT (positions in commit order)
+    UPDATE qlflow_position SET last = last + n RETURNING last INTO last_position;
+    INSERT INTO events (global_position, event_id, stream_id, stream_version, type, data,
+                        metadata)
+    SELECT last_position - n + u.o, u.i, u.s, u.v, u.t, u.d, u.md
+    FROM unnest(e_ids, e_streams, e_versions, e_types, e_data, e_metadata)
+         WITH ORDINALITY u(i, s, v, t, d, md, o)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    IF changed <> n THEN
+        RETURN;  -- an id was stored already: refused stays NULL, the caller explains
+    END IF;
+    positions := ARRAY(SELECT last_position - n + g FROM generate_series(1, n) g);
+END
+"""
+
 _WRAPPER_BODY = f"""
 BEGIN
     SELECT c.positions, c.refused, c.moved INTO positions, refused, moved
@@ -202,13 +316,19 @@ END $do$"""
 
 MIGRATION: tuple[str, ...] = (
     f"CREATE TABLE {RIGHTS_TABLE} (role TEXT PRIMARY KEY, prefixes TEXT[] NOT NULL)",
-    _create(APPEND_CORE, f"admitting boolean, {_BATCH_DECLARED}", CORE_TYPES, _CORE_BODY),
+    _create(APPEND_CORE, f"admitting boolean, {_BATCH_DECLARED}", CORE_TYPES, _CORE_BODY_V1),
     _create(APPEND_FUNCTION, _BATCH_DECLARED, BATCH_TYPES, _WRAPPER_BODY),
     _create_lock_heads(),
 )
 """The PostgreSQL statements of eventstore schema step 2."""
 
-APPEND_SQL = (
-    f"SELECT positions, refused, moved FROM {APPEND_FUNCTION}"
-    f"({', '.join(['%s'] * len(BATCH_PARAMETERS))})"
+SET_BASED: tuple[str, ...] = (
+    _create(APPEND_CORE, f"admitting boolean, {_BATCH_DECLARED}", CORE_TYPES, _CORE_BODY),
 )
+"""The PostgreSQL statements of eventstore schema step 3: the append, set-based
+(`CREATE OR REPLACE` keeps the function's owner and grants)."""
+
+# binary parameters: a text array in text format is quoted and escaped element by
+# element (a regular expression per JSON document), in binary it is copied as is
+BATCH_MARKS = ", ".join(f"%b::{kind}" for _name, kind in BATCH_PARAMETERS)
+APPEND_SQL = f"SELECT positions, refused, moved FROM {APPEND_FUNCTION}({BATCH_MARKS})"

@@ -57,7 +57,7 @@ from domain.errors import (
 )
 from eventstore.api import Row
 from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, MIGRATION_LOCK, advisory_key
-from eventstore.pg_append import APPEND_SQL, GUARD_SQLSTATE, LOCK_HEADS
+from eventstore.pg_append import APPEND_SQL, BATCH_MARKS, GUARD_SQLSTATE, LOCK_HEADS
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
@@ -266,7 +266,7 @@ class PostgresTransaction(BaseTransaction):
         sql = APPEND_SQL
         if self._through is not None:
             function, args = self._through
-            marks = ", ".join(["%s"] * (len(args) + len(params)))
+            marks = ", ".join(["%s"] * len(args) + [BATCH_MARKS])
             sql = f"SELECT positions, refused, moved FROM {function}({marks})"
             params = [*args, *params]
         # a function call only: a cached generic plan stays right at any table size

@@ -40,7 +40,7 @@ from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
 from qlflow.async_runtime import AsyncRuntime
-from qlflow.runtime import Lease, Profile, Runtime
+from qlflow.runtime import Completed, Completion, Lease, Profile, Runtime
 
 __all__ = [
     "TaskDefinitionView",
@@ -50,6 +50,8 @@ __all__ = [
     "AttemptBlock",
     "AttemptState",
     "AttemptView",
+    "Completed",
+    "Completion",
     "CycleResult",
     "Difference",
     "Intent",

@@ -26,7 +26,7 @@ from projections.step_logs import LAST_LINES, LogAttempt, LogChunk
 from projections.task_io import TaskDefinitionView, TaskInputs
 from projections.verify import VerifyReport
 from projections.views import RunView
-from qlflow.runtime import Lease, Runtime
+from qlflow.runtime import Completed, Completion, Lease, Runtime
 
 
 class AsyncRuntime:
@@ -177,6 +177,15 @@ class AsyncRuntime:
             output=output,
             now_ms=now_ms,
         )
+
+    async def complete_many(
+        self, completions: Iterable[Completion], now_ms: int | None = None
+    ) -> list[Completed]:
+        """Record several Attempts' outcomes in one commit, each exactly as `complete`
+        would; the answers come in the same order. A completion `complete` would refuse
+        (a stale or expired lease, a bad outcome) is answered with that error in
+        `Completed.error` and nothing is written for it; the others are recorded."""
+        return await asyncio.to_thread(self.runtime.complete_many, completions, now_ms)
 
     async def get_run(self, run_id: str) -> RunView:
         """The Run with its steps and Attempts, from the read models."""

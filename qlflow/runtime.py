@@ -35,7 +35,13 @@ from qlflow.scheduling import Scheduling
 log = logging.getLogger("qlflow")
 
 Lease = workers.Lease
-__all__ = ["CycleResult", "Lease", "PageResult", "Profile", "Runtime", "default_url"]
+Completion = workers.Completion
+Completed = workers.Completed
+MAX_COMPLETIONS = 1024  # completions in one `complete_many` call
+__all__ = [
+    "Completed", "Completion", "CycleResult", "Lease", "PageResult", "Profile", "Runtime",
+    "default_url",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,25 @@ def _now(now_ms: int | None) -> int:
     if now_ms is None:
         return wall_clock_ms()
     return instant("now_ms", now_ms)
+
+
+def _completion(index: int, completion: Any) -> Completion:
+    """A Completion with the facade's own checks made (the domain checks the rest)."""
+    if not isinstance(completion, Completion):
+        raise InvalidInput(
+            "completions",
+            "Completion",
+            f"completions[{index}] must be a qlflow.Completion, got {type(completion).__name__}",
+        )
+    if completion.result_code is not None:
+        text(f"completions[{index}].result_code", completion.result_code)
+    output = completion.output
+    return replace(
+        completion,
+        lease=lease_of(completion.lease),
+        # a copy the caller cannot change; anything else the domain refuses
+        output=dict(output) if isinstance(output, Mapping) else output,
+    )
 
 
 def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Profile:
@@ -298,6 +323,28 @@ class Runtime(Inspection, Scheduling):
             output=dict(output) if isinstance(output, Mapping) else output,
             now_ms=_now(now_ms),
         )
+
+    def complete_many(
+        self, completions: Iterable[Completion], now_ms: int | None = None
+    ) -> list[Completed]:
+        """Record several Attempts' outcomes in one commit, each exactly as `complete`
+        would; the answers come in the same order. A completion `complete` would refuse
+        (a stale or expired lease, a bad outcome) is answered with that error in
+        `Completed.error` and nothing is written for it; the others are recorded."""
+        if isinstance(completions, (str, bytes)) or not isinstance(completions, Iterable):
+            raise InvalidInput(
+                "completions", "iterable", "completions must be a list of qlflow.Completion"
+            )
+        checked = [_completion(index, c) for index, c in enumerate(completions)]
+        if len(checked) > MAX_COMPLETIONS:
+            raise InvalidInput(
+                "completions",
+                "at most 1024",
+                f"complete_many takes at most {MAX_COMPLETIONS} completions, got {len(checked)}",
+            )
+        if not checked:
+            return []
+        return workers.complete_many(self._authority, checked, _now(now_ms))
 
     # -- reading -----------------------------------------------------------
     def get_run(self, run_id: str) -> views.RunView:
