@@ -13,7 +13,9 @@
    not revoked, and the Workflow exists and is enabled -- else `StartGuardError`
    with `.reason`;
 4. build the plan and append `workflow.admitted`, the `step.created` events, the
-   StepRunMutations and the receipt in one `registry.commit`.
+   StepRunMutations, the Attempts claimed for its ready roots (as the cycle's
+   attempt admission would claim them, `domain.run_path.admit_and_claim`) and the
+   receipt in one `registry.commit`.
 
 Any refusal raises before the commit, so nothing is written.
 
@@ -41,7 +43,7 @@ from typing import Any
 from actors.authority import Units
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
 from domain.admission import admission_records
-from domain.aggregate import run_stream, steps_stream
+from domain.aggregate import RunAggregate, run_stream, steps_stream
 from domain.errors import (
     AdmissionCollision,
     CorruptionError,
@@ -58,6 +60,7 @@ from domain.plan import build_plan, step_run_ids_for
 from domain.publication import PublicationRef, publication_from_json
 from domain.records import NewEvent, Record, StreamAppend
 from domain.revision import MaterializedRevision, revision_from_json
+from domain.run_path import admit_and_claim
 from domain.start_guard import check_start
 from domain.text import is_storable_text
 from domain.values import (
@@ -140,17 +143,18 @@ def start(
     """
     admission_key, run_id = admission_identity(admission_key, run_id)
 
-    def unit(tx: Transaction) -> AdmissionReceipt:
-        return admit_in_tx(
-            tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params
-        )
+    def unit(tx: Transaction) -> tuple[AdmissionReceipt, RunAggregate | None]:
+        return _admit(tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params)
 
     try:
-        return authority.execute(unit, name="admission")
+        receipt, admitted = authority.execute(unit, name="admission")
     except REFUSALS:
         raise
     except Exception:
-        return authority.execute(unit, name="admission")
+        receipt, admitted = authority.execute(unit, name="admission")
+    if admitted is not None:
+        authority.aggregates.put([admitted])
+    return receipt
 
 
 def admit_in_tx(
@@ -172,6 +176,23 @@ def admit_in_tx(
     `.reason`), AdmissionCollision, PlanError, NotFound or InvalidInput, writing
     nothing. Call `admission_identity` first when retrying with a generated key.
     """
+    receipt, _ = _admit(
+        tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params
+    )
+    return receipt
+
+
+def _admit(
+    tx: Transaction,
+    package: str,
+    workflow_key: str,
+    admission_key: str | None,
+    run_id: str | None,
+    timeout_ms: int | None,
+    now_ms: int,
+    params: Mapping[str, Any] | None = None,
+) -> tuple[AdmissionReceipt, RunAggregate | None]:
+    """`admit_in_tx`, with the admitted Run as the commit leaves it (None: a replay)."""
     admission_key, run_id = admission_identity(admission_key, run_id)
     reads = PublicationReads(tx)
     publication = reads.resolve_and_serialize(package)
@@ -180,7 +201,7 @@ def admit_in_tx(
         tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params
     )
     if replayed is not None:
-        return replayed
+        return replayed, None
     _refuse_taken_run_id(tx, run_id, admission_key)
 
     ref, revision = reads.published_revision(publication.publication_id)
@@ -240,16 +261,22 @@ def admit_in_tx(
         },
     )
     receipt_append = StreamAppend(receipt_stream_id(admission_key), 0, (receipt_event,))
-    appends = [*decision.appends, receipt_append]
+    carried, admitted = admit_and_claim(decision, run_id, now_ms)
+    appends = [*carried.appends, receipt_append]
+    folded = {run_id: admitted}
     if reads.definer:
         # least-privilege roles: the database checks the start guard again and is the
         # only way to write workflow.admitted (projections.admission_guard)
         commit_through(
-            tx, admission_guard.ADMIT, (publication.publication_id, workflow_key), appends
+            tx,
+            admission_guard.ADMIT,
+            (publication.publication_id, workflow_key),
+            appends,
+            folded=folded,
         )
     else:
-        commit(tx, appends)
-    return receipt_from_document(document, CREATED)
+        commit(tx, appends, folded=folded)
+    return receipt_from_document(document, CREATED), admitted
 
 
 def inspect_admission(

@@ -135,8 +135,7 @@ def _lock_attempts(tx: Transaction, attempt_ids: set[str], wait: bool) -> set[st
     if not keys:
         return set()
     if wait:
-        for key in sorted(keys):
-            tx.lock(key)
+        tx.lock_all(sorted(keys))
         return set()
     if tx.try_lock(sorted(keys)):
         return set()

@@ -17,15 +17,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.authority import Units
+from actors.loading import attempt_lock, load_aggregate
 from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import run_path
 from domain import worker as worker_rules
 from domain.aggregate import RunAggregate
 from domain.cancellation import request_cancel
 from domain.decision import EMPTY, Decision
-from domain.errors import LockTimeout, QlflowError, VersionConflict
+from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
 from eventstore.api import Transaction
 from projections import candidates
+from projections.registry import commit
 
 log = logging.getLogger("qlflow.worker")
 
@@ -239,9 +241,10 @@ def complete(
 def complete_many(
     authority: Units, completions: Sequence[Completion], now_ms: int
 ) -> list[Completed]:
-    """Record several Attempts' ends, each as `complete` would, in one commit; a
-    completion that is refused (a fence, a bad outcome) is answered with its error
-    and the others are recorded."""
+    """Record several Attempts' ends, each as `complete` would, in one commit. A bad
+    argument in any of them (InvalidInput) refuses the call and writes nothing; a
+    completion its lease no longer allows (FenceError, NotFound) is answered with
+    that error and the others are recorded."""
 
     def decide_for(done: Completion) -> Callable[[RunAggregate], Decision]:
         lease = done.lease
@@ -257,9 +260,17 @@ def complete_many(
         )
 
     writes = [RunWrite(c.lease.run_id, decide_for(c), c.lease.attempt_id) for c in completions]
-    batch = _with_retries(
-        authority, lambda tx: write_runs(tx, writes, authority.aggregates, wait=True), "complete"
-    )
+
+    def unit(tx: Transaction) -> Batch:
+        batch = write_runs(tx, writes, authority.aggregates, wait=True)
+        for index, written in enumerate(batch.written):
+            refusal = written.refusal
+            if isinstance(refusal, InvalidInput) and len(writes) > 1:
+                # a bad argument refuses the whole call: nothing is written
+                raise InvalidInput(refusal.field, refusal.rule, f"completions[{index}]: {refusal}")
+        return batch
+
+    batch = _with_retries(authority, unit, "complete")
     answers = []
     for done, written in zip(completions, batch.written, strict=True):
         if written.refusal is not None:
@@ -291,12 +302,33 @@ def _recorded(lease: Lease, written: Written) -> str:
 
 
 def cancel(authority: Units, run_id: str, reason: str, now_ms: int) -> bool:
-    """Record cancel intent on the Run (idempotent). True if this call recorded it."""
-    write = RunWrite(run_id, lambda agg: request_cancel(agg, reason, now_ms))
-    batch = _with_retries(
-        authority, lambda tx: write_runs(tx, [write], authority.aggregates, wait=True), "cancel"
-    )
+    """Record cancel intent on the Run (idempotent), and with it what cancellation
+    convergence ends at once (`run_path.cancel_and_converge`) when the Run's active
+    Attempts' locks are free — else the intent alone, and the cycle converges. True if
+    this call recorded the intent."""
+
+    def unit(tx: Transaction) -> Batch:
+        aggregate = load_aggregate(tx, run_id, authority.aggregates)
+        # taken after the head, so never waited for: a lock held elsewhere (a worker
+        # writing its lease) leaves the convergence to the cycle
+        locks = [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
+        if tx.try_lock(locks):
+            decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
+        else:
+            decision = request_cancel(aggregate, reason, now_ms)
+        after = {}
+        if decision.appends:
+            after[run_id] = run_path.applied(aggregate, decision)
+            commit(tx, decision.appends, folded=after)
+        return Batch([Written(run_id, aggregate, decision)], after)
+
+    batch = _with_retries(authority, unit, "cancel")
     _, decision = batch.written[0].result()
     if decision.appends:
-        log.info("run %s: cancel requested (%s)", run_id, reason)
+        log.info(
+            "run %s: cancel requested (%s)%s",
+            run_id,
+            reason,
+            ", cancelled" if decision.run_terminal else "",
+        )
     return bool(decision.appends)

@@ -78,8 +78,11 @@ def request_cancel(aggregate: RunAggregate, reason: str, now_ms: int) -> Decisio
     return builder.build()
 
 
-def decide_cancellation(aggregate: RunAggregate, now_ms: int) -> Decision:
-    """Converge a running Run that has (effective) cancel intent, as far as is safe."""
+def decide_cancellation(
+    aggregate: RunAggregate, now_ms: int, actor: str = CANCELLATION_ACTOR
+) -> Decision:
+    """Converge a running Run that has (effective) cancel intent, as far as is safe;
+    `actor` is the writer named in the records' metadata."""
     check_now(now_ms)
     run = aggregate.run
     intent = effective_intent(aggregate, now_ms)
@@ -88,7 +91,7 @@ def decide_cancellation(aggregate: RunAggregate, now_ms: int) -> Decision:
     reason, cancel_at = intent
     run_id = aggregate.run_id
     timeout = reason == "timeout"
-    builder = DecisionBuilder.on(aggregate, now_ms, CANCELLATION_ACTOR)
+    builder = DecisionBuilder.on(aggregate, now_ms, actor)
     if run.cancel_reason is None:
         builder.event(
             derive_id(CANCEL_INTENT_EVENT, run_id, reason, cancel_at),

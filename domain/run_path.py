@@ -5,6 +5,10 @@
   executor that spawns at once.
 - `complete_and_advance`: the completion, then what the frontier and attempt
   admission phases would decide next from it, in one decision.
+- `admit_and_claim`: a Run's admission, then the Attempts attempt admission would
+  claim for its ready roots, in one decision.
+- `cancel_and_converge`: the cancel intent, then what cancellation convergence
+  would decide next from it, in one decision.
 
 Nothing here restates a rule: each part is the decision its own module makes
 (`worker.grant_lease`, `worker.mark_starting`, `worker.complete`,
@@ -19,8 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.aggregate import RunAggregate, extend
+from domain.admission import ADMISSION_ACTOR
+from domain.aggregate import RunAggregate, extend, fold
 from domain.attempts import decide_attempt_admission
+from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.frontier import decide_frontier
 from domain.records import NewEvent, Record, StreamAppend
@@ -33,6 +39,14 @@ def applied(aggregate: RunAggregate, decision: Decision) -> RunAggregate:
     give it (global positions are not part of the aggregate)."""
     if not decision.appends:
         return aggregate
+    run_records, step_records, lease_records = _records(aggregate.run_id, decision)
+    return extend(aggregate, run_records, step_records, lease_records)
+
+
+def _records(
+    run_id: str, decision: Decision
+) -> tuple[list[Record], list[Record], dict[str, list[Record]]]:
+    """A decision's records as the log will hold them (position 0), by stream."""
     run_records: list[Record] = []
     step_records: list[Record] = []
     lease_records: dict[str, list[Record]] = {}
@@ -49,15 +63,15 @@ def applied(aggregate: RunAggregate, decision: Decision) -> RunAggregate:
             )
             for offset, event in enumerate(append.events, start=1)
         ]
-        if append.stream_id == run_stream(aggregate.run_id):
+        if append.stream_id == run_stream(run_id):
             run_records = records
-        elif append.stream_id == steps_stream(aggregate.run_id):
+        elif append.stream_id == steps_stream(run_id):
             step_records = records
         elif category(append.stream_id) == LEASE:
             lease_records[entity_id(append.stream_id)] = records
         else:
             raise AssertionError(f"decision bug: append to {append.stream_id!r}")
-    return extend(aggregate, run_records, step_records, lease_records)
+    return run_records, step_records, lease_records
 
 
 def chained(*decisions: Decision, **fields: Any) -> Decision:
@@ -125,6 +139,27 @@ def complete_and_advance(
     frontier = decide_frontier(after, now_ms, actor=actor)
     admission = decide_attempt_admission(applied(after, frontier), now_ms, actor=actor)
     return chained(done, frontier, admission)
+
+
+def admit_and_claim(admission: Decision, run_id: str, now_ms: int) -> tuple[Decision, RunAggregate]:
+    """The admission's records (`domain.admission.admission_records`), then the
+    Attempts `decide_attempt_admission` claims for the ready roots of the Run they
+    admit, as one decision; and the Run as it leaves it."""
+    run_records, step_records, _ = _records(run_id, admission)
+    admitted = fold(run_records, step_records)
+    claims = decide_attempt_admission(admitted, now_ms, actor=ADMISSION_ACTOR)
+    return chained(admission, claims), applied(admitted, claims)
+
+
+def cancel_and_converge(aggregate: RunAggregate, reason: str, now_ms: int) -> Decision:
+    """`request_cancel`, then `decide_cancellation` on the Run it leaves: what no worker
+    holds ends now, the rest stays blocked for the cycle. An intent already recorded
+    (or a terminal Run) gives an empty decision, as `request_cancel` does."""
+    intent = request_cancel(aggregate, reason, now_ms)
+    if not intent.appends:
+        return intent
+    converged = decide_cancellation(applied(aggregate, intent), now_ms, actor=_actor_of(intent))
+    return chained(intent, converged, blocked=converged.blocked)
 
 
 def _actor_of(decision: Decision) -> str:

@@ -70,6 +70,10 @@ class AdmissionReceipt:
 
     `status` is "created" when this call admitted the Run, "existing" when the
     admission key had already admitted exactly this plan (a replay).
+    `final_run_version` and `final_steps_version` are the Run and StepRun stream
+    versions after the admission's own records; the same commit goes on to claim an
+    Attempt for each ready root step (`attempt.claimed`, as the cycle's attempt
+    admission would), after them.
     """
 
     run_id: str

@@ -115,6 +115,10 @@ class Transaction(Reads, Protocol):
         roll back)."""
         ...
 
+    def lock_all(self, keys: Sequence[str]) -> None:
+        """`lock` every key, in key order (one statement where the store can)."""
+        ...
+
     def try_lock(self, keys: Sequence[str]) -> bool:
         """Take every lock named in `keys` without waiting: True when all are held
         now, False when another transaction holds one (give this transaction up)."""

@@ -38,6 +38,7 @@ tables are created unqualified, in the first schema of the search_path.
 from __future__ import annotations
 
 import functools
+import select
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -184,6 +185,18 @@ class PostgresTransaction(BaseTransaction):
             (list(stream_ids),),
         ).fetchall()
 
+    def _rows_after(self, stream_ids: Sequence[str], versions: Sequence[int]) -> list[Row]:
+        # one statement for any number of streams: a join of the (stream, version)
+        # pairs with the (stream_id, stream_version) index, not an OR per stream
+        return self._send(
+            self._cursor,
+            f"SELECT {', '.join(f'e.{c}' for c in EVENT_COLUMNS.split(', '))} "
+            "FROM unnest(%b::text[], %b::bigint[]) AS w(stream_id, after) "
+            "JOIN events e ON e.stream_id = w.stream_id AND e.stream_version > w.after "
+            "ORDER BY e.stream_id, e.stream_version",
+            (list(stream_ids), list(versions)),
+        ).fetchall()
+
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
         return self._send(
             self._cursor,
@@ -195,6 +208,15 @@ class PostgresTransaction(BaseTransaction):
 
     def _lock(self, key: str) -> None:
         self._waiting(f"SELECT pg_advisory_xact_lock({advisory_key('%s')})", (key,), repr(key))
+
+    def _lock_all(self, keys: list[str]) -> None:
+        # the rows of unnest come in array order, and each is locked as it comes
+        self._waiting(
+            f"SELECT count(pg_advisory_xact_lock({advisory_key('k')})) "
+            "FROM unnest(%b::text[]) WITH ORDINALITY AS t(k, i)",
+            (keys,),
+            f"{len(keys)} lock(s)",
+        )
 
     def _try_lock(self, keys: list[str]) -> bool:
         [(acquired,)] = self._send(
@@ -314,7 +336,7 @@ class PostgresStore(BaseStore):
             kwargs={"autocommit": False},
             # a pooled connection the server closed (restart, idle_session_timeout,
             # pg_terminate_backend) is replaced when taken, not handed out dead
-            check=psycopg_pool.ConnectionPool.check_connection,
+            check=_check_when_spoken_to,
             configure=functools.partial(bounded_session, lock_timeout_ms, read_only),
             open=False,
             name="qlflow-eventstore",
@@ -474,6 +496,19 @@ class PostgresReplaySession(BaseReplaySession):
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _check_when_spoken_to(conn: psycopg.Connection) -> None:
+    """The pool's check of a connection it is about to hand out, without a round trip
+    when it can: an idle connection the server has said nothing to is alive as far as
+    anything here can tell. A server that ends a session (restart, idle timeout,
+    pg_terminate_backend) sends a FATAL notice and closes the socket, which makes it
+    readable: only then is the connection asked (and, dead, replaced)."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        psycopg_pool.ConnectionPool.check_connection(conn)
 
 
 def _describe(url: str) -> str:

@@ -232,22 +232,30 @@ class BaseTransaction(ABC):
 
     def read_streams_after(self, after: Mapping[str, int]) -> dict[str, list[Record]]:
         """Events of each named stream with stream_version > its `after` version, in
-        version order, in one query per 200 streams (a stream with none maps to [])."""
+        version order (a stream with none maps to [])."""
         self._check_usable()
         streams: dict[str, list[Record]] = {stream_id: [] for stream_id in after}
-        names = sorted(streams)
-        for start in range(0, len(names), 200):
-            chunk = names[start : start + 200]
+        if streams:
+            names = sorted(streams)
+            for row in self._rows_after(names, [int(after[name]) for name in names]):
+                streams[row[2]].append(record_from_row(row))
+        return streams
+
+    def _rows_after(self, stream_ids: Sequence[str], versions: Sequence[int]) -> list[Row]:
+        """Stored rows (EVENT_COLUMNS) of each stream after its version, by stream id then
+        version: one query per 200 streams (an adapter may do better)."""
+        found: list[Row] = []
+        for start in range(0, len(stream_ids), 200):
+            chunk = stream_ids[start : start + 200]
             where = " OR ".join(["(stream_id = ? AND stream_version > ?)"] * len(chunk))
-            params = [value for name in chunk for value in (name, int(after[name]))]
-            rows = self._rows(
+            pairs = zip(chunk, versions[start : start + 200], strict=True)
+            params = [v for pair in pairs for v in pair]
+            found += self._rows(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} "
                 "ORDER BY stream_id, stream_version",
                 params,
             )
-            for row in rows:
-                streams[row[2]].append(record_from_row(row))
-        return streams
+        return found
 
     def read_all(self, after_position: int = 0, limit: int | None = None) -> list[Record]:
         """Events with global_position > after_position in position order, at most `limit`."""
@@ -321,6 +329,28 @@ class BaseTransaction(ABC):
         except BaseException as exc:
             self.failure = exc
             raise
+
+    def lock_all(self, keys: Sequence[str]) -> None:
+        """`lock` every key, in key order (the fixed order two waiting lockers share, so
+        they cannot deadlock on these), in one statement where the store can."""
+        self._check_usable()
+        if isinstance(keys, str):
+            raise InvalidInput("keys", "sequence", "lock_all takes a sequence of lock names")
+        for key in keys:
+            _check_key(key)
+        if not keys:
+            return
+        try:
+            self._lock_all(sorted(set(keys)))
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def _lock_all(self, keys: list[str]) -> None:
+        """Wait (bounded) for each of the sorted `keys` in turn (an adapter may do it in
+        one statement)."""
+        for key in keys:
+            self._lock(key)
 
     def try_lock(self, keys: Sequence[str]) -> bool:
         """Take every lock named in `keys` without waiting; False if one is held

@@ -90,11 +90,11 @@ def commit(tx, appends, folded: Folded | None = None) -> list[Record]:
     return commit_encoded(tx, encode_appends(appends), folded)
 
 
-def commit_through(tx, function, args, appends) -> list[Record]:
+def commit_through(tx, function, args, appends, folded: Folded | None = None) -> list[Record]:
     """`commit` with the append made through the server-side function `function`
     (`Transaction.append_through`)."""
     records = tx.append_through(function, args, encode_appends(appends))
-    apply_records(tx, records)
+    apply_records(tx, records, folded)
     faults.hit_append()
     return records
 

@@ -6,10 +6,11 @@ through the facade unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from actors.workers import Lease
+from actors.workers import Completion, Lease
 from domain.canonical import MAX_SAFE_INTEGER
 from domain.errors import InvalidInput
 from domain.text import is_storable_text
@@ -85,3 +86,32 @@ def flag(field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidInput(field, "bool", f"{field} must be a bool, got {value!r}")
     return value
+
+
+def completions_of(field: str, values: Any, most: int) -> list[Completion]:
+    """A list (any iterable, not one string) of at most `most` Completions, each with
+    its Lease checked (`lease_of`) and its output copied (the domain checks the rest)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidInput(field, "iterable", f"{field} must be a list of qlflow.Completion")
+    found = []
+    for index, completion in enumerate(values):
+        if not isinstance(completion, Completion):
+            raise InvalidInput(
+                field,
+                "Completion",
+                f"{field}[{index}] must be a qlflow.Completion, got {type(completion).__name__}",
+            )
+        if completion.result_code is not None:
+            text(f"{field}[{index}].result_code", completion.result_code)
+        output = completion.output
+        found.append(
+            replace(
+                completion,
+                lease=lease_of(completion.lease),
+                # a copy the caller cannot change; anything else the domain refuses
+                output=dict(output) if isinstance(output, Mapping) else output,
+            )
+        )
+        if len(found) > most:
+            raise InvalidInput(field, f"at most {most}", f"{field} holds more than {most} items")
+    return found

@@ -182,9 +182,11 @@ class AsyncRuntime:
         self, completions: Iterable[Completion], now_ms: int | None = None
     ) -> list[Completed]:
         """Record several Attempts' outcomes in one commit, each exactly as `complete`
-        would; the answers come in the same order. A completion `complete` would refuse
-        (a stale or expired lease, a bad outcome) is answered with that error in
-        `Completed.error` and nothing is written for it; the others are recorded."""
+        would; the answers come in the same order. A bad argument in any of them (an
+        unknown outcome, output that is not a JSON object) refuses the whole call
+        (InvalidInput) and writes nothing; a completion its lease no longer allows
+        (expired, replaced, the Run ended: FenceError) is answered with that error in
+        `Completed.error`, nothing written for it, and the others are recorded."""
         return await asyncio.to_thread(self.runtime.complete_many, completions, now_ms)
 
     async def get_run(self, run_id: str) -> RunView:

@@ -27,7 +27,16 @@ from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
 from projections.verify import VerifyReport
 from qlflow import packages
-from qlflow.arguments import flag, instant, lease_of, optional_text, positive, text, texts
+from qlflow.arguments import (
+    completions_of,
+    flag,
+    instant,
+    lease_of,
+    optional_text,
+    positive,
+    text,
+    texts,
+)
 from qlflow.clock import wall_clock_ms
 from qlflow.inspection import Inspection
 from qlflow.scheduling import Scheduling
@@ -78,25 +87,6 @@ def _now(now_ms: int | None) -> int:
     if now_ms is None:
         return wall_clock_ms()
     return instant("now_ms", now_ms)
-
-
-def _completion(index: int, completion: Any) -> Completion:
-    """A Completion with the facade's own checks made (the domain checks the rest)."""
-    if not isinstance(completion, Completion):
-        raise InvalidInput(
-            "completions",
-            "Completion",
-            f"completions[{index}] must be a qlflow.Completion, got {type(completion).__name__}",
-        )
-    if completion.result_code is not None:
-        text(f"completions[{index}].result_code", completion.result_code)
-    output = completion.output
-    return replace(
-        completion,
-        lease=lease_of(completion.lease),
-        # a copy the caller cannot change; anything else the domain refuses
-        output=dict(output) if isinstance(output, Mapping) else output,
-    )
 
 
 def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Profile:
@@ -328,20 +318,12 @@ class Runtime(Inspection, Scheduling):
         self, completions: Iterable[Completion], now_ms: int | None = None
     ) -> list[Completed]:
         """Record several Attempts' outcomes in one commit, each exactly as `complete`
-        would; the answers come in the same order. A completion `complete` would refuse
-        (a stale or expired lease, a bad outcome) is answered with that error in
-        `Completed.error` and nothing is written for it; the others are recorded."""
-        if isinstance(completions, (str, bytes)) or not isinstance(completions, Iterable):
-            raise InvalidInput(
-                "completions", "iterable", "completions must be a list of qlflow.Completion"
-            )
-        checked = [_completion(index, c) for index, c in enumerate(completions)]
-        if len(checked) > MAX_COMPLETIONS:
-            raise InvalidInput(
-                "completions",
-                "at most 1024",
-                f"complete_many takes at most {MAX_COMPLETIONS} completions, got {len(checked)}",
-            )
+        would; the answers come in the same order. A bad argument in any of them (an
+        unknown outcome, output that is not a JSON object) refuses the whole call
+        (InvalidInput) and writes nothing; a completion its lease no longer allows
+        (expired, replaced, the Run ended: FenceError) is answered with that error in
+        `Completed.error`, nothing written for it, and the others are recorded."""
+        checked = completions_of("completions", completions, MAX_COMPLETIONS)
         if not checked:
             return []
         return workers.complete_many(self._authority, checked, _now(now_ms))

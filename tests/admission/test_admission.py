@@ -45,8 +45,8 @@ def test_worked_example_counts_exactly(store, example) -> None:
     after = census(store)
     delta = {name: after[name] - before[name] for name in after}
     assert delta == {
-        "events": 3 + 2 + 1,
-        "run_events": 3,
+        "events": 3 + 1 + 2 + 1,
+        "run_events": 3 + 1,  # admission, then the root's claim
         "mutations": 2,
         "receipt_events": 1,
         "publication_events": 0,
@@ -61,13 +61,16 @@ def test_worked_example_counts_exactly(store, example) -> None:
         (1, "workflow.admitted"),
         (2, "step.created"),
         (3, "step.created"),
+        (4, "attempt.claimed"),
     ]
-    created = {r.data["step_key"]: r.data["status"] for r in run_events[1:]}
+    created = {r.data["step_key"]: r.data["status"] for r in run_events[1:3]}
     assert created == {"fetch": "ready", "archive": "pending"}
+    assert run_events[3].data["step_key"] == "fetch"  # the ready root, as attempt admission
+    assert run_events[3].metadata["actor"] == "admission"
     version, status = store.query(
         "SELECT version, status FROM runs WHERE run_id = ?", (receipt.run_id,)
     )[0]
-    assert (version, status) == (3, "running")
+    assert (version, status) == (4, "running")
     assert receipt.status == "created"
     assert receipt.final_run_version == 3 and receipt.final_steps_version == 2
 
@@ -85,7 +88,7 @@ def test_receipt_binds_the_written_records(store, example) -> None:
     assert receipt.run_id == derive_id(RUN_ID, "k")
     by_key = {step.step_key: step for step in receipt.steps}
     assert sorted(by_key) == ["archive", "fetch"]
-    for event in run_events[1:]:
+    for event in run_events[1 : receipt.final_run_version]:
         step = by_key[event.data["step_key"]]
         assert (step.event_id, step.step_run_id) == (event.event_id, event.data["step_run_id"])
         assert step.step_run_id == plan.step(step.step_key).step_run_id
@@ -276,7 +279,8 @@ def test_largest_plan_admits_in_one_transaction(store) -> None:
     assert len(receipt.steps) == 128
     assert (receipt.final_run_version, receipt.final_steps_version) == (129, 128)
     counts = census(store)
-    assert (counts["run_events"], counts["mutations"], counts["step_runs"]) == (129, 128, 128)
+    # the admission's 129 RunEvents and the claim of the one root
+    assert (counts["run_events"], counts["mutations"], counts["step_runs"]) == (130, 128, 128)
     plan = normalize(store.read_stream(f"run-{receipt.run_id}")[0].data["plan"])
     assert plan.timeout_ms == 60_000
     ready = store.query("SELECT step_key FROM step_runs WHERE status = 'ready'")

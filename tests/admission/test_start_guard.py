@@ -196,7 +196,7 @@ def test_withdrawal_after_admission_stops_new_starts_only(store) -> None:
     with pytest.raises(StartGuardError, match="is withdrawn"):
         admit(store, "demo", "flow", "after")
     row = store.query("SELECT status, version FROM runs WHERE run_id = ?", (admitted.run_id,))
-    assert row == [("running", 3)]
+    assert row == [("running", admitted.final_run_version + 1)]  # its root claimed at start
     assert census(store)["runs"] == 1
 
 

@@ -152,11 +152,13 @@ def test_prefixes_name_runs_and_an_ambiguous_one_lists_its_candidates(store_url,
     assert (cancelled["run_id"], cancelled["recorded"]) == ("night-alpha", True)
     assert qlflow_json("show", "night-b", db=store_url, cwd=tmp_path)["cancel_reason"] is None
     why = qlflow("why", "night-al", db=store_url, cwd=tmp_path)
-    assert why.returncode == 0 and "cancel intent: reason user" in why.stdout
+    # nothing was leased: the cancel ended the Run in its own commit
+    assert why.returncode == 0 and "cancelled by user (reason user)" in why.stdout
     events = qlflow_json("events", "--run", "night-be", db=store_url, cwd=tmp_path)
     assert {e["stream_id"] for e in events} <= {"run-night-beta", "steps-night-beta"}
     nothing = qlflow("logs", "night-be", db=store_url, cwd=tmp_path)
-    assert nothing.returncode == 0 and "no Attempt yet" in nothing.stderr
+    # its root was claimed at start: an Attempt that wrote nothing yet
+    assert nothing.returncode == 0 and "wrote no output" in nothing.stderr
 
 
 def test_a_running_steps_log_is_followed_from_another_process(store_url, tmp_path: Path):

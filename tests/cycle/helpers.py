@@ -71,3 +71,15 @@ def drive(rt, now_ms: int, outcomes: Mapping[str, str] | None = None, max_rounds
 
 def statuses(rt, run_id: str) -> dict[str, str]:
     return {key: step.status for key, step in rt.get_run(run_id).steps.items()}
+
+
+def record_intent_only(rt, run_id: str, now_ms: int, reason: str = "user") -> None:
+    """Record cancel intent without the convergence `cancel` carries (what a cancel
+    that finds an Attempt's lock held writes): the cycle's cancellation phase then has
+    the Run to converge."""
+    from actors.loading import load_aggregate
+    from domain.cancellation import request_cancel
+    from projections.registry import commit
+
+    with rt.store.transaction() as tx:
+        commit(tx, request_cancel(load_aggregate(tx, run_id), reason, now_ms).appends)

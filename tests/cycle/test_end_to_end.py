@@ -10,7 +10,17 @@ import pytest
 import qlflow
 from actors.workflow import WorkflowActor
 from qlflow.errors import FenceError, NotFound
-from tests.cycle.helpers import DIAMOND, T0, chain, drive, fan_out, manifest, statuses, work
+from tests.cycle.helpers import (
+    DIAMOND,
+    T0,
+    chain,
+    drive,
+    fan_out,
+    manifest,
+    record_intent_only,
+    statuses,
+    work,
+)
 
 
 @pytest.fixture
@@ -81,22 +91,27 @@ def test_failure_skips_every_descendant_and_fails_the_run(rt):
     assert run.steps["e"].result_code == "dependency_not_succeeded"
 
 
-def test_cancel_before_any_start_ends_every_step_cancelled(rt):
+def test_cancel_before_any_lease_ends_every_step_cancelled_in_its_own_commit(rt):
     run_id = start(rt, DIAMOND)
+    # the start claimed the root; nobody leased it, so the cancel ends the Run at once
+    assert [a.status for a in rt.get_run(run_id).steps["a"].attempts] == ["claimed"]
     assert rt.cancel(run_id, now_ms=T0) is True
-    rt.cycle(now_ms=T0 + 1)
     run = rt.get_run(run_id)
     assert run.status == "cancelled"
     assert run.cancel_reason == "user"
     assert set(statuses(rt, run_id).values()) == {"cancelled"}
-    assert all(not step.attempts for step in run.steps.values())
+    assert [a.status for a in run.steps["a"].attempts] == ["cancelled"]
+    assert all(not run.steps[key].attempts for key in "bcd")
+    assert not rt.cycle(now_ms=T0 + 1).changed  # nothing left for the cycle
+    assert rt.cancel(run_id, now_ms=T0 + 2) is False
+    assert rt.lease_attempts("w1", now_ms=T0 + 3) == []
 
 
-def test_cancel_with_claimed_unleased_attempt_cancels_it(rt):
+def test_the_cycle_cancels_a_claim_left_by_a_recorded_intent(rt):
     run_id = start(rt, DIAMOND)
-    rt.cycle(now_ms=T0)  # a is claimed, nobody leased it
-    assert [a.status for a in rt.get_run(run_id).steps["a"].attempts] == ["claimed"]
-    rt.cancel(run_id, now_ms=T0 + 1)
+    # an intent recorded without its convergence (as a cancel finding the Attempt's
+    # lock held records it): the cycle ends the unleased claim
+    record_intent_only(rt, run_id, T0 + 1)
     result = rt.cycle(now_ms=T0 + 2)
     run = rt.get_run(run_id)
     assert run.status == "cancelled"
@@ -107,15 +122,14 @@ def test_cancel_with_claimed_unleased_attempt_cancels_it(rt):
 
 def test_cancel_with_leased_unstarted_attempt_blocks_until_completion(rt):
     run_id = start(rt, DIAMOND)
-    rt.cycle(now_ms=T0)
     (lease,) = rt.lease_attempts("w1", now_ms=T0)
     rt.cancel(run_id, now_ms=T0 + 1)
     result = rt.cycle(now_ms=T0 + 2)
     run = rt.get_run(run_id)
     assert run.status == "running", "a leased Attempt holds authority: no fake terminal"
-    assert run.steps["b"].status == "cancelled"
+    assert run.steps["b"].status == "cancelled"  # ended by the cancel itself
     assert run.steps["a"].status == "ready"
-    assert result.cancellation.blocked == 1
+    assert result.cancellation.scanned == 0  # blocked: no work until the worker reports
     # the worker still may start (it may already have spawned) and learns to stop
     rt.mark_running(lease, now_ms=T0 + 3)
     renewed = rt.renew(lease, now_ms=T0 + 4)

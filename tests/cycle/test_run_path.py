@@ -118,8 +118,8 @@ def test_completion_writes_what_the_phases_would(two_urls, failing):
         finally:
             rt.close()
     assert logs[0] == logs[1]
-    # roots are ready at admission and claimed by the cycle; the rest the workers wrote
-    assert actors[0] == {"admission", "cycle:attempts", "worker:w1"}
+    # roots are ready at admission and claimed by the start; the rest the workers wrote
+    assert actors[0] == {"admission", "worker:w1"}
     assert actors[1] == {"admission", "cycle:attempts", "cycle:frontier", "worker:w1"}
 
 
@@ -145,9 +145,9 @@ def test_a_step_costs_at_most_two_commits(rt):
         faults.disarm()
     assert rt.get_run(run_id).status == "succeeded"
     steps = len(FAN)
-    # the root's claim is the cycle's (unit "admission"); every other commit a worker's:
+    # the root's claim is the start's (unit "admission"); every other commit a worker's:
     # one lease per wave of the DAG (a, then b..g together, then h), one per completion
-    assert units == {"lease_start": 3, "complete": steps, "admission": 1}
+    assert units == {"lease_start": 3, "complete": steps}
 
 
 def test_lease_with_start_is_the_start_barrier(rt):
@@ -180,9 +180,134 @@ def test_completion_under_cancel_intent_leaves_the_rest_to_the_cycle(rt):
     rt.cycle(now_ms=T0)
     (lease,) = rt.lease_attempts("w1", now_ms=T0, start=True)
     rt.cancel(run_id, now_ms=T0 + 1)
+    assert rt.get_run(run_id).steps["b"].status == "cancelled"  # nobody held it
     assert rt.complete(lease, "succeeded", now_ms=T0 + 2) == "cancelled"
-    assert rt.get_run(run_id).steps["b"].status == "pending"  # the completion left it
+    assert rt.get_run(run_id).status == "running"  # the completion left the Run's end
     rt.cycle(now_ms=T0 + 3)
     assert rt.get_run(run_id).status == "cancelled"
     with pytest.raises(FenceError):
         rt.complete(lease, "failed", now_ms=T0 + 4)
+
+
+def _count_commits():
+    units: dict[str, int] = {}
+
+    def count(name: str) -> None:
+        if name.endswith(".after_commit"):
+            unit = name.removesuffix(".after_commit")
+            units[unit] = units.get(unit, 0) + 1
+
+    faults.watch(count)
+    return units
+
+
+def test_start_claims_the_ready_roots_a_worker_leases_at_once(rt):
+    run_id = _start(rt, [("a", []), ("b", []), ("c", ["a", "b"])])
+    leased = rt.lease_attempts("w1", limit=4, now_ms=T0, start=True)
+    assert sorted(lease.step_key for lease in leased) == ["a", "b"]  # no cycle between
+    claims = rt.events(run_id, types=["attempt.claimed"])
+    assert {r.metadata["actor"] for r in claims} == {"admission"}
+
+
+def test_complete_many_records_several_runs_in_one_commit(rt):
+    rt.publish(manifest(FAN), now_ms=T0)
+    runs = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)]
+    leases = rt.lease_attempts("w1", limit=8, now_ms=T0, start=True)
+    assert sorted(lease.run_id for lease in leases) == sorted(runs)
+    units = _count_commits()
+    try:
+        done = rt.complete_many([qlflow.Completion(lease, "succeeded") for lease in leases], T0)
+    finally:
+        faults.disarm()
+    assert units == {"complete": 1}
+    assert [(d.lease, d.status, d.error) for d in done] == [(x, "succeeded", None) for x in leases]
+    # each carried its consequences: b..g of every Run claimed, leasable now
+    assert len(rt.lease_attempts("w1", limit=64, now_ms=T0 + 1)) == 3 * 6
+    assert rt.verify_projections().ok
+
+
+def test_complete_many_answers_a_fenced_completion_and_records_the_rest(rt):
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    runs = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(2)]
+    first, second = sorted(rt.lease_attempts("w1", limit=2, now_ms=T0, start=True), key=str)
+    assert rt.complete(first, "failed", now_ms=T0 + 1) == "failed"
+    again = rt.complete_many(
+        [
+            qlflow.Completion(first, "succeeded"),  # its lease completed already: fenced
+            qlflow.Completion(second, "succeeded", output={"n": 1}),
+            qlflow.Completion(first, "failed"),  # the same report again: a replay
+        ],
+        now_ms=T0 + 2,
+    )
+    assert isinstance(again[0].error, FenceError) and again[0].status is None
+    assert (again[1].status, again[1].error) == ("succeeded", None)
+    assert (again[2].status, again[2].error) == ("failed", None)
+    run = rt.get_run(second.run_id)
+    assert run.steps["a"].attempts[0].output == {"n": 1}
+    assert rt.get_run(first.run_id).status == "failed"
+    assert sorted(runs) == sorted({first.run_id, second.run_id})
+
+
+def test_complete_many_refuses_a_bad_argument_and_writes_nothing(rt):
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    for i in range(2):
+        rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0)
+    leases = rt.lease_attempts("w1", limit=2, now_ms=T0, start=True)
+    before = rt.store.head_position()
+    with pytest.raises(InvalidInput, match=r"completions\[1\].*outcome"):
+        rt.complete_many(
+            [qlflow.Completion(leases[0], "succeeded"), qlflow.Completion(leases[1], "maybe")],
+            now_ms=T0 + 1,
+        )
+    with pytest.raises(InvalidInput, match=r"qlflow\.Completion"):
+        rt.complete_many([leases[0]], now_ms=T0 + 1)
+    assert rt.store.head_position() == before
+    assert rt.complete_many([], now_ms=T0 + 1) == []
+
+
+def test_a_commit_that_does_not_answer_leaves_nothing_behind_in_memory(rt):
+    """The Runs a runtime keeps in memory are only what COMMIT answered: a unit that
+    failed before it (nothing written) or whose answer was lost (written) is read from
+    the log next time."""
+    run_id = _start(rt, DIAMOND)
+    (lease,) = rt.lease_attempts("w1", now_ms=T0, start=True)
+    faults.arm("complete.before_commit", "raise")
+    try:
+        with pytest.raises(Exception, match="injected fault"):
+            rt.complete(lease, "succeeded", now_ms=T0 + 1)
+    finally:
+        faults.disarm()
+    assert rt.get_run(run_id).steps["a"].status == "running"
+    faults.arm("complete.after_commit", "raise")
+    try:
+        with pytest.raises(Exception, match="injected fault"):
+            rt.complete(lease, "succeeded", now_ms=T0 + 2)
+    finally:
+        faults.disarm()
+    assert rt.complete(lease, "succeeded", now_ms=T0 + 2) == "succeeded"  # a replay
+    assert len(rt.events(run_id, types=["attempt.succeeded"])) == 1
+    assert sorted(x.step_key for x in rt.lease_attempts("w1", limit=4, now_ms=T0 + 3)) == [
+        "b",
+        "c",
+    ]
+
+
+def test_two_runtimes_on_one_store_see_each_others_commits(store_url):
+    """Each runtime resumes a Run from its own last commit, and reads what the other
+    appended after it."""
+    one, two = qlflow.open(store_url), qlflow.open(store_url)
+    try:
+        run_id = _start(one, DIAMOND)
+        (lease,) = one.lease_attempts("w1", now_ms=T0, start=True)
+        assert two.complete(lease, "succeeded", now_ms=T0 + 1) == "succeeded"
+        leased = one.lease_attempts("w1", limit=4, now_ms=T0 + 2, start=True)
+        assert sorted(x.step_key for x in leased) == ["b", "c"]
+        for x in leased:
+            assert two.complete(x, "succeeded", now_ms=T0 + 3) == "succeeded"
+        (last,) = one.lease_attempts("w1", limit=4, now_ms=T0 + 4, start=True)
+        assert one.complete(last, "succeeded", now_ms=T0 + 5) == "succeeded"
+        assert one.get_run(run_id).status == "succeeded"
+        assert one.verify_projections().ok
+    finally:
+        one.close()
+        two.close()

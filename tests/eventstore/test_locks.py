@@ -26,6 +26,8 @@ def test_locks_are_granted_inside_a_transaction(store):
     with store.transaction() as tx:
         tx.lock("publisher:acme")
         tx.lock("publisher:acme")  # taken again by its holder: granted at once
+        tx.lock_all(["attempt:z", "attempt:y", "publisher:acme"])
+        tx.lock_all([])
         assert tx.try_lock(["attempt:x", "attempt:y", "attempt:x"]) is True
         assert tx.try_lock([]) is True
         heads = tx.lock_heads(["run-missing", "run-a"], wait=False)
@@ -43,11 +45,22 @@ def test_locks_are_granted_inside_a_transaction(store):
         lambda tx: tx.lock(""),
         lambda tx: tx.lock(7),
         lambda tx: tx.try_lock("attempt:x"),
+        lambda tx: tx.lock_all("attempt:x"),
+        lambda tx: tx.lock_all(["ok", ""]),
         lambda tx: tx.try_lock(["ok", None]),
         lambda tx: tx.lock_heads("run-a", wait=False),
         lambda tx: tx.call("drop table events; --"),
     ],
-    ids=["empty key", "int key", "one string", "None key", "one stream id", "bad function"],
+    ids=[
+        "empty key",
+        "int key",
+        "one string",
+        "all one string",
+        "all empty key",
+        "None key",
+        "one stream id",
+        "bad function",
+    ],
 )
 def test_bad_lock_names_are_invalid_input_and_write_nothing(store, call):
     store.append([stream("run-a", 0, event("a1"))])
@@ -168,6 +181,26 @@ def test_a_lock_is_granted_when_its_holder_commits(pg_url, pg_server_url):
             assert not got
         thread.join(WAIT_S)
         assert got == ["granted"]
+
+
+@pytest.mark.pg
+def test_lock_all_waits_for_each_lock_bounded_and_takes_them_all(pg_store):
+    with held_elsewhere(pg_store, lambda tx: tx.lock("attempt:b")):
+        timed_out = pytest.raises(LockTimeout, match="not granted within 300 ms")
+        with timed_out, pg_store.transaction() as tx:
+            tx.lock_all(["attempt:c", "attempt:a", "attempt:b"])
+        with pg_store.transaction() as tx:
+            tx.lock_all(["attempt:a", "attempt:c"])
+    with pg_store.transaction() as tx:
+        tx.lock_all(["attempt:a", "attempt:b", "attempt:c"])
+        checker_saw: list[bool] = []
+
+        def check(other) -> None:
+            checker_saw.append(other.try_lock(["attempt:a"]) or other.try_lock(["attempt:c"]))
+
+        with held_elsewhere(pg_store, check):
+            pass
+        assert checker_saw == [False]  # every one of them is held here
 
 
 @pytest.mark.pg

@@ -43,7 +43,7 @@ QUICK = {
     "cluster": [
         ("admission.before_commit", 3),
         ("complete.after_commit", 4),  # the retried failure: r back to ready
-        ("cancellation.before_commit", 3),
+        ("cancellation.before_commit", 2),
         ("recovery.before_commit", 1),
         ("start.after_commit", 1),
         ("schedule.before_commit", 3),  # the skip of a revoked publisher's occurrence

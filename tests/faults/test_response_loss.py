@@ -78,10 +78,12 @@ def script() -> list[Step]:
         Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 6)),
         Step("lease y", lease("y", T0 + 7)),
         Step("running y", lambda rt: rt.mark_running(leases["y"], now_ms=T0 + 8)),
+        # the cancel ends w (nobody holds it) with its intent; y waits for its worker
         Step("cancel", lambda rt: rt.cancel(run_id(rt), now_ms=T0 + 9), "cancel_intent"),
-        Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 10), "cancellation"),  # w cancelled
+        Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 10)),
         Step("complete y", lambda rt: rt.complete(leases["y"], "succeeded", now_ms=T0 + 11)),
-        Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 12)),  # y cancelled: Run cancelled
+        # y recorded cancelled: the cancellation phase ends the Run
+        Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 12), "cancellation"),
     ]
 
 
@@ -172,5 +174,5 @@ def test_a_cut_connection_after_commit_is_replayed_exactly(pg_url, reference, lo
 def test_a_lost_answer_is_replayed_exactly(store_url, reference, lose) -> None:
     with qlflow.open(store_url) as rt:
         answers = play(rt, lose, lambda unit: faults.arm(f"{unit}.after_commit", "raise"))
-        assert faults.counts()[f"{LOSABLE[lose]}.after_commit"] >= 2, "the fault fired"
+        assert faults.counts()[f"{LOSABLE[lose]}.after_commit"] >= 1, "the fault fired"
         check(rt, answers, lose, reference)

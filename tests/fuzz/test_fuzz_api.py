@@ -53,7 +53,6 @@ def prepare(url: str, profile: str) -> Prepared:
     with qlflow.open(url, profile) as rt:
         publication = rt.publish(CHAIN, now_ms=T0)
         run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0 + 1).run_id
-        rt.cycle(now_ms=T0 + 2)
         [lease] = rt.lease_attempts("w1", ttl_ms=60_000, now_ms=T0 + 3)
     return Prepared(url, run_id, lease, publication.publication_id)
 
@@ -153,6 +152,25 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             output=either(None),
             now_ms=either(NOW),
         ),
+        "complete_many": call(
+            st.one_of(
+                st.lists(
+                    st.one_of(
+                        st.builds(
+                            qlflow.Completion,
+                            lease,
+                            either("succeeded"),
+                            either(None),
+                            either(None),
+                        ),
+                        hostile,
+                    ),
+                    max_size=3,
+                ),
+                hostile,
+            ),
+            now_ms=either(NOW),
+        ),
         "get_run": call(either(p.run_id)),
         "task_inputs": call(lease),
         "task_definition": call(lease),
@@ -206,6 +224,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
 METHODS = [
     "publish", "withdraw", "quarantine", "revoke_publisher", "start", "inspect_admission",
     "cancel", "cycle", "lease_attempts", "mark_starting", "mark_running", "renew", "complete",
+    "complete_many",
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",

@@ -25,7 +25,7 @@ def test_the_fragment_follows_every_change_until_the_run_ends(rt, client):
     stamp = re.search(r'data-stamp="([0-9a-f]+)"', page).group(1)
     assert poll(client, run_id, stamp).status_code == 204
 
-    rt.cycle(now_ms=T0 + 1)  # a claimed
+    (lease,) = rt.lease_attempts("w1", now_ms=T0 + 1)  # a leased (the start claimed it)
     first = poll(client, run_id, stamp)
     assert first.status_code == 200
     assert first.headers["x-qlflow-live"] == "1"
@@ -35,7 +35,6 @@ def test_the_fragment_follows_every_change_until_the_run_ends(rt, client):
     stamp = first.headers["x-qlflow-stamp"]
     assert poll(client, run_id, stamp).status_code == 204
 
-    (lease,) = rt.lease_attempts("w1", now_ms=T0 + 2)
     lease = rt.mark_running(lease, now_ms=T0 + 3)
     running = poll(client, run_id, stamp)
     assert node_status(running.text, "a") == "running"
@@ -70,14 +69,12 @@ def test_the_step_page_polls_its_body_until_the_step_ends(rt, client):
         return client.get(url, params={"live": "1", "stamp": known})
 
     assert step_poll(stamp).status_code == 204
-    rt.cycle(now_ms=T0 + 1)  # a claimed: a new Attempt
-    claimed = step_poll(stamp)
-    assert claimed.status_code == 200 and claimed.headers["x-qlflow-live"] == "1"
-    assert "<html" not in claimed.text and 'id="attempt-1"' in claimed.text
-    stamp = claimed.headers["x-qlflow-stamp"]
-    (lease,) = rt.lease_attempts("w1", now_ms=T0 + 2)
+    (lease,) = rt.lease_attempts("w1", now_ms=T0 + 1)  # the start's claim, leased
     lease = rt.mark_running(lease, now_ms=T0 + 3)
-    stamp = step_poll(stamp).headers["x-qlflow-stamp"]
+    running = step_poll(stamp)
+    assert running.status_code == 200 and running.headers["x-qlflow-live"] == "1"
+    assert "<html" not in running.text and 'id="attempt-1"' in running.text
+    stamp = running.headers["x-qlflow-stamp"]
     rt.append_log(lease.attempt_id, [("stdout", T0 + 4, b"hello\n")])
     assert step_poll(stamp).status_code == 204, "log output is the tail's, not the body's"
     rt.complete(lease, "succeeded", now_ms=T0 + 5)
