@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.authority import Units
+from actors.planned_workflows import PlannedWorkflows
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, run_stream, steps_stream
@@ -56,7 +57,13 @@ from domain.errors import (
 )
 from domain.fields import ID_PATTERN
 from domain.ids import RECEIPT, RUN_ID, derive_id
-from domain.plan import build_plan, step_run_ids_for
+from domain.plan import (
+    ExecutionPlan,
+    PlannedWorkflow,
+    bind_plan,
+    plan_workflow,
+    step_run_ids_for,
+)
 from domain.publication import PublicationRef, publication_from_json
 from domain.records import NewEvent, Record, StreamAppend
 from domain.revision import MaterializedRevision, revision_from_json
@@ -144,7 +151,17 @@ def start(
     admission_key, run_id = admission_identity(admission_key, run_id)
 
     def unit(tx: Transaction) -> tuple[AdmissionReceipt, RunAggregate | None]:
-        return _admit(tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params)
+        return _admit(
+            tx,
+            package,
+            workflow_key,
+            admission_key,
+            run_id,
+            timeout_ms,
+            now_ms,
+            params,
+            authority.workflows,
+        )
 
     try:
         receipt, admitted = authority.execute(unit, name="admission")
@@ -166,6 +183,7 @@ def admit_in_tx(
     timeout_ms: int | None,
     now_ms: int,
     params: Mapping[str, Any] | None = None,
+    workflows: PlannedWorkflows | None = None,
 ) -> AdmissionReceipt:
     """Admit one Run of `workflow_key` from `package` in the open transaction `tx`.
 
@@ -175,9 +193,10 @@ def admit_in_tx(
     "created", or "existing" for an exact replay. Raises StartGuardError (with
     `.reason`), AdmissionCollision, PlanError, NotFound or InvalidInput, writing
     nothing. Call `admission_identity` first when retrying with a generated key.
+    `workflows`: the Workflows this process has checked already (none: check it).
     """
     receipt, _ = _admit(
-        tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params
+        tx, package, workflow_key, admission_key, run_id, timeout_ms, now_ms, params, workflows
     )
     return receipt
 
@@ -191,10 +210,11 @@ def _admit(
     timeout_ms: int | None,
     now_ms: int,
     params: Mapping[str, Any] | None = None,
+    workflows: PlannedWorkflows | None = None,
 ) -> tuple[AdmissionReceipt, RunAggregate | None]:
     """`admit_in_tx`, with the admitted Run as the commit leaves it (None: a replay)."""
     admission_key, run_id = admission_identity(admission_key, run_id)
-    reads = PublicationReads(tx)
+    reads = PublicationReads(tx, workflows)
     publication = reads.resolve_and_serialize(package)
 
     replayed = _exact_replay(
@@ -204,7 +224,7 @@ def _admit(
         return replayed, None
     _refuse_taken_run_id(tx, run_id, admission_key)
 
-    ref, revision = reads.published_revision(publication.publication_id)
+    _, revision = reads.published_revision(publication.publication_id)
     check_start(
         publication,
         reads.publisher_status(publication),
@@ -212,15 +232,7 @@ def _admit(
         revision,
         workflow_key,
     )
-    plan = build_plan(
-        ref,
-        revision,
-        workflow_key,
-        run_id,
-        step_run_ids_for(run_id, _step_keys(revision, workflow_key)),
-        timeout_ms,
-        params,
-    )
+    plan = reads.plan(publication.publication_id, workflow_key, run_id, timeout_ms, params)
     decision = admission_records(plan, admission_key, now_ms)
     run_events = decision.events(run_stream(run_id))
     mutations = decision.events(steps_stream(run_id))
@@ -335,10 +347,11 @@ class PublicationReads:
     one transaction: through `qlflow_admission_source` where the schema has it (a
     PostgreSQL runtime role may not read those tables), else from the read models."""
 
-    def __init__(self, tx: Transaction) -> None:
+    def __init__(self, tx: Transaction, workflows: PlannedWorkflows | None = None) -> None:
         self._tx = tx
         self.definer = admission_source.has_admission_source(tx)
         self._sources: dict[str, admission_source.AdmissionSource] = {}
+        self._workflows = workflows
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -367,10 +380,40 @@ class PublicationReads:
     def published_revision(
         self, publication_id: str
     ) -> tuple[PublicationRef, MaterializedRevision]:
-        """See `published_revision`."""
+        """See `published_revision` (a revision a checked Workflow holds is not read
+        again: it never changes)."""
+        held = self._held(publication_id)
+        if held is not None:
+            return held.publication, held.revision
         if self.definer:
             return _revision_of(publication_id, self._source(publication_id).published)
         return published_revision(self._tx, publication_id)
+
+    def plan(
+        self,
+        publication_id: str,
+        workflow_key: str,
+        run_id: str,
+        timeout_ms: int | None,
+        params: Mapping[str, Any] | None,
+    ) -> ExecutionPlan:
+        """The plan of one Run of `workflow_key` of the publication (`build_plan`), the
+        Workflow checked once per process (`PlannedWorkflows`)."""
+        planned = None
+        if self._workflows is not None:
+            planned = self._workflows.get(publication_id, workflow_key)
+        if planned is None:
+            ref, revision = self.published_revision(publication_id)
+            planned = plan_workflow(ref, revision, workflow_key)
+            if self._workflows is not None:
+                self._workflows.put(planned)
+        ids = step_run_ids_for(run_id, [step.key for step in planned.workflow.steps])
+        return bind_plan(planned, run_id, ids, timeout_ms, params)
+
+    def _held(self, publication_id: str) -> PlannedWorkflow | None:
+        if self._workflows is None:
+            return None
+        return self._workflows.any_of(publication_id)
 
     def publisher_status(self, publication: Publication) -> str | None:
         """The trust status of the publication's publisher ("revoked", "active", None)."""
@@ -439,11 +482,8 @@ def _exact_replay(
     digest = None
     if same_installation:
         try:
-            ref, revision = reads.published_revision(receipt.publication_id)
-            ids = step_run_ids_for(run_id, _step_keys(revision, workflow_key))
-            digest = build_plan(
-                ref, revision, workflow_key, run_id, ids, timeout_ms, params
-            ).plan_digest
+            plan = reads.plan(receipt.publication_id, workflow_key, run_id, timeout_ms, params)
+            digest = plan.plan_digest
         except PlanError:
             digest = None
     if digest == receipt.plan_digest:
@@ -467,7 +507,3 @@ def _refuse_taken_run_id(tx: Transaction, run_id: str, admission_key: str) -> No
         )
     if tx.stream_versions([run_stream(run_id)])[run_stream(run_id)] > 0:
         raise AdmissionCollision(f"run id {run_id!r} already has events; choose another run id")
-
-
-def _step_keys(revision: MaterializedRevision, workflow_key: str) -> list[str]:
-    return [step.key for step in revision.workflow(workflow_key).steps]

@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar, cast
 import pykka
 
 from actors.aggregate_cache import AggregateCache
+from actors.planned_workflows import PlannedWorkflows
 from eventstore import faults
 from eventstore.api import EventStore, Reads, Transaction
 
@@ -41,6 +42,11 @@ class Units(Protocol):
     @property
     def aggregates(self) -> AggregateCache:
         """The Runs as this process's commits left them (`actors.aggregate_cache`)."""
+        ...
+
+    @property
+    def workflows(self) -> PlannedWorkflows:
+        """The Workflows this process has checked for admission."""
         ...
 
     def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
@@ -83,9 +89,15 @@ def run_read(store: EventStore, fn: Callable[[Transaction], T]) -> T:
 class LocalUnits:
     """Units of work and reads run on the calling thread, straight on the store."""
 
-    def __init__(self, store: EventStore, aggregates: AggregateCache | None = None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        aggregates: AggregateCache | None = None,
+        workflows: PlannedWorkflows | None = None,
+    ) -> None:
         self.store = store
         self.aggregates = aggregates if aggregates is not None else AggregateCache()
+        self.workflows = workflows if workflows is not None else PlannedWorkflows()
 
     def execute(self, fn: Callable[[Transaction], T], name: str = "unit") -> T:
         """Run `fn(tx)` in one transaction (see run_unit)."""
@@ -128,7 +140,8 @@ class OperationAuthority:
     def __init__(self, store: EventStore) -> None:
         self.store = store
         self.aggregates = AggregateCache()
-        self._local = LocalUnits(store, self.aggregates)
+        self.workflows = PlannedWorkflows()
+        self._local = LocalUnits(store, self.aggregates, self.workflows)
         self._actor = _AuthorityActor.start(self._local) if store.single_writer else None
 
     def run(self, fn: Callable[[Units], T]) -> T:

@@ -2,7 +2,8 @@
 
 A plan binds one Run to one immutable, digest-checked definition: publication,
 materialized revision, workflow, the Task source digests and every StepRun id.
-`build_plan` makes one from a publication and its revision; `normalize` strictly
+`build_plan` makes one from a publication and its revision (`plan_workflow` checks
+what depends on those alone, once per Workflow; `bind_plan` binds a Run); `normalize` strictly
 re-reads one (for example from a `workflow.admitted` event) and recomputes its
 digest. Every refusal is a PlanError whose `rule` names the broken rule.
 """
@@ -50,6 +51,7 @@ from domain.start_guard import task_disabled, workflow_disabled
 from domain.transitions import STEP_PENDING, STEP_READY
 from domain.workflows import (
     MAX_WORKFLOW_STEPS,
+    WorkflowDefinition,
     check_step_graph,
     check_workflow,
     workflow_semantic_digest,
@@ -132,6 +134,19 @@ def step_run_ids_for(run_id: str, step_keys: Iterable[str]) -> dict[str, str]:
 # --- building -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedWorkflow:
+    """One Workflow of a publication, checked against its revision: everything a plan
+    of it binds but the Run (`plan_workflow`). The revision is immutable, so one
+    PlannedWorkflow serves every Run of that Workflow of that publication."""
+
+    publication: PublicationRef
+    revision: MaterializedRevision
+    workflow_key: str
+    workflow: WorkflowDefinition
+    workflow_digest: str
+
+
 def build_plan(
     publication: PublicationRef,
     revision: MaterializedRevision,
@@ -147,16 +162,30 @@ def build_plan(
     `timeout_ms` overrides the Workflow's own timeout. `params` are the start's
     parameter values (InvalidInput for an unknown name, a wrong type or a missing
     required one). Raises PlanError naming the first rule the inputs break.
+    (`plan_workflow` then `bind_plan`.)
     """
     if not isinstance(publication, PublicationRef):
         refuse_type(publication, "publication", "a PublicationRef")
     if not isinstance(revision, MaterializedRevision):
         refuse_type(revision, "revision", "a MaterializedRevision")
     check_name(workflow_key, "workflow_key", "workflow_key")
-    check_id(run_id, "run_id", "run_id")
-    if timeout_ms is not None:
-        check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
+    _check_run_fields(run_id, timeout_ms)
+    planned = plan_workflow(publication, revision, workflow_key)
+    return bind_plan(planned, run_id, step_run_ids, timeout_ms, params)
 
+
+def plan_workflow(
+    publication: PublicationRef, revision: MaterializedRevision, workflow_key: str
+) -> PlannedWorkflow:
+    """Check `workflow_key` of `publication` against its revision: the revision is what
+    its digest says, the two agree on every bound field, the Workflow exists, is
+    enabled, is well formed, its Tasks are enabled and its digest is the published
+    one. Raises PlanError naming the first rule broken."""
+    if not isinstance(publication, PublicationRef):
+        refuse_type(publication, "publication", "a PublicationRef")
+    if not isinstance(revision, MaterializedRevision):
+        refuse_type(revision, "revision", "a MaterializedRevision")
+    check_name(workflow_key, "workflow_key", "workflow_key")
     check_publication(publication)
     check_revision_integrity(revision)
     check_binding(publication, revision)
@@ -177,6 +206,22 @@ def build_plan(
             f"publication's digest of Workflow {workflow_key!r} is {published!r}, "
             f"the revision gives {workflow_digest!r}",
         )
+    return PlannedWorkflow(publication, revision, workflow_key, workflow, workflow_digest)
+
+
+def bind_plan(
+    planned: PlannedWorkflow,
+    run_id: str,
+    step_run_ids: Mapping[str, str],
+    timeout_ms: int | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> ExecutionPlan:
+    """The plan of one Run of a checked Workflow (`plan_workflow`): its StepRun ids,
+    timeout and bound parameters, sealed with its digest (see `build_plan`)."""
+    if not isinstance(planned, PlannedWorkflow):
+        refuse_type(planned, "planned", "a PlannedWorkflow")
+    _check_run_fields(run_id, timeout_ms)
+    publication, revision, workflow = planned.publication, planned.revision, planned.workflow
     ids = check_step_run_ids(step_run_ids, [step.key for step in workflow.steps])
     bound = tuple(sorted(bind_params(workflow.params, params).items()))
 
@@ -207,8 +252,8 @@ def build_plan(
         "revision_digest": revision.revision_digest,
         "publication_id": publication.publication_id,
         "publication_digest": publication.publication_digest,
-        "workflow_key": workflow_key,
-        "workflow_digest": workflow_digest,
+        "workflow_key": planned.workflow_key,
+        "workflow_digest": planned.workflow_digest,
         "run_id": run_id,
         "timeout_ms": timeout_ms if timeout_ms is not None else workflow.timeout_ms,
         "steps": [_step_document(step, schema) for step in steps],
@@ -216,6 +261,12 @@ def build_plan(
     if schema == PLAN_SCHEMA_V2:
         document["params"] = dict(bound)
     return _seal(document, steps)
+
+
+def _check_run_fields(run_id: str, timeout_ms: int | None) -> None:
+    check_id(run_id, "run_id", "run_id")
+    if timeout_ms is not None:
+        check_positive_int(timeout_ms, "timeout_ms", "timeout_ms")
 
 
 # --- encoding -------------------------------------------------------------------------
