@@ -56,7 +56,7 @@ from domain.errors import (
     StartGuardError,
 )
 from domain.fields import ID_PATTERN
-from domain.ids import RECEIPT, RUN_ID, derive_id
+from domain.ids import PUBLICATION_ID, RECEIPT, RUN_ID, derive_id
 from domain.plan import (
     ExecutionPlan,
     PlannedWorkflow,
@@ -352,6 +352,7 @@ class PublicationReads:
         self.definer = admission_source.has_admission_source(tx)
         self._sources: dict[str, admission_source.AdmissionSource] = {}
         self._workflows = workflows
+        self._heads: dict[str, Publication] = {}  # resolved by name: the head itself
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -423,15 +424,21 @@ class PublicationReads:
 
     def installation_head(self, publication: Publication) -> Publication | None:
         """The current head of the publication's installation."""
+        if publication.publication_id in self._heads:
+            return self._heads[publication.publication_id]  # read as the head, under the lock
         if self.definer:
             return self._source(publication.publication_id).head
         return read_model.installation_head(self._tx, publication.project, publication.installation)
 
     def _resolve(self, package: str) -> Publication:
-        explicit = read_model.publication(self._tx, package)
-        if explicit is not None:
-            return explicit
-        return _single(package, read_model.heads_named(self._tx, package))
+        self._heads.clear()
+        if package.startswith(PUBLICATION_ID):  # no installation or package name has ":"
+            explicit = read_model.publication(self._tx, package)
+            if explicit is not None:
+                return explicit
+        head = _single(package, read_model.heads_named(self._tx, package))
+        self._heads[head.publication_id] = head
+        return head
 
     def _source(self, target: str) -> admission_source.AdmissionSource:
         source = self._sources.get(target)

@@ -82,6 +82,11 @@ class Reads(Protocol):
         """Run one query and return all rows."""
         ...
 
+    def query_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """Run independent queries and return each one's rows, in one round trip where
+        the store can."""
+        ...
+
 
 class Transaction(Reads, Protocol):
     """One open store transaction (or read session). Reads see its own writes."""

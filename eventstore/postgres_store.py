@@ -105,6 +105,20 @@ class PostgresTransaction(BaseTransaction):
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
 
+    def _rows_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        if not _PIPELINE:
+            return [self._rows(sql, params) for sql, params in queries]
+        cursors = []
+        conn = self._conn
+        # BEGIN (if due), what waits, and every query in one round trip
+        with conn.pipeline():
+            self._send_prelude()
+            for sql, params in queries:
+                cursor = conn.cursor()
+                cursor.execute(_native(sql), params or None, prepare=False)
+                cursors.append(cursor)
+        return [cursor.fetchall() for cursor in cursors]
+
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
         return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
 

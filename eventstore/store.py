@@ -194,6 +194,12 @@ class BaseStore(ABC):
         with self._reading() as session:
             return session.query(sql, params)
 
+    def query_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """Run independent read-only queries outside a transaction (one round trip
+        where the store can)."""
+        with self._reading() as session:
+            return session.query_all(queries)
+
     # -- schema ------------------------------------------------------------------------
 
     def schema_version(self, component: str) -> int:

@@ -317,6 +317,16 @@ class BaseTransaction(ABC):
         self._check_usable()
         return self._rows(sql, params)
 
+    def query_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """Run independent queries (`?` placeholders) and return each one's rows, in
+        one round trip where the store can (none reads another's result)."""
+        self._check_usable()
+        return self._rows_all(queries) if queries else []
+
+    def _rows_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """Each query's rows (an adapter may send them all at once)."""
+        return [self._rows(sql, params) for sql, params in queries]
+
     # -- locks (see eventstore.api) ------------------------------------------------------
 
     def lock(self, key: str) -> None:

@@ -32,6 +32,7 @@ from domain.phases import RUN_PHASES
 from domain.records import Record
 from domain.streams import run_stream
 from projections.runs_fold import (
+    _created,
     _fold,
     _load,
     _named,
@@ -40,7 +41,6 @@ from projections.runs_fold import (
     _select_steps_with_live_attempts,
 )
 from projections.runs_schema import (  # the module's contract (projections.registry)
-    _RUN,
     ATTEMPTS,
     COMPONENT,
     GRANT_COLUMNS,
@@ -249,18 +249,3 @@ class Replay:
                 self._insert(table.name, table.columns, new)
             if changed:
                 self._tx.executemany(table.upsert_sql, changed)
-
-
-def _created(records: Sequence[Record]) -> tuple[set[str], set[str]]:
-    """The Run ids the records admit and the Attempt ids they claim."""
-    run_ids: set[str] = set()
-    attempt_ids: set[str] = set()
-    for record in records:
-        kind = record.type
-        if kind == "workflow.admitted" or kind == "attempt.claimed":
-            family, _, run_id = record.stream_id.partition("-")
-            if family == _RUN and kind == "workflow.admitted":
-                run_ids.add(run_id)
-            elif family == _RUN:
-                attempt_ids.add(record.data["attempt_id"])
-    return run_ids, attempt_ids

@@ -69,16 +69,70 @@ class _Rows:
 
 
 def _load(tx, records: Sequence[Record]) -> _Rows:
-    """Every row the records can touch: three queries (two when no Attempt is named)."""
+    """Every row the records can touch and that exists already (a Run these records
+    admit, an Attempt they claim, is not stored yet): three queries at most, sent
+    together (`query_all`)."""
     run_ids, attempt_ids = _named(records)
+    created_runs, created_attempts = _created(records)
+    attempt_ids -= created_attempts
+    run_ids -= created_runs
     rows = _Rows()
+    if not run_ids and not attempt_ids:
+        return rows
+    if len(run_ids) + len(attempt_ids) > _IN_CHUNK:
+        return _load_in_chunks(tx, rows, run_ids, attempt_ids)
+    # a lease record names only its Attempt: its Run is the one that Attempt's row names
+    named, attempts = sorted(run_ids), sorted(attempt_ids)
+    parts = [f"{{column}} IN ({_marks(named)})"] if named else []
+    if attempts:
+        held = f"SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(attempts)})"
+        parts.append(f"{{column}} IN ({held})")
+    of_runs = " OR ".join(parts)
+    queries = [
+        (f"{RUNS.select_sql} {of_runs.format(column='run_id')}", [*named, *attempts]),
+        (f"{_STEPS_AND_LIVE_ATTEMPTS} {of_runs.format(column='s.run_id')}", [*named, *attempts]),
+    ]
+    if attempts:
+        queries.append((f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(attempts)})", attempts))
+    found = tx.query_all(queries)
+    rows.add_loaded(RUNS, found[0])
+    split = len(STEP_RUNS.columns)
+    rows.add_loaded(STEP_RUNS, [row[:split] for row in found[1]])
+    if attempts:
+        rows.add_loaded(ATTEMPTS, found[2])
+    live = {row[split]: row[split:] for row in found[1] if row[split] is not None}
+    rows.add_loaded(ATTEMPTS, (a for a in live.values() if a[0] not in rows.attempts))
+    return rows
+
+
+def _load_in_chunks(tx, rows: _Rows, run_ids: set[str], attempt_ids: set[str]) -> _Rows:
+    """`_load` for more ids than one IN (...) list takes: query after query."""
     rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", attempt_ids))
-    run_ids.update(attempt["run_id"] for attempt in rows.attempts.values())
+    run_ids = run_ids | {attempt["run_id"] for attempt in rows.attempts.values()}
     rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", run_ids))
     steps, live_attempts = _select_steps_with_live_attempts(tx, run_ids)
     rows.add_loaded(STEP_RUNS, steps)
-    rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in attempt_ids))
+    rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in rows.attempts))
     return rows
+
+
+def _marks(values: Sequence[str]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _created(records: Sequence[Record]) -> tuple[set[str], set[str]]:
+    """The Run ids the records admit and the Attempt ids they claim."""
+    run_ids: set[str] = set()
+    attempt_ids: set[str] = set()
+    for record in records:
+        kind = record.type
+        if kind == "workflow.admitted" or kind == "attempt.claimed":
+            family, _, run_id = record.stream_id.partition("-")
+            if family == _RUN and kind == "workflow.admitted":
+                run_ids.add(run_id)
+            elif family == _RUN:
+                attempt_ids.add(record.data["attempt_id"])
+    return run_ids, attempt_ids
 
 
 def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
@@ -98,11 +152,12 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
     return run_ids, attempt_ids
 
 
-_STEPS_WITH_LIVE_ATTEMPTS = (
+_STEPS_AND_LIVE_ATTEMPTS = (
     f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
     f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
-    "FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id WHERE s.run_id"
+    "FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id WHERE"
 )
+_STEPS_WITH_LIVE_ATTEMPTS = f"{_STEPS_AND_LIVE_ATTEMPTS} s.run_id"
 
 
 def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[tuple], list[tuple]]:
@@ -114,7 +169,7 @@ def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[t
 
 
 def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
-    """Rows of `sql` + ` IN (values)`, in chunks of `_IN_CHUNK` values."""
+    """Rows of `sql` + ` IN (values)`, in chunks of `_IN_CHUNK` values (none: no query)."""
     ordered = sorted(values)
     found: list[tuple] = []
     for start in range(0, len(ordered), _IN_CHUNK):
