@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.authority import Units
-from actors.loading import attempt_lock, load_aggregate
+from actors.loading import attempt_lock, not_found, read_runs
 from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import run_path
 from domain import worker as worker_rules
@@ -25,6 +25,7 @@ from domain.aggregate import RunAggregate
 from domain.cancellation import request_cancel
 from domain.decision import EMPTY, Decision
 from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
+from domain.streams import run_stream
 from eventstore.api import Transaction
 from projections import candidates
 from projections.registry import commit
@@ -303,32 +304,60 @@ def _recorded(lease: Lease, written: Written) -> str:
 
 def cancel(authority: Units, run_id: str, reason: str, now_ms: int) -> bool:
     """Record cancel intent on the Run (idempotent), and with it what cancellation
-    convergence ends at once (`run_path.cancel_and_converge`) when the Run's active
-    Attempts' locks are free — else the intent alone, and the cycle converges. True if
-    this call recorded the intent."""
+    convergence ends at once; see `cancel_many`. True if this call recorded the
+    intent."""
+    return cancel_many(authority, [run_id], reason, now_ms)[0]
+
+
+def cancel_many(authority: Units, run_ids: Sequence[str], reason: str, now_ms: int) -> list[bool]:
+    """Record cancel intent on each Run in one commit (idempotent), and with it what
+    cancellation convergence ends at once (`run_path.cancel_and_converge`) where the
+    Run's active Attempts' locks are free — else the intent alone, and the cycle
+    converges. For each Run, in order: True if this call recorded its intent (a Run
+    named twice: the first time). NotFound for a Run that does not exist, writing
+    nothing."""
+    wanted = sorted(set(run_ids))
 
     def unit(tx: Transaction) -> Batch:
-        aggregate = load_aggregate(tx, run_id, authority.aggregates)
-        # taken after the head, so never waited for: a lock held elsewhere (a worker
-        # writing its lease) leaves the convergence to the cycle
-        locks = [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
-        if tx.try_lock(locks):
-            decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
-        else:
-            decision = request_cancel(aggregate, reason, now_ms)
-        after = {}
-        if decision.appends:
-            after[run_id] = run_path.applied(aggregate, decision)
-            commit(tx, decision.appends, folded=after)
-        return Batch([Written(run_id, aggregate, decision)], after)
+        tx.lock_heads([run_stream(r) for r in wanted], wait=True)
+        found = read_runs(tx, wanted, authority.aggregates)
+        missing = [r for r in wanted if r not in found]
+        if missing:
+            raise not_found(missing[0])
+        aggregates = {run_id: read.fold() for run_id, read in found.items()}
+        # taken after the heads, so never waited for: a lock held elsewhere (a worker
+        # writing its lease) leaves that Run's convergence to the cycle
+        keys = {
+            r: [attempt_lock(a.attempt_id) for a in agg.active_attempts()]
+            for r, agg in aggregates.items()
+        }
+        everyone = tx.try_lock([key for run_keys in keys.values() for key in run_keys])
+        written, appends, after = [], [], {}
+        for run_id in wanted:
+            aggregate = aggregates[run_id]
+            if everyone or tx.try_lock(keys[run_id]):
+                decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
+            else:
+                decision = request_cancel(aggregate, reason, now_ms)
+            written.append(Written(run_id, aggregate, decision))
+            if decision.appends:
+                appends.extend(decision.appends)
+                after[run_id] = run_path.applied(aggregate, decision)
+        if appends:
+            commit(tx, appends, folded=after)
+        return Batch(written, after)
 
     batch = _with_retries(authority, unit, "cancel")
-    _, decision = batch.written[0].result()
-    if decision.appends:
-        log.info(
-            "run %s: cancel requested (%s)%s",
-            run_id,
-            reason,
-            ", cancelled" if decision.run_terminal else "",
-        )
-    return bool(decision.appends)
+    recorded = {w.run_id: w.decision for w in batch.written}
+    answers = []
+    for run_id in run_ids:
+        decision = recorded.pop(run_id, None)
+        answers.append(decision is not None and bool(decision.appends))
+        if decision is not None and decision.appends:
+            log.info(
+                "run %s: cancel requested (%s)%s",
+                run_id,
+                reason,
+                ", cancelled" if decision.run_terminal else "",
+            )
+    return answers

@@ -28,8 +28,9 @@ Sides:
 Figures per side: workflows/s (wall, starting included), process CPU ms per
 workflow, write transactions per workflow (qlflow: its committed units of work;
 DBOS: SQLAlchemy transactions that wrote), cancellation of 200 pending Workflows
-(qlflow: admitted with their roots claimed, `cancel` then `cycle()` until every one
-is terminal; DBOS: workflows waiting in `recv`, `cancel_workflow`), peak RSS
+(qlflow: admitted with their roots claimed, `cancel` each then `cycle()` until one
+changes nothing; DBOS: workflows waiting in `recv`, `cancel_workflow` each) and of 200
+more in one call (qlflow `cancel_many`, DBOS `cancel_workflows`), peak RSS
 (VmHWM). On SQLite the qlflow child also counts WAL frames (pages) per commit in a
 separate, untimed pass (a checkpoint after each commit restarts the WAL). With
 --profile a qlflow round is run under cProfile and its top entries printed.
@@ -208,6 +209,26 @@ def worker_process(url: str, worker_id: str) -> None:
     print(orjson.dumps({"cpu_s": _cpu_s(), "rss_mib": _peak_rss_mib()}).decode(), flush=True)
 
 
+def _cancel_pending(rt, cancels: int, batch: bool) -> float:
+    """Cancelled/s of `cancels` pending Workflows (roots claimed, nothing leased): one
+    `cancel` each, or one `cancel_many`; then cycles until one changes nothing (what
+    the cancels did not converge themselves). Every Run is checked off the clock."""
+    pending = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(cancels)]
+    while rt.cycle().changed:
+        pass
+    wall0 = time.perf_counter()
+    if batch:
+        rt.cancel_many(pending)
+    else:
+        for run_id in pending:
+            rt.cancel(run_id)
+    while rt.cycle().changed:
+        pass
+    rate = cancels / (time.perf_counter() - wall0)
+    assert _all_terminal(rt, pending)
+    return rate
+
+
 def _wal_pages(url: str, db_path: str, workflows: int) -> dict:
     """Untimed: WAL frames written by each commit of a fresh run of `workflows`."""
     from eventstore import faults
@@ -233,6 +254,7 @@ def _wal_pages(url: str, db_path: str, workflows: int) -> dict:
     every = [p for values in pages.values() for p in values]
     return {
         "pages_per_commit": statistics.fmean(every),
+        "pages_per_workflow": sum(every) / workflows,
         "by_unit": {unit: round(statistics.fmean(v), 1) for unit, v in sorted(pages.items())},
     }
 
@@ -275,17 +297,9 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
         out["profile_cumulative"] = text.getvalue()
         out["profile_tottime"] = tottime.getvalue()
     if mode == "one":
-        # cancellation of pending Workflows: roots claimed, nothing leased
-        pending = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(cancels)]
-        while rt.cycle().changed:
-            pass
-        wall0 = time.perf_counter()
-        for run_id in pending:
-            rt.cancel(run_id)
-        while rt.cycle().changed:  # what the cancels did not converge themselves
-            pass
-        out["cancelled_per_s"] = cancels / (time.perf_counter() - wall0)
-        assert _all_terminal(rt, pending)  # checked outside the clock
+        out["cancelled_per_s"] = _cancel_pending(rt, cancels, batch=False)
+        if hasattr(rt, "cancel_many"):
+            out["cancelled_batch_per_s"] = _cancel_pending(rt, cancels, batch=True)
     out["rss_mib"] = max([_peak_rss_mib(), *(r["rss_mib"] for r in reports)])
     rt.close()
     if mode == "one" and db_path is not None:
@@ -368,6 +382,10 @@ def dbos_child(url: str, side: str, workflows: int, cancels: int) -> dict:
         for workflow_id in pending:
             DBOS.cancel_workflow(workflow_id)
         out["cancelled_per_s"] = cancels / (time.perf_counter() - wall0)
+        pending = [DBOS.start_workflow(waiting).workflow_id for _ in range(cancels)]
+        wall0 = time.perf_counter()
+        DBOS.cancel_workflows(pending)
+        out["cancelled_batch_per_s"] = cancels / (time.perf_counter() - wall0)
     out["rss_mib"] = _peak_rss_mib()
     # the cancelled workflows' threads wait in recv: report and leave at once
     print(orjson.dumps(out).decode(), flush=True)
@@ -428,7 +446,7 @@ def _median(rounds: list[dict], key: str) -> float | None:
 
 def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
     keys = ("workflows_per_s", "cpu_ms_per_workflow", "commits_per_workflow",
-            "cancelled_per_s", "rss_mib")  # fmt: skip
+            "cancelled_per_s", "cancelled_batch_per_s", "rss_mib")  # fmt: skip
     summary: dict = {}
     for store, sides in raw.items():
         medians = {side: {k: _median(rounds, k) for k in keys} for side, rounds in sides.items()}
@@ -448,6 +466,10 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
         ours = medians.get("qlflow", {})
         if ours.get("cancelled_per_s") and base.get("cancelled_per_s"):
             ratios["qlflow_cancel_vs_dbos"] = ours["cancelled_per_s"] / base["cancelled_per_s"]
+        if ours.get("cancelled_batch_per_s") and base.get("cancelled_batch_per_s"):
+            ratios["qlflow_cancel_many_vs_dbos_cancel_workflows"] = (
+                ours["cancelled_batch_per_s"] / base["cancelled_batch_per_s"]
+            )
         if ours.get("cpu_ms_per_workflow") and base.get("cpu_ms_per_workflow"):
             ratios["qlflow_cpu_vs_dbos"] = ours["cpu_ms_per_workflow"] / base["cpu_ms_per_workflow"]
         wal = [r["wal"] for r in sides.get("qlflow", []) if "wal" in r]
@@ -461,20 +483,25 @@ def render(summary: dict) -> str:
         lines.append(f"== {store} (median of rounds)")
         lines.append(
             f"{'side':<14}{'wf/s':>9}{'CPU ms/wf':>11}{'commits/wf':>12}"
-            f"{'cancel/s':>10}{'RSS MiB':>9}"
+            f"{'cancel/s':>10}{'batch/s':>10}{'RSS MiB':>9}"
         )
         for side, m in figures["medians"].items():
             cells = [m.get(k) for k in ("workflows_per_s", "cpu_ms_per_workflow",
-                     "commits_per_workflow", "cancelled_per_s", "rss_mib")]  # fmt: skip
+                     "commits_per_workflow", "cancelled_per_s", "cancelled_batch_per_s",
+                     "rss_mib")]  # fmt: skip
             text = ["-" if v is None else f"{v:.1f}" for v in cells]
             lines.append(
-                f"{side:<14}{text[0]:>9}{text[1]:>11}{text[2]:>12}{text[3]:>10}{text[4]:>9}"
+                f"{side:<14}{text[0]:>9}{text[1]:>11}{text[2]:>12}{text[3]:>10}{text[4]:>10}"
+                f"{text[5]:>9}"
             )
         for name, value in figures["ratios"].items():
             lines.append(f"  {name}: {value:.2f}")
         if figures.get("wal"):
             wal = figures["wal"]
-            lines.append(f"  WAL pages per commit: {wal['pages_per_commit']:.1f} {wal['by_unit']}")
+            lines.append(
+                f"  WAL pages per commit: {wal['pages_per_commit']:.1f} {wal['by_unit']}; "
+                f"per workflow: {wal.get('pages_per_workflow', 0):.1f}"
+            )
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ class _Rows:
 
 def _load(tx, records: Sequence[Record]) -> _Rows:
     """Every row the records can touch and that exists already (a Run these records
-    admit, an Attempt they claim, is not stored yet): three queries at most, sent
+    admit, an Attempt they claim, is not stored yet): at most five key lookups, sent
     together (`query_all`)."""
     run_ids, attempt_ids = _named(records)
     created_runs, created_attempts = _created(records)
@@ -83,24 +83,33 @@ def _load(tx, records: Sequence[Record]) -> _Rows:
         return _load_in_chunks(tx, rows, run_ids, attempt_ids)
     # a lease record names only its Attempt: its Run is the one that Attempt's row names
     named, attempts = sorted(run_ids), sorted(attempt_ids)
-    parts = [f"{{column}} IN ({_marks(named)})"] if named else []
+    conditions = []  # each its own query: an OR of the two would scan the whole table
+    if named:
+        conditions.append((f"IN ({_marks(named)})", named))
     if attempts:
         held = f"SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(attempts)})"
-        parts.append(f"{{column}} IN ({held})")
-    of_runs = " OR ".join(parts)
-    queries = [
-        (f"{RUNS.select_sql} {of_runs.format(column='run_id')}", [*named, *attempts]),
-        (f"{_STEPS_AND_LIVE_ATTEMPTS} {of_runs.format(column='s.run_id')}", [*named, *attempts]),
-    ]
+        conditions.append((f"IN ({held})", attempts))
+    queries = [(f"{RUNS.select_sql} run_id {where}", values) for where, values in conditions]
+    queries += [(f"{_STEPS_WITH_LIVE_ATTEMPTS} {where}", values) for where, values in conditions]
     if attempts:
         queries.append((f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(attempts)})", attempts))
     found = tx.query_all(queries)
-    rows.add_loaded(RUNS, found[0])
+    count = len(conditions)
     split = len(STEP_RUNS.columns)
-    rows.add_loaded(STEP_RUNS, [row[:split] for row in found[1]])
+    for runs in found[:count]:
+        rows.add_loaded(RUNS, (row for row in runs if row[0] not in rows.runs))
+    steps_found = [row for steps in found[count : 2 * count] for row in steps]
     if attempts:
-        rows.add_loaded(ATTEMPTS, found[2])
-    live = {row[split]: row[split:] for row in found[1] if row[split] is not None}
+        rows.add_loaded(ATTEMPTS, found[-1])
+    seen_steps: set[tuple[str, str]] = set()
+    live = {}
+    for row in steps_found:
+        if (row[0], row[1]) in seen_steps:
+            continue
+        seen_steps.add((row[0], row[1]))
+        rows.add_loaded(STEP_RUNS, [row[:split]])
+        if row[split] is not None:
+            live[row[split]] = row[split:]
     rows.add_loaded(ATTEMPTS, (a for a in live.values() if a[0] not in rows.attempts))
     return rows
 
@@ -152,12 +161,11 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
     return run_ids, attempt_ids
 
 
-_STEPS_AND_LIVE_ATTEMPTS = (
+_STEPS_WITH_LIVE_ATTEMPTS = (
     f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
     f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
-    "FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id WHERE"
+    "FROM step_runs s LEFT JOIN attempts a ON a.attempt_id = s.live_attempt_id WHERE s.run_id"
 )
-_STEPS_WITH_LIVE_ATTEMPTS = f"{_STEPS_AND_LIVE_ATTEMPTS} s.run_id"
 
 
 def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[tuple], list[tuple]]:

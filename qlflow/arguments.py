@@ -45,6 +45,22 @@ def optional_text(field: str, value: Any) -> str | None:
     return None if value is None else text(field, value)
 
 
+def text_list(field: str, values: Any, most: int) -> list[str]:
+    """An iterable (not one string) of at most `most` texts, as a list in its order."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidInput(
+            field,
+            "iterable of strings",
+            f"{field} must be a list of strings, got {type(values).__name__}",
+        )
+    found = []
+    for value in values:
+        found.append(text(f"{field}[]", value))
+        if len(found) > most:
+            raise InvalidInput(field, f"at most {most}", f"{field} holds more than {most} items")
+    return found
+
+
 def texts(field: str, values: Any) -> frozenset[str]:
     """An iterable of texts (not one string) as a set."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):

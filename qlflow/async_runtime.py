@@ -93,10 +93,19 @@ class AsyncRuntime:
         return await asyncio.to_thread(self.runtime.inspect_admission, run_id, admission_key)
 
     async def cancel(self, run_id: str, reason: str = "user", now_ms: int | None = None) -> bool:
-        """Record cancel intent (idempotent); the cycle converges the Run. `reason` is
-        one of `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
+        """Record cancel intent (idempotent) and, in the same commit, end what no
+        worker holds; the cycle converges the rest. `reason` is one of
+        `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
         timeout). True if this call recorded it."""
         return await asyncio.to_thread(self.runtime.cancel, run_id, reason, now_ms)
+
+    async def cancel_many(
+        self, run_ids: Iterable[str], reason: str = "user", now_ms: int | None = None
+    ) -> list[bool]:
+        """`cancel` for several Runs in one commit; for each Run, in order, True if this
+        call recorded its intent. A Run that does not exist (NotFound) or a bad reason
+        refuses the whole call and writes nothing."""
+        return await asyncio.to_thread(self.runtime.cancel_many, run_ids, reason, now_ms)
 
     async def cycle(self, now_ms: int | None = None) -> CycleResult:
         """One bounded pass of every phase: recovery, cancellation, schedule, frontier,

@@ -35,6 +35,7 @@ from qlflow.arguments import (
     optional_text,
     positive,
     text,
+    text_list,
     texts,
 )
 from qlflow.clock import wall_clock_ms
@@ -46,7 +47,7 @@ log = logging.getLogger("qlflow")
 Lease = workers.Lease
 Completion = workers.Completion
 Completed = workers.Completed
-MAX_COMPLETIONS = 1024  # completions in one `complete_many` call
+MAX_BATCH = 1024  # items in one `complete_many` or `cancel_many` call
 __all__ = [
     "Completed", "Completion", "CycleResult", "Lease", "PageResult", "Profile", "Runtime",
     "default_url",
@@ -231,11 +232,23 @@ class Runtime(Inspection, Scheduling):
 
     # -- the cycle -----------------------------------------------------------
     def cancel(self, run_id: str, reason: str = "user", now_ms: int | None = None) -> bool:
-        """Record cancel intent (idempotent); the cycle converges the Run. `reason` is
-        one of `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
+        """Record cancel intent (idempotent) and, in the same commit, end what no
+        worker holds; the cycle converges the rest. `reason` is one of
+        `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
         timeout). True if this call recorded it."""
         run_id = text("run_id", run_id)
         return workers.cancel(self._authority, run_id, reason, _now(now_ms))
+
+    def cancel_many(
+        self, run_ids: Iterable[str], reason: str = "user", now_ms: int | None = None
+    ) -> list[bool]:
+        """`cancel` for several Runs in one commit; for each Run, in order, True if this
+        call recorded its intent. A Run that does not exist (NotFound) or a bad reason
+        refuses the whole call and writes nothing."""
+        ids = text_list("run_ids", run_ids, MAX_BATCH)
+        if not ids:
+            return []
+        return workers.cancel_many(self._authority, ids, reason, _now(now_ms))
 
     def cycle(self, now_ms: int | None = None) -> CycleResult:
         """One bounded pass of every phase: recovery, cancellation, schedule, frontier,
@@ -323,7 +336,7 @@ class Runtime(Inspection, Scheduling):
         (InvalidInput) and writes nothing; a completion its lease no longer allows
         (expired, replaced, the Run ended: FenceError) is answered with that error in
         `Completed.error`, nothing written for it, and the others are recorded."""
-        checked = completions_of("completions", completions, MAX_COMPLETIONS)
+        checked = completions_of("completions", completions, MAX_BATCH)
         if not checked:
             return []
         return workers.complete_many(self._authority, checked, _now(now_ms))

@@ -209,7 +209,8 @@ def cancel(
     reason: Annotated[str, typer.Option(help=" | ".join(CANCEL_REASONS))] = "user",
     json_out: JsonOption = False,
 ) -> None:
-    """Record a Run's cancel intent (idempotent); a cycle converges it."""
+    """Cancel a Run (idempotent): what no worker holds ends at once; a step a worker
+    holds is asked to stop, and the cycle ends the Run when it has."""
     with opened(ctx) as rt:
         run_id = rt.resolve_run_id(run_id)  # the id, or any unique prefix of it
         view = rt.get_run(run_id)
@@ -228,10 +229,12 @@ def cancel(
     console = stdout_console()
     if view.terminal and not recorded:
         console.print(f"run {run_id} is already {view.status}; nothing to cancel")
+    elif recorded and view.terminal:
+        console.print(f"run {run_id} {view.status} (reason {reason}): no worker held any of it")
     elif recorded:
         console.print(
-            f"cancel intent recorded for run {run_id} (reason {reason}); the next cycle "
-            "converges it"
+            f"cancel intent recorded for run {run_id} (reason {reason}); a worker holds a "
+            "step of it: the Run ends once that step stops (the cycle converges it)"
         )
     else:
         console.print(f"run {run_id} already has cancel intent (reason {view.cancel_reason})")

@@ -14,7 +14,7 @@ from actors.workers import _decide_and_commit
 from domain import worker as worker_rules
 from eventstore import faults
 from eventstore.url import with_search_path
-from qlflow.errors import FenceError, InvalidInput
+from qlflow.errors import FenceError, InvalidInput, NotFound
 from tests.cycle.helpers import DIAMOND, T0, manifest
 
 RUN_ID = "run-path-1"
@@ -311,3 +311,36 @@ def test_two_runtimes_on_one_store_see_each_others_commits(store_url):
     finally:
         one.close()
         two.close()
+
+
+def test_cancel_many_ends_unheld_runs_in_one_commit_and_leaves_held_work(rt):
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    runs = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)]
+    (held,) = rt.lease_attempts("w1", limit=1, now_ms=T0, run_id=runs[2], start=True)
+    units = _count_commits()
+    try:
+        answers = rt.cancel_many([runs[0], runs[1], runs[2], runs[0]], now_ms=T0 + 1)
+    finally:
+        faults.disarm()
+    assert units == {"cancel": 1}
+    assert answers == [True, True, True, False]  # the repeated id: recorded once
+    assert [rt.get_run(r).status for r in runs] == ["cancelled", "cancelled", "running"]
+    assert rt.get_run(runs[2]).steps["b"].status == "cancelled"  # nobody held it
+    assert rt.complete(held, "succeeded", now_ms=T0 + 2) == "cancelled"
+    rt.cycle(now_ms=T0 + 3)
+    assert rt.get_run(runs[2]).status == "cancelled"
+    assert rt.cancel_many(runs, now_ms=T0 + 4) == [False, False, False]
+    assert rt.verify_projections().ok
+
+
+def test_cancel_many_refuses_an_unknown_run_or_reason_and_writes_nothing(rt):
+    run_id = _start(rt, DIAMOND)
+    before = rt.store.head_position()
+    with pytest.raises(NotFound, match="nope"):
+        rt.cancel_many([run_id, "nope"], now_ms=T0 + 1)
+    with pytest.raises(InvalidInput, match="reason"):
+        rt.cancel_many([run_id], reason="whim", now_ms=T0 + 1)
+    with pytest.raises(InvalidInput, match="run_ids"):
+        rt.cancel_many(run_id, now_ms=T0 + 1)
+    assert rt.store.head_position() == before
+    assert rt.cancel_many([], now_ms=T0 + 1) == []

@@ -152,6 +152,11 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             output=either(None),
             now_ms=either(NOW),
         ),
+        "cancel_many": call(
+            st.one_of(st.lists(either(p.run_id), max_size=3), hostile),
+            either("user"),
+            now_ms=either(NOW),
+        ),
         "complete_many": call(
             st.one_of(
                 st.lists(
@@ -224,7 +229,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
 METHODS = [
     "publish", "withdraw", "quarantine", "revoke_publisher", "start", "inspect_admission",
     "cancel", "cycle", "lease_attempts", "mark_starting", "mark_running", "renew", "complete",
-    "complete_many",
+    "complete_many", "cancel_many",
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
