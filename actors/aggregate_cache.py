@@ -9,9 +9,10 @@ log up to some versions stays a true prefix of it. Another process appending in
 between costs a longer tail, never a wrong answer.
 
 Only committed aggregates come in (the caller puts them after the COMMIT
-answered); a lost COMMIT response puts nothing. Bounded: the least recently used
-Run leaves past `capacity`; a Run that ended leaves at once (nothing decides about
-it any more).
+answered); a lost COMMIT response puts nothing. Bounded by weight — a Run weighs
+its StepRuns and Attempts, what its aggregate's size grows with — so a few huge Runs
+hold as little memory as many small ones: the least recently used Runs leave past
+`capacity`; a Run that ended leaves at once (nothing decides about it any more).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from collections.abc import Iterable
 
 from domain.aggregate import RunAggregate
 
-DEFAULT_CAPACITY = 512  # Runs held (an 8-step Run's aggregate is a few KiB)
+DEFAULT_CAPACITY = 16_384  # StepRuns + Attempts held (a few hundred bytes each): ~8 MiB
+
+
+def _weight(aggregate: RunAggregate) -> int:
+    return 1 + len(aggregate.steps) + len(aggregate.attempts)
 
 
 def _progress(aggregate: RunAggregate) -> tuple[int, int, int]:
@@ -36,6 +41,7 @@ class AggregateCache:
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
         self._held: OrderedDict[str, RunAggregate] = OrderedDict()
+        self._weight = 0
         self._lock = threading.Lock()
 
     def get(self, run_id: str) -> RunAggregate | None:
@@ -53,21 +59,24 @@ class AggregateCache:
             held = self._held
             for aggregate in aggregates:
                 run_id = aggregate.run_id
-                if aggregate.run.is_terminal:
-                    held.pop(run_id, None)
-                    continue
                 current = held.get(run_id)
                 if current is not None and _progress(current) > _progress(aggregate):
                     continue
+                if current is not None:
+                    self._weight -= _weight(held.pop(run_id))
+                if aggregate.run.is_terminal:
+                    continue
                 held[run_id] = aggregate
-                held.move_to_end(run_id)
-            while len(held) > self.capacity:
-                held.popitem(last=False)
+                self._weight += _weight(aggregate)
+            while self._weight > self.capacity and held:
+                _, oldest = held.popitem(last=False)
+                self._weight -= _weight(oldest)
 
     def clear(self) -> None:
         """Forget every Run."""
         with self._lock:
             self._held.clear()
+            self._weight = 0
 
     def __len__(self) -> int:
         return len(self._held)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.authority import Units
-from actors.loading import attempt_lock, not_found, read_runs
+from actors.loading import RunStreams, attempt_lock, not_found, read_runs
 from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import run_path
 from domain import worker as worker_rules
@@ -309,6 +309,41 @@ def cancel(authority: Units, run_id: str, reason: str, now_ms: int) -> bool:
     return cancel_many(authority, [run_id], reason, now_ms)[0]
 
 
+CANCEL_SLICE = 64  # Runs read, decided and appended together inside a cancel_many
+
+
+def _cancel_slice(
+    tx: Transaction,
+    found: Mapping[str, RunStreams],
+    reason: str,
+    now_ms: int,
+    after: dict[str, RunAggregate],
+) -> list[Written]:
+    """Decide and append the cancels of Runs whose heads `tx` holds (see cancel_many)."""
+    aggregates = {run_id: read.fold() for run_id, read in found.items()}
+    # taken after the heads, so never waited for: a lock held elsewhere (a worker
+    # writing its lease) leaves that Run's convergence to the cycle
+    keys = {
+        run_id: [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
+        for run_id, aggregate in aggregates.items()
+    }
+    everyone = tx.try_lock([key for run_keys in keys.values() for key in run_keys])
+    written, appends, changed = [], [], {}
+    for run_id, aggregate in aggregates.items():
+        if everyone or tx.try_lock(keys[run_id]):
+            decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
+        else:
+            decision = request_cancel(aggregate, reason, now_ms)
+        written.append(Written(run_id, aggregate, decision))
+        if decision.appends:
+            appends.extend(decision.appends)
+            changed[run_id] = run_path.applied(aggregate, decision)
+    if appends:
+        commit(tx, appends, folded=changed)
+    after.update(changed)
+    return written
+
+
 def cancel_many(authority: Units, run_ids: Sequence[str], reason: str, now_ms: int) -> list[bool]:
     """Record cancel intent on each Run in one commit (idempotent), and with it what
     cancellation convergence ends at once (`run_path.cancel_and_converge`) where the
@@ -320,31 +355,17 @@ def cancel_many(authority: Units, run_ids: Sequence[str], reason: str, now_ms: i
 
     def unit(tx: Transaction) -> Batch:
         tx.lock_heads([run_stream(r) for r in wanted], wait=True)
-        found = read_runs(tx, wanted, authority.aggregates)
-        missing = [r for r in wanted if r not in found]
-        if missing:
-            raise not_found(missing[0])
-        aggregates = {run_id: read.fold() for run_id, read in found.items()}
-        # taken after the heads, so never waited for: a lock held elsewhere (a worker
-        # writing its lease) leaves that Run's convergence to the cycle
-        keys = {
-            r: [attempt_lock(a.attempt_id) for a in agg.active_attempts()]
-            for r, agg in aggregates.items()
-        }
-        everyone = tx.try_lock([key for run_keys in keys.values() for key in run_keys])
-        written, appends, after = [], [], {}
-        for run_id in wanted:
-            aggregate = aggregates[run_id]
-            if everyone or tx.try_lock(keys[run_id]):
-                decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
-            else:
-                decision = request_cancel(aggregate, reason, now_ms)
-            written.append(Written(run_id, aggregate, decision))
-            if decision.appends:
-                appends.extend(decision.appends)
-                after[run_id] = run_path.applied(aggregate, decision)
-        if appends:
-            commit(tx, appends, folded=after)
+        written: list[Written] = []
+        after: dict[str, RunAggregate] = {}
+        # a slice of Runs at a time inside the one transaction: the memory a call
+        # holds stays that of one slice however many Runs it names
+        for start in range(0, len(wanted), CANCEL_SLICE):
+            slice_ids = wanted[start : start + CANCEL_SLICE]
+            found = read_runs(tx, slice_ids, authority.aggregates)
+            missing = [r for r in slice_ids if r not in found]
+            if missing:
+                raise not_found(missing[0])
+            written += _cancel_slice(tx, found, reason, now_ms, after)
         return Batch(written, after)
 
     batch = _with_retries(authority, unit, "cancel")
