@@ -1,4 +1,4 @@
-"""Durable Workflow admission in one transaction (docs/DESIGN.md "Admission").
+"""Durable Workflow admission in one transaction (docs/DESIGN.md "Durable admission").
 
 `admit_in_tx` does, inside the caller's transaction:
 

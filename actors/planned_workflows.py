@@ -1,6 +1,6 @@
 """The Workflows this process has checked for admission: a publication's Workflow,
 checked against its revision once (`domain.plan.plan_workflow`), serves every Run
-started from it (docs/DESIGN.md, "Admission").
+started from it (docs/DESIGN.md, "Durable admission").
 
 A published revision never changes (the publication's id names its digest), so
 nothing here can go stale: what may change — the publication's status, its

@@ -5,7 +5,7 @@ through the operation authority) and writes through `projections.registry.commit
 so the events and the read models change together or not at all.
 
 Serialization. Admission must never interleave with a change of what may start
-(docs/DESIGN.md "Admission"). These functions and admission take the store's lock
+(docs/DESIGN.md "Durable admission"). These functions and admission take the store's lock
 on the publisher (`serialize_publisher`), and publishing also one on the
 installation first, so two publishes of one installation cannot both take the
 same next generation. Lock order is always installation, then publisher. (On

@@ -1,6 +1,6 @@
 """Worker-side units of work: lease, start barrier, running, renew, complete; and
 the cancel intent. Each is one short transaction on the operation authority,
-fenced by lease id and version (see docs/DESIGN.md "Leases and fencing"); leasing
+fenced by lease id and version (see docs/DESIGN.md "Fencing"); leasing
 and `complete_many` take many Attempts in one transaction (`actors.run_writes`).
 
 Locks. A worker write takes its Attempt's lock, then the Run's stream head,

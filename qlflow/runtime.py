@@ -57,7 +57,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Profile:
     """Page sizes of a deployment profile: candidates per page, pages per phase per cycle,
-    and the store kind it runs on (docs/DESIGN.md, "Profiles")."""
+    and the store kind it runs on (docs/DESIGN.md, "Pages, the supervisor and Workflow actors")."""
 
     name: str
     store: str  # eventstore.SQLITE | eventstore.POSTGRESQL

@@ -23,7 +23,7 @@ a step the host stops on its way out (the drain ran out) completes `failed` with
 `worker_shutdown`. A store that cannot take a write right now is retried while the
 lease is renewed; only a lost lease stops the worker's claim. No process outlives its Attempt: the
 group is killed after the leader exits, on loss of the lease, and on `close()`.
-Why a lease fences every write: docs/DESIGN.md, "Leases and fencing".
+Why a lease fences every write: docs/DESIGN.md, "Fencing".
 """
 
 from qlflow.executor.local import (
