@@ -2,7 +2,8 @@
 (issue 18).
 
     python -m bench.peers [--pg URL] [--rounds 3] [--workflows 100] [--cancel 200]
-                          [--workers 4] [--quick] [--profile] [--sqlite-only]
+                          [--workers 4] [--step-ms 0] [--quick] [--profile]
+                          [--sqlite-only] [--sides qlflow,dbos,...]
 
 DBOS comes from the optional `[bench]` extra (`pip install -e .[bench]`); it is
 never a runtime dependency. Every measurement runs in its own child process
@@ -15,15 +16,19 @@ PostgreSQL schema (qlflow) or database (DBOS), dropped at the end.
 Sides:
 - `qlflow`: 100 Workflows of the 8-step DAG a -> b..g -> h started, then driven to
   completion through the public API by one in-process worker between cycles:
-  `cycle()`, `lease_attempts(..., start=True)` (or `mark_running` where the
-  runtime predates it), `complete`.
-- `qlflow_pool`: the main thread cycles, N worker threads of the same process lease
-  and complete.
-- `qlflow_procs`: the main process cycles, N worker processes lease and complete;
-  CPU is the sum of all the processes, RSS the largest.
+  `cycle()`, `lease_attempts(..., limit=64, start=True)` (or `mark_running` where
+  the runtime predates it), each leased step's body in turn, `complete_many` (or a
+  `complete` each where the runtime predates it). One worker is one executor slot.
+- `qlflow_pool`: the main thread cycles, N worker threads of the same process each
+  do the same with up to 64/N Attempts at a time.
+- `qlflow_procs`: the main process cycles, N worker processes do the same; CPU is
+  the sum of all the processes, RSS the largest.
 - `dbos`: the same DAG as a DBOS workflow whose steps run in sequence, the 100
   workflows called one after another; `dbos_threads`: the 100 started at once
   (`DBOS.start_workflow`, DBOS's own thread per workflow).
+
+A step's body is trivial, or sleeps `--step-ms` on every side (a step that waits on
+I/O): that is where N workers running steps side by side should win.
 
 Figures per side: workflows/s (wall, starting included), process CPU ms per
 workflow, write transactions per workflow (qlflow: its committed units of work;
@@ -108,16 +113,27 @@ def _supports_start(rt) -> bool:
     return "start" in inspect.signature(rt.lease_attempts).parameters
 
 
+STEP = {"seconds": 0.0}  # a step's body: sleep this long (--step-ms), 0 for a trivial one
+
+
+def _body() -> None:
+    if STEP["seconds"]:
+        time.sleep(STEP["seconds"])
+
+
 def _work_once(rt, worker_id: str, limit: int = 64) -> int:
-    """Lease what is claimable, run it (a trivial body) and report it: the worker's two
-    commits per batch (`complete_many`; one `complete` per step where the runtime
-    predates it; three with `mark_running` before `lease_attempts(start=True)`)."""
+    """Lease up to `limit` claimable Attempts, run their bodies one after another (one
+    worker is one executor slot) and report them: the worker's two commits per batch
+    (`complete_many`; one `complete` per step where the runtime predates it; three
+    with `mark_running` before `lease_attempts(start=True)`)."""
     if _supports_start(rt):
         leases = rt.lease_attempts(worker_id, limit=limit, start=True)
     else:
         leases = rt.lease_attempts(worker_id, limit=limit)
         for lease in leases:
             rt.mark_running(lease)
+    for _lease in leases:
+        _body()
     if hasattr(rt, "complete_many"):
         import qlflow
 
@@ -148,19 +164,23 @@ def _settled(rt, run_ids: Sequence[str]) -> bool:
     return _all_terminal(rt, run_ids)
 
 
-def _drive(rt, run_ids: list[str], workers: int, mode: str, url: str) -> list[dict]:
+def _drive(
+    rt, run_ids: list[str], workers: int, mode: str, url: str, batch: int = 64
+) -> list[dict]:
     """Cycle (and, in mode `one`, work) until every Run is terminal; returns what the
-    worker processes reported (their peak RSS)."""
+    worker processes reported (their peak RSS). Each worker leases up to `batch`
+    Attempts at a time."""
     stop = threading.Event()
     helpers: list = []
     if mode == "pool":
         for n in range(workers):
-            thread = threading.Thread(target=_pool_worker, args=(rt, f"p{n}", stop))
+            thread = threading.Thread(target=_pool_worker, args=(rt, f"p{n}", stop, batch))
             thread.start()
             helpers.append(thread)
     elif mode == "procs":
         for n in range(workers):
-            cmd = [sys.executable, "-m", "bench.peers", "--worker", url, "--worker-id", f"q{n}"]
+            cmd = [sys.executable, "-m", "bench.peers", "--worker", url, "--worker-id", f"q{n}",
+                   "--batch", str(batch), "--step-ms", str(STEP["seconds"] * 1000)]  # fmt: skip
             helpers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE))
     try:
         while True:
@@ -168,7 +188,7 @@ def _drive(rt, run_ids: list[str], workers: int, mode: str, url: str) -> list[di
             if mode == "one":
                 # nothing changed and nothing to run: nothing ever will (no timers here);
                 # the caller checks, outside the clock, that every Run succeeded
-                if not _work_once(rt, "w1") and not result.changed:
+                if not _work_once(rt, "w1", batch) and not result.changed:
                     break
                 continue
             if not result.changed and _settled(rt, run_ids):
@@ -189,13 +209,13 @@ def _drive(rt, run_ids: list[str], workers: int, mode: str, url: str) -> list[di
     return reports
 
 
-def _pool_worker(rt, worker_id: str, stop: threading.Event) -> None:
+def _pool_worker(rt, worker_id: str, stop: threading.Event, batch: int) -> None:
     while not stop.is_set():
-        if not _work_once(rt, worker_id, limit=2):
+        if not _work_once(rt, worker_id, batch):
             time.sleep(0.001)
 
 
-def worker_process(url: str, worker_id: str) -> None:
+def worker_process(url: str, worker_id: str, batch: int) -> None:
     """A worker process of `qlflow_procs`: lease and complete until terminated."""
     import signal
 
@@ -203,7 +223,7 @@ def worker_process(url: str, worker_id: str) -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     while not stopping.is_set():
-        if not _work_once(rt, worker_id, limit=2):
+        if not _work_once(rt, worker_id, batch):
             time.sleep(0.001)
     rt.close()
     print(orjson.dumps({"cpu_s": _cpu_s(), "rss_mib": _peak_rss_mib()}).decode(), flush=True)
@@ -274,7 +294,8 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
     if profiler:
         profiler.enable()
     run_ids = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(workflows)]
-    reports = _drive(rt, run_ids, workers, mode, url)
+    batch = 64 if mode == "one" else max(1, 64 // workers)
+    reports = _drive(rt, run_ids, workers, mode, url, batch)
     if profiler:
         profiler.disable()
     wall = time.perf_counter() - wall0
@@ -345,6 +366,7 @@ def dbos_child(url: str, side: str, workflows: int, cancels: int) -> dict:
 
     @DBOS.step()
     def step(key: str) -> str:
+        _body()
         return key
 
     @DBOS.workflow()
@@ -428,7 +450,7 @@ def _child(store: str, side: str, args, workdir: Path, profile: bool) -> dict:
     with _place(store, side, args.pg, workdir) as (url, path):
         cmd = [sys.executable, "-m", "bench.peers", "--child", side, "--url", url,
                "--workflows", str(args.workflows), "--cancel", str(args.cancel),
-               "--workers", str(args.workers)]  # fmt: skip
+               "--workers", str(args.workers), "--step-ms", str(args.step_ms)]  # fmt: skip
         if path:
             cmd += ["--db-path", path]
         if profile:
@@ -513,6 +535,11 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     parser.add_argument("--workflows", type=int, default=100)
     parser.add_argument("--cancel", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument(
+        "--step-ms", type=float, default=0.0,
+        help="each step's body sleeps this long (0: a trivial body), on both sides",
+    )  # fmt: skip
+    parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--quick", action="store_true", help="1 round, 20 workflows, 40 cancels")
     parser.add_argument("--profile", action="store_true", help="profile one qlflow round")
@@ -523,8 +550,9 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-id", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    STEP["seconds"] = args.step_ms / 1000
     if args.worker:
-        worker_process(args.worker, args.worker_id)
+        worker_process(args.worker, args.worker_id, args.batch)
         return None
     if args.child:
         if args.child.startswith("dbos"):
@@ -557,6 +585,7 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         "workflows": args.workflows,
         "cancel": args.cancel,
         "workers": args.workers,
+        "step_ms": args.step_ms,
         "rounds": args.rounds,
         "summary": summary,
         "raw": raw,
