@@ -11,9 +11,11 @@ whose stream moved is a conflict, and its Run is left for the next cycle
 (`actors.run_writes.commit_prepared`). The write lock is thus held for the checks,
 the append, the read-model update and COMMIT only.
 
-On a single-writer store (SQLite) the read runs on the operation authority, in turn
-with every other call; the fold and the decision run on the actor's thread. On
-PostgreSQL the read takes a pooled connection of its own.
+On a single-writer store (SQLite) the turn runs on the operation authority, in turn
+with every other call (one hand-over between threads per Workflow; the read needs
+no write lock, so another process's writers are not held up by a fold). On
+PostgreSQL it runs on the actor's thread and its read takes a pooled connection of
+its own.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class WorkflowActor(pykka.ThreadingActor):
         # Every failure is reported, never raised: a pykka actor dies silently on
         # an exception from a `tell`, and one Workflow must not sink its page.
         try:
-            return prepare(self._units, self._run_id, self._phase, self._now_ms)
+            run_id, phase, now_ms = self._run_id, self._phase, self._now_ms
+            # on a single-writer store the whole turn runs on the operation authority:
+            # one hand-over, and no page of threads contending to fold and decide
+            return self._units.run(lambda units: prepare(units, run_id, phase, now_ms))
         except Exception as error:
             return Turn(WorkflowOutcome(self._run_id, error=f"{type(error).__name__}: {error}"))

@@ -164,14 +164,9 @@ def build_plan(
     required one). Raises PlanError naming the first rule the inputs break.
     (`plan_workflow` then `bind_plan`.)
     """
-    if not isinstance(publication, PublicationRef):
-        refuse_type(publication, "publication", "a PublicationRef")
-    if not isinstance(revision, MaterializedRevision):
-        refuse_type(revision, "revision", "a MaterializedRevision")
-    check_name(workflow_key, "workflow_key", "workflow_key")
-    _check_run_fields(run_id, timeout_ms)
-    planned = plan_workflow(publication, revision, workflow_key)
-    return bind_plan(planned, run_id, step_run_ids, timeout_ms, params)
+    return bind_plan(
+        plan_workflow(publication, revision, workflow_key), run_id, step_run_ids, timeout_ms, params
+    )
 
 
 def plan_workflow(

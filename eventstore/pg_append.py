@@ -51,16 +51,9 @@ CORE_TYPES = f"boolean, {BATCH_TYPES}"
 BATCH_NAMES = ", ".join(name for name, _kind in BATCH_PARAMETERS)
 APPEND_RESULT = "OUT positions bigint[], OUT refused text, OUT moved boolean"
 
-_CORE_BODY_V1 = f"""
-DECLARE
-    n integer := coalesce(array_length(e_ids, 1), 0);
-    m integer := coalesce(array_length(a_streams, 1), 0);
-    rights text[];
-    j integer;
-    changed integer;
-    last_position bigint;
-BEGIN
-    moved := false;
+# The parts both bodies share: the batch's shape, its content and the caller's
+# rights, and the insert under the position counter.
+_SHAPE_CHECKS = """\
     IF n = 0 OR m = 0 OR array_length(a_expected, 1) IS DISTINCT FROM m
        OR array_length(a_new, 1) IS DISTINCT FROM m
        OR array_length(e_streams, 1) IS DISTINCT FROM n
@@ -77,17 +70,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'qlflow_append: each stream once, every event on one of them, '
                       'event ids present and distinct';
-    END IF;
-    FOR j IN 1 .. m LOOP
-        IF a_expected[j] IS NULL OR a_new[j] IS NULL OR a_expected[j] < 0
-           OR ARRAY(SELECT v FROM unnest(e_streams, e_versions) WITH ORDINALITY u(s, v, o)
-                    WHERE s = a_streams[j] ORDER BY o)
-              IS DISTINCT FROM ARRAY(SELECT generate_series(a_expected[j] + 1, a_new[j])) THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-                MESSAGE = format('qlflow_append: the events of stream %s must have versions '
-                                 '%s to %s in order', a_streams[j], a_expected[j] + 1, a_new[j]);
-        END IF;
-    END LOOP;
+    END IF;"""
+_CONTENT_AND_RIGHTS_CHECKS = f"""\
     IF EXISTS (SELECT 1 FROM unnest(e_types, e_data, e_metadata) u(t, d, md)
                WHERE t IS NULL OR t = '' OR json_typeof(d::json) IS DISTINCT FROM 'object'
                   OR json_typeof(md::json) IS DISTINCT FROM 'object') THEN
@@ -111,7 +95,45 @@ BEGIN
                 MESSAGE = format('permission denied: role %s may not append {ADMITTED_TYPE}; '
                                  'a Run is admitted only through qlflow_admit', session_user);
         END IF;
+    END IF;"""
+_INSERT = """\
+    -- last: the counter's row lock is held until COMMIT (positions in commit order)
+    UPDATE qlflow_position SET last = last + n RETURNING last INTO last_position;
+    INSERT INTO events (global_position, event_id, stream_id, stream_version, type, data,
+                        metadata)
+    SELECT last_position - n + u.o, u.i, u.s, u.v, u.t, u.d, u.md
+    FROM unnest(e_ids, e_streams, e_versions, e_types, e_data, e_metadata)
+         WITH ORDINALITY u(i, s, v, t, d, md, o)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    IF changed <> n THEN
+        RETURN;  -- an id was stored already: refused stays NULL, the caller explains
     END IF;
+    positions := ARRAY(SELECT last_position - n + g FROM generate_series(1, n) g);
+END"""
+
+_CORE_BODY_V1 = f"""
+DECLARE
+    n integer := coalesce(array_length(e_ids, 1), 0);
+    m integer := coalesce(array_length(a_streams, 1), 0);
+    rights text[];
+    j integer;
+    changed integer;
+    last_position bigint;
+BEGIN
+    moved := false;
+{_SHAPE_CHECKS}
+    FOR j IN 1 .. m LOOP
+        IF a_expected[j] IS NULL OR a_new[j] IS NULL OR a_expected[j] < 0
+           OR ARRAY(SELECT v FROM unnest(e_streams, e_versions) WITH ORDINALITY u(s, v, o)
+                    WHERE s = a_streams[j] ORDER BY o)
+              IS DISTINCT FROM ARRAY(SELECT generate_series(a_expected[j] + 1, a_new[j])) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('qlflow_append: the events of stream %s must have versions '
+                                 '%s to %s in order', a_streams[j], a_expected[j] + 1, a_new[j]);
+        END IF;
+    END LOOP;
+{_CONTENT_AND_RIGHTS_CHECKS}
     FOR j IN SELECT o FROM unnest(a_streams) WITH ORDINALITY u(s, o) ORDER BY s COLLATE "C"
     LOOP
         IF a_expected[j] = 0 THEN
@@ -128,21 +150,7 @@ BEGIN
         END IF;
         moved := true;
     END LOOP;
-    -- last: the counter's row lock is held until COMMIT (positions in commit order)
-    UPDATE qlflow_position SET last = last + n RETURNING last INTO last_position;
-    INSERT INTO events (global_position, event_id, stream_id, stream_version, type, data,
-                        metadata)
-    SELECT last_position - n + u.o, u.i, u.s, u.v, u.t, u.d, u.md
-    FROM unnest(e_ids, e_streams, e_versions, e_types, e_data, e_metadata)
-         WITH ORDINALITY u(i, s, v, t, d, md, o)
-    ON CONFLICT DO NOTHING;
-    GET DIAGNOSTICS changed = ROW_COUNT;
-    IF changed <> n THEN
-        RETURN;  -- an id was stored already: refused stays NULL, the caller explains
-    END IF;
-    positions := ARRAY(SELECT last_position - n + g FROM generate_series(1, n) g);
-END
-"""
+{_INSERT}"""
 
 # Schema step 3: the same checks and outcomes, set-based. Step 2's body checked each
 # stream's versions with a pass over all events and moved each head with a statement
@@ -160,23 +168,7 @@ DECLARE
     changed integer;
 BEGIN
     moved := false;
-    IF n = 0 OR m = 0 OR array_length(a_expected, 1) IS DISTINCT FROM m
-       OR array_length(a_new, 1) IS DISTINCT FROM m
-       OR array_length(e_streams, 1) IS DISTINCT FROM n
-       OR array_length(e_versions, 1) IS DISTINCT FROM n
-       OR array_length(e_types, 1) IS DISTINCT FROM n
-       OR array_length(e_data, 1) IS DISTINCT FROM n
-       OR array_length(e_metadata, 1) IS DISTINCT FROM n THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'qlflow_append: a batch needs streams and events, arrays of equal length';
-    END IF;
-    IF (SELECT count(DISTINCT s) FROM unnest(a_streams) s) <> m
-       OR NOT (e_streams <@ a_streams) OR array_position(e_ids, NULL) IS NOT NULL
-       OR (SELECT count(DISTINCT i) FROM unnest(e_ids) i) <> n THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'qlflow_append: each stream once, every event on one of them, '
-                      'event ids present and distinct';
-    END IF;
+{_SHAPE_CHECKS}
     -- the k-th event of a stream (in call order) has version expected + k, and there
     -- are new - expected of them: its versions are expected+1 .. new, in order
     WITH st AS (SELECT a.s, a.x, a.nw FROM unnest(a_streams, a_expected, a_new) a(s, x, nw)),
@@ -194,30 +186,7 @@ BEGIN
             MESSAGE = format('qlflow_append: the events of stream %s must have versions '
                              '%s to %s in order', bad, bad_from, bad_to);
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(e_types, e_data, e_metadata) u(t, d, md)
-               WHERE t IS NULL OR t = '' OR json_typeof(d::json) IS DISTINCT FROM 'object'
-                  OR json_typeof(md::json) IS DISTINCT FROM 'object') THEN
-        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'qlflow_append: every event needs a type and JSON objects as data '
-                      'and metadata';
-    END IF;
-    SELECT r.prefixes INTO rights FROM {RIGHTS_TABLE} r WHERE r.role = session_user;
-    IF FOUND THEN
-        IF EXISTS (SELECT 1 FROM unnest(a_streams) s
-                   WHERE NOT EXISTS (SELECT 1 FROM unnest(rights) p WHERE starts_with(s, p)))
-        THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('permission denied: role %s may not append to stream(s) %s',
-                    session_user,
-                    (SELECT string_agg(s, ', ') FROM unnest(a_streams) s WHERE NOT EXISTS
-                        (SELECT 1 FROM unnest(rights) p WHERE starts_with(s, p))));
-        END IF;
-        IF NOT admitting AND '{ADMITTED_TYPE}' = ANY (e_types) THEN
-            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-                MESSAGE = format('permission denied: role %s may not append {ADMITTED_TYPE}; '
-                                 'a Run is admitted only through qlflow_admit', session_user);
-        END IF;
-    END IF;
+{_CONTENT_AND_RIGHTS_CHECKS}
     -- the heads in stream id order first (a fixed lock order), then every CAS at once
     PERFORM 1 FROM streams h WHERE h.stream_id = ANY (a_streams)
     ORDER BY h.stream_id COLLATE "C" FOR UPDATE;
@@ -242,21 +211,7 @@ BEGIN
         RETURN;
     END IF;
     moved := true;
-    -- last: the counter's row lock is held until COMMIT (positions in commit order)
-    UPDATE qlflow_position SET last = last + n RETURNING last INTO last_position;
-    INSERT INTO events (global_position, event_id, stream_id, stream_version, type, data,
-                        metadata)
-    SELECT last_position - n + u.o, u.i, u.s, u.v, u.t, u.d, u.md
-    FROM unnest(e_ids, e_streams, e_versions, e_types, e_data, e_metadata)
-         WITH ORDINALITY u(i, s, v, t, d, md, o)
-    ON CONFLICT DO NOTHING;
-    GET DIAGNOSTICS changed = ROW_COUNT;
-    IF changed <> n THEN
-        RETURN;  -- an id was stored already: refused stays NULL, the caller explains
-    END IF;
-    positions := ARRAY(SELECT last_position - n + g FROM generate_series(1, n) g);
-END
-"""
+{_INSERT}"""
 
 _WRAPPER_BODY = f"""
 BEGIN
