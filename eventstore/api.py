@@ -114,6 +114,17 @@ class Transaction(Reads, Protocol):
         """Run one statement once per parameter tuple (projection upkeep in bulk)."""
         ...
 
+    def upsert(
+        self,
+        table: str,
+        columns: Sequence[str],
+        key: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """Insert rows into `table`, each replacing the row with its `key`, in one
+        statement where the store can (projection upkeep in bulk)."""
+        ...
+
     def lock(self, key: str) -> None:
         """Hold the lock named `key` until this transaction ends, waiting for it at
         most the store's lock timeout (then `LockTimeout`; the transaction can only

@@ -87,9 +87,12 @@ class PostgresTransaction(BaseTransaction):
         conn: psycopg.Connection,
         lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS,
         explicit_begin: bool = False,
+        column_types: dict[str, dict[str, str]] | None = None,
     ) -> None:
         super().__init__()
         self._conn = conn
+        # table -> column -> type, as the catalog says (`upsert`); shared by the store
+        self._column_types = column_types if column_types is not None else {}
         self._cursor = conn.cursor()
         self._lock_timeout_ms = lock_timeout_ms
         # on an autocommit connection the transaction's BEGIN is sent by us, in the
@@ -133,6 +136,42 @@ class PostgresTransaction(BaseTransaction):
             if self._begin_pending:
                 self._send_begin()
             cursor.executemany(_native(sql), seq_of_params)
+
+    def _upsert(
+        self, table: str, columns: list[str], key: list[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        # one statement for every row: each column an array (binary), unnested; a
+        # statement per row costs the client more than the server's work on it
+        types = self._types_of(table)
+        if not set(columns) <= types.keys():  # the table changed since it was looked at
+            self._column_types.pop(table, None)
+            types = self._types_of(table)
+        arrays = ", ".join(f"%b::{types[column]}[]" for column in columns)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+        sql = (
+            f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) "
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+        )
+        params = [list(values) for values in zip(*rows, strict=True)]
+        if self._defers:
+            self._queued.append((sql, [params]))
+            return
+        with self._conn.cursor() as cursor:
+            if self._begin_pending:
+                self._send_begin()
+            cursor.execute(sql, params)
+
+    def _types_of(self, table: str) -> dict[str, str]:
+        """Each column's type, from the catalog (once per table and store)."""
+        found = self._column_types.get(table)
+        if found is None:
+            rows = self._conn.execute(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
+                (table,),
+            ).fetchall()
+            found = self._column_types[table] = dict(rows)
+        return found
 
     def _send_begin(self) -> None:
         self._begin_pending = False
@@ -342,6 +381,7 @@ class PostgresStore(BaseStore):
     ) -> None:
         super().__init__(url, read_only)
         self.lock_timeout_ms = lock_timeout_ms
+        self._column_types: dict[str, dict[str, str]] = {}  # see PostgresTransaction.upsert
         self.connect_timeout_s = connect_timeout_s  # also how long a call waits for a connection
         self._pool = psycopg_pool.ConnectionPool(
             url,
@@ -375,7 +415,9 @@ class PostgresStore(BaseStore):
         conn = self._pool.getconn(timeout=self.connect_timeout_s)
         try:
             conn.autocommit = True  # the transaction sends its own BEGIN (see _send)
-            return PostgresTransaction(conn, self.lock_timeout_ms, explicit_begin=True)
+            return PostgresTransaction(
+                conn, self.lock_timeout_ms, explicit_begin=True, column_types=self._column_types
+            )
         except BaseException:
             self._pool.putconn(conn)
             raise
@@ -394,7 +436,9 @@ class PostgresStore(BaseStore):
     def _session(self) -> Iterator[PostgresTransaction]:
         with self._pool.connection(timeout=self.connect_timeout_s) as conn:
             conn.autocommit = True  # a read is one statement: no BEGIN / COMMIT round trips
-            session = PostgresTransaction(conn, self.lock_timeout_ms)
+            session = PostgresTransaction(
+                conn, self.lock_timeout_ms, column_types=self._column_types
+            )
             try:
                 yield session
             finally:

@@ -312,6 +312,35 @@ class BaseTransaction(ABC):
         self._check_usable()
         self._run_many(sql, seq_of_params)
 
+    def upsert(
+        self,
+        table: str,
+        columns: Sequence[str],
+        key: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """Insert `rows` (values of `columns`, in order) into `table`, each replacing
+        the row with its `key`; in one statement where the store can. Like
+        `executemany`, it answers nothing (a store may send it with the next
+        statement)."""
+        self._check_usable()
+        for name in (table, *columns):
+            if not _FUNCTION_NAME.fullmatch(name):
+                raise InvalidInput("table", "identifier", f"not a table or column name: {name!r}")
+        if rows:
+            self._upsert(table, list(columns), list(key), rows)
+
+    def _upsert(
+        self, table: str, columns: list[str], key: list[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """A statement per row (an adapter may send them as one)."""
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+        self._run_many(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
+            rows,
+        )
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Run one query (`?` placeholders) and return all rows."""
         self._check_usable()

@@ -84,7 +84,7 @@ def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | No
     for table in (RUNS, STEP_RUNS, ATTEMPTS):
         changed = rows.changed(table)
         if changed:
-            tx.executemany(table.upsert_sql, changed)
+            tx.upsert(table.name, table.columns, table.key, changed)
 
 
 def backfill(store, from_version: int) -> int:
@@ -112,7 +112,7 @@ def backfill(store, from_version: int) -> int:
             for table in (RUNS, ATTEMPTS):
                 changed = rows.changed(table)
                 if changed:
-                    tx.executemany(table.upsert_sql, changed)
+                    tx.upsert(table.name, table.columns, table.key, changed)
             done += len(run_ids)
 
 
@@ -248,4 +248,4 @@ class Replay:
             if new:
                 self._insert(table.name, table.columns, new)
             if changed:
-                self._tx.executemany(table.upsert_sql, changed)
+                self._tx.upsert(table.name, table.columns, table.key, changed)

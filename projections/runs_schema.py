@@ -189,11 +189,6 @@ class _Table:
         self.key_of: Callable[[Row], Any] = itemgetter(*self.key)  # a str, or a tuple
         self.values: Callable[[Row], tuple] = itemgetter(*columns)
         self.select_sql = f"SELECT {', '.join(columns)} FROM {name} WHERE"  # + a condition
-        updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in self.key)
-        self.upsert_sql = (
-            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
-            f"ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET {updates}"
-        )
 
     def row(self, values: Sequence[Any]) -> Row:
         return dict(zip(self.columns, values, strict=True))
