@@ -48,6 +48,8 @@ class Decision:
     - `lease`: the lease granted or renewed (worker decisions).
     - `stop_requested`: on a renewal, the Run has cancel intent: stop the work.
     - `replayed`: the same worker write already happened; nothing new to append.
+    - `after`: the Run as these records leave it, where the decision folded it
+      already (the run path's chained decisions do; None: `run_path.applied` folds it).
     """
 
     appends: tuple[StreamAppend, ...] = ()
@@ -58,6 +60,7 @@ class Decision:
     lease: LeaseGrant | None = None
     stop_requested: bool = False
     replayed: bool = False
+    after: RunAggregate | None = None
 
     @property
     def noop(self) -> bool:

@@ -36,9 +36,13 @@ from domain.worker import complete, grant_lease, mark_starting
 
 def applied(aggregate: RunAggregate, decision: Decision) -> RunAggregate:
     """The aggregate after `decision`'s records, as a fold of the committed log would
-    give it (global positions are not part of the aggregate)."""
+    give it (global positions are not part of the aggregate); `decision` was taken on
+    `aggregate`, and one that carries the aggregate it leaves (`Decision.after`) is
+    not folded again."""
     if not decision.appends:
         return aggregate
+    if decision.after is not None:
+        return decision.after
     run_records, step_records, lease_records = _records(aggregate.run_id, decision)
     return extend(aggregate, run_records, step_records, lease_records)
 
@@ -109,10 +113,9 @@ def lease_and_start(
     `mark_starting`) in one decision; its `lease` is the granted lease."""
     grant = grant_lease(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
     assert grant.lease is not None
-    start = mark_starting(
-        applied(aggregate, grant), attempt_id, grant.lease.lease_id, grant.lease.version, now_ms
-    )
-    return chained(grant, start, lease=grant.lease)
+    granted = applied(aggregate, grant)
+    start = mark_starting(granted, attempt_id, grant.lease.lease_id, grant.lease.version, now_ms)
+    return chained(grant, start, lease=grant.lease, after=applied(granted, start))
 
 
 def complete_and_advance(
@@ -137,8 +140,9 @@ def complete_and_advance(
     actor = _actor_of(done)
     after = applied(aggregate, done)
     frontier = decide_frontier(after, now_ms, actor=actor)
-    admission = decide_attempt_admission(applied(after, frontier), now_ms, actor=actor)
-    return chained(done, frontier, admission)
+    advanced = applied(after, frontier)
+    admission = decide_attempt_admission(advanced, now_ms, actor=actor)
+    return chained(done, frontier, admission, after=applied(advanced, admission))
 
 
 def admit_and_claim(admission: Decision, run_id: str, now_ms: int) -> tuple[Decision, RunAggregate]:
@@ -158,8 +162,9 @@ def cancel_and_converge(aggregate: RunAggregate, reason: str, now_ms: int) -> De
     intent = request_cancel(aggregate, reason, now_ms)
     if not intent.appends:
         return intent
-    converged = decide_cancellation(applied(aggregate, intent), now_ms, actor=_actor_of(intent))
-    return chained(intent, converged, blocked=converged.blocked)
+    intended = applied(aggregate, intent)
+    converged = decide_cancellation(intended, now_ms, actor=_actor_of(intent))
+    return chained(intent, converged, blocked=converged.blocked, after=applied(intended, converged))
 
 
 def _actor_of(decision: Decision) -> str:

@@ -137,7 +137,8 @@ def _monotone_window(has_work: Callable[[int], bool], points: Sequence[int]) -> 
     """`_window` for work that changes at most once over `points` (a phase's work
     opens once and stays, or is there until it closes once): a bisection, so a Run
     with many leases costs a few decisions, not one per lease."""
-    first, last = has_work(points[0]), has_work(points[-1])
+    first = has_work(points[0])
+    last = has_work(points[-1]) if len(points) > 1 else first
     if first == last:
         return Window(points[0]) if first else None
     low, high = 0, len(points) - 1  # has_work(points[low]) == first != has_work(points[high])

@@ -26,7 +26,7 @@ from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 COMPONENT = "projections.snapshots"
 STREAM_PREFIXES = ("run-",)
 TABLE = "run_snapshots"
-SNAPSHOT_EVERY = 32  # Run stream events between snapshots (bench/snapshots.py)
+SNAPSHOT_EVERY = 64  # Run stream events between snapshots (bench/snapshots.py)
 _IN_CHUNK = 500  # Runs per IN (...) list
 
 _CREATE = """CREATE TABLE run_snapshots (
