@@ -225,10 +225,11 @@ def _publisher(tx: Transaction, record: Record) -> None:
 
 
 def _receipt(tx: Transaction, record: Record) -> None:
-    tx.execute(
+    # executemany answers nothing: a store may send it with the next statement
+    tx.executemany(
         f"INSERT INTO admission_receipts ({', '.join(_RECEIPT_COLUMNS)}) "
         f"VALUES ({', '.join('?' * len(_RECEIPT_COLUMNS))})",
-        _receipt_values(record),
+        [_receipt_values(record)],
     )
 
 

@@ -47,9 +47,12 @@ def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | No
     """Write a Run's aggregate after these records (`folded`, where the writer has it)
     as its snapshot when they take the Run stream past a multiple of SNAPSHOT_EVERY;
     delete the snapshot of a Run that ended."""
-    ended = {r.stream_id.removeprefix("run-") for r in records if r.type in _TERMINAL}
-    for run_id in sorted(ended):
-        tx.execute("DELETE FROM run_snapshots WHERE run_id = ?", (run_id,))
+    ended = sorted({r.stream_id.removeprefix("run-") for r in records if r.type in _TERMINAL})
+    for start in range(0, len(ended), _IN_CHUNK):
+        chunk = ended[start : start + _IN_CHUNK]
+        tx.execute(
+            f"DELETE FROM run_snapshots WHERE run_id IN ({', '.join('?' * len(chunk))})", chunk
+        )
     if not folded:
         return
     added: dict[str, int] = {}
