@@ -171,7 +171,7 @@ class Cycle:
         self._pages_per_phase = pages_per_phase
         self._schedule_page_size = schedule_page_size
         self._schedule_grace_ms = schedule_grace_ms
-        self._cursor = dict.fromkeys(candidates.PHASES, "")
+        self._cursor: dict[str, candidates.Cursor | None] = dict.fromkeys(candidates.PHASES)
 
     def run(self, now_ms: int) -> CycleResult:
         results = {
@@ -223,15 +223,15 @@ class Cycle:
         store = self._authority.store
         for _ in range(self._pages_per_phase):
             after = self._cursor[phase]
-            run_ids = candidates.page(store, phase, now_ms, self._page_size, after)
-            if len(run_ids) < self._page_size and after:
+            found = candidates.work_page(store, phase, now_ms, self._page_size, after)
+            if len(found) < self._page_size and after is not None:
                 # wrap around: the start of the list comes after its end
-                run_ids += candidates.page(store, phase, now_ms, self._page_size - len(run_ids))
-            run_ids = [r for r in dict.fromkeys(run_ids) if r not in seen]
+                found += candidates.work_page(store, phase, now_ms, self._page_size - len(found))
+            run_ids = [r for r in dict.fromkeys(r for _, r in found) if r not in seen]
             if not run_ids:
-                self._cursor[phase] = ""
+                self._cursor[phase] = None
                 break
             seen.update(run_ids)
             total += PageResult.of(run_page(self._authority, run_ids, phase, now_ms))
-            self._cursor[phase] = run_ids[-1] if len(run_ids) == self._page_size else ""
+            self._cursor[phase] = found[-1] if len(found) == self._page_size else None
         return total

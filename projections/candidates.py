@@ -23,16 +23,35 @@ def _open_at(prefix: str) -> str:
     return f"{prefix}_opens_ms <= ? AND ({prefix}_closes_ms IS NULL OR {prefix}_closes_ms > ?)"
 
 
-def page(store_or_tx, phase: str, now_ms: int, limit: int, after_run_id: str = "") -> list[str]:
-    """Up to `limit` run ids with work for `phase` at `now_ms`, in run id order after
-    `after_run_id`."""
+Cursor = tuple[int, str]
+"""Where a page ended: (the instant its last Run's work opened, that Run's id)."""
+
+
+def page(
+    store_or_tx, phase: str, now_ms: int, limit: int, after: Cursor | None = None
+) -> list[str]:
+    """Up to `limit` run ids with work for `phase` at `now_ms` (see `work_page`)."""
+    return [run_id for _, run_id in work_page(store_or_tx, phase, now_ms, limit, after)]
+
+
+def work_page(
+    store_or_tx, phase: str, now_ms: int, limit: int, after: Cursor | None = None
+) -> list[Cursor]:
+    """Up to `limit` Runs with work for `phase` at `now_ms`, as (opened at, run id),
+    the work that opened first first (then by id), after `after`: a range of the
+    phase's index, whatever the number of dormant Runs."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; one of {PHASES}")
+    where, params = _open_at(phase), [now_ms, now_ms]
+    if after is not None:
+        where += f" AND ({phase}_opens_ms, run_id) > (?, ?)"
+        params += [after[0], after[1]]
     rows = store_or_tx.query(
-        f"SELECT run_id FROM runs WHERE {_open_at(phase)} AND run_id > ? ORDER BY run_id LIMIT ?",
-        (now_ms, now_ms, after_run_id, limit),
+        f"SELECT {phase}_opens_ms, run_id FROM runs WHERE {where} "
+        f"ORDER BY {phase}_opens_ms, run_id LIMIT ?",
+        (*params, limit),
     )
-    return [row[0] for row in rows]
+    return [(row[0], row[1]) for row in rows]
 
 
 def claimable_attempts(
@@ -44,8 +63,10 @@ def claimable_attempts(
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """(attempt_id, run_id) of Attempts a worker may lease at `now_ms`, oldest claim
-    first: those whose grant window holds `now_ms` (`domain.work.grant_windows`)."""
+    """(attempt_id, run_id) of Attempts a worker may lease at `now_ms`, those whose
+    grant window holds `now_ms` (`domain.work.grant_windows`): the window that opened
+    first first, then the oldest claim (an Attempt whose lease expires later is past
+    the range the query reads)."""
     where = [_open_at("grant")]
     params: list = [now_ms, now_ms]
     if run_id is not None:
@@ -61,7 +82,7 @@ def claimable_attempts(
         params.extend(sorted(tasks))
     rows = store_or_tx.query(
         f"""SELECT attempt_id, run_id FROM attempts
-            WHERE {" AND ".join(where)} ORDER BY claimed_position LIMIT ?""",
+            WHERE {" AND ".join(where)} ORDER BY grant_opens_ms, claimed_position LIMIT ?""",
         (*params, limit),
     )
     return [(row[0], row[1]) for row in rows]

@@ -165,6 +165,23 @@ def _work_step(integer: str) -> list[str]:
 MIGRATIONS.append({"sqlite": _work_step("INTEGER"), "postgresql": _work_step("BIGINT")})
 WORK_STEP = len(MIGRATIONS)  # the step that added the windows: `backfill` fills them
 
+# Step 5: the candidate indexes are ordered by when the work opened, then by key, so a
+# page reads only windows that are open (a lease that expires next week, a dormant
+# Run's, is past the page's end) instead of walking every Run in id order to find
+# the few with work.
+_WORK_ORDER = [
+    *(f"DROP INDEX runs_{phase}_opens" for phase in RUN_PHASES),
+    "DROP INDEX attempts_grantable",
+    *(
+        f"CREATE INDEX runs_{phase}_work ON runs ({phase}_opens_ms, run_id)"
+        f" WHERE {phase}_opens_ms IS NOT NULL"
+        for phase in RUN_PHASES
+    ),
+    "CREATE INDEX attempts_grant ON attempts (grant_opens_ms, claimed_position)"
+    " WHERE grant_opens_ms IS NOT NULL",
+]
+MIGRATIONS.append({"sqlite": _WORK_ORDER, "postgresql": _WORK_ORDER})
+
 
 TABLES = {
     "runs": ("run_id",),

@@ -21,9 +21,9 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
-        for phase in candidates.PHASES:
-            tx.execute(f"DROP INDEX runs_{phase}_opens")
-        tx.execute("DROP INDEX attempts_grantable")
+        for phase in candidates.PHASES:  # what steps 4 and 5 made
+            tx.execute(f"DROP INDEX runs_{phase}_work")
+        tx.execute("DROP INDEX attempts_grant")
         for column in runs.WINDOW_COLUMNS:
             tx.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         for column in runs.GRANT_COLUMNS:
@@ -46,14 +46,14 @@ def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
         rt.publish(manifest(DIAMOND), now_ms=T0)
         run_id = rt.start("demo", "flow", admission_key="k1", now_ms=T0).run_id
         if claimed:
-            rt.cycle(now_ms=T0)  # a's Attempt is claimed, not leased
+            rt.lease_attempts("w1", ttl_ms=5_000, now_ms=T0)  # a's Attempt leased, not started
         before = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
         _back_to_the_flags(rt)
     with qlflow.open(store_url) as rt:  # migrates across WORK_STEP, then refolds the Run
         assert rt.verify_projections().ok
         after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
         assert after == before
-        now = T0
+        now = T0 + 6_000 if claimed else T0  # w1's lease of a has run out by then
         for _ in range(10):
             rt.cycle(now_ms=now)
             work(rt, now)
