@@ -42,7 +42,7 @@ from eventstore.validation import (
     replay_or_conflict,
 )
 
-_FUNCTION_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SQL_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # a function, table or column name
 EVENT_COLUMNS = "global_position, event_id, stream_id, stream_version, type, data, metadata"
 
 
@@ -156,7 +156,7 @@ class BaseTransaction(ABC):
         that checks its own rule, then appends like `qlflow_append`); a store without
         functions (SQLite) appends plainly."""
         self._check_usable()
-        if not isinstance(function, str) or not _FUNCTION_NAME.fullmatch(function):
+        if not isinstance(function, str) or not _SQL_NAME.fullmatch(function):
             raise InvalidInput(
                 "function", "identifier", f"a function name is a-z 0-9 _, got {function!r}"
             )
@@ -325,7 +325,7 @@ class BaseTransaction(ABC):
         statement)."""
         self._check_usable()
         for name in (table, *columns):
-            if not _FUNCTION_NAME.fullmatch(name):
+            if not _SQL_NAME.fullmatch(name):
                 raise InvalidInput("table", "identifier", f"not a table or column name: {name!r}")
         if rows:
             self._upsert(table, list(columns), list(key), rows)
@@ -427,7 +427,7 @@ class BaseTransaction(ABC):
         """Call the server-side function `function` with `args` and return its value.
         Lock waits inside it are bounded like `lock` (LockTimeout)."""
         self._check_usable()
-        if not isinstance(function, str) or not _FUNCTION_NAME.fullmatch(function):
+        if not isinstance(function, str) or not _SQL_NAME.fullmatch(function):
             raise InvalidInput(
                 "function", "identifier", f"a function name is a-z 0-9 _, got {function!r}"
             )

@@ -70,59 +70,48 @@ class _Rows:
 
 def _load(tx, records: Sequence[Record]) -> _Rows:
     """Every row the records can touch and that exists already (a Run these records
-    admit, an Attempt they claim, is not stored yet): at most five key lookups, sent
-    together (`query_all`)."""
+    admit, an Attempt they claim, is not stored yet): key lookups by Run and by
+    Attempt, `_IN_CHUNK` ids each, all sent together (`query_all`)."""
     run_ids, attempt_ids = _named(records)
     created_runs, created_attempts = _created(records)
-    attempt_ids -= created_attempts
-    run_ids -= created_runs
+    named, attempts = sorted(run_ids - created_runs), sorted(attempt_ids - created_attempts)
     rows = _Rows()
-    if not run_ids and not attempt_ids:
+    # the Runs of a condition: named ones, or (a lease record names only its Attempt)
+    # the ones those Attempts' rows name; each its own query, as an OR of the two would
+    # scan the whole table
+    conditions = [(f"IN ({_marks(chunk)})", chunk) for chunk in _chunks(named)]
+    conditions += [
+        (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(chunk)}))", chunk)
+        for chunk in _chunks(attempts)
+    ]
+    if not conditions:
         return rows
-    if len(run_ids) + len(attempt_ids) > _IN_CHUNK:
-        return _load_in_chunks(tx, rows, run_ids, attempt_ids)
-    # a lease record names only its Attempt: its Run is the one that Attempt's row names
-    named, attempts = sorted(run_ids), sorted(attempt_ids)
-    conditions = []  # each its own query: an OR of the two would scan the whole table
-    if named:
-        conditions.append((f"IN ({_marks(named)})", named))
-    if attempts:
-        held = f"SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(attempts)})"
-        conditions.append((f"IN ({held})", attempts))
     queries = [(f"{RUNS.select_sql} run_id {where}", values) for where, values in conditions]
     queries += [(f"{_STEPS_WITH_LIVE_ATTEMPTS} {where}", values) for where, values in conditions]
-    if attempts:
-        queries.append((f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(attempts)})", attempts))
+    queries += [
+        (f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(chunk)})", chunk)
+        for chunk in _chunks(attempts)
+    ]
     found = tx.query_all(queries)
     count = len(conditions)
-    split = len(STEP_RUNS.columns)
     for runs in found[:count]:
         rows.add_loaded(RUNS, (row for row in runs if row[0] not in rows.runs))
-    steps_found = [row for steps in found[count : 2 * count] for row in steps]
-    if attempts:
-        rows.add_loaded(ATTEMPTS, found[-1])
-    seen_steps: set[tuple[str, str]] = set()
+    for attempts_found in found[2 * count :]:
+        rows.add_loaded(ATTEMPTS, attempts_found)
+    split = len(STEP_RUNS.columns)
     live = {}
-    for row in steps_found:
-        if (row[0], row[1]) in seen_steps:
-            continue
-        seen_steps.add((row[0], row[1]))
-        rows.add_loaded(STEP_RUNS, [row[:split]])
-        if row[split] is not None:
-            live[row[split]] = row[split:]
+    for steps in found[count : 2 * count]:
+        for row in steps:
+            if rows.step(row[0], row[1]) is None:
+                rows.add_loaded(STEP_RUNS, [row[:split]])
+                if row[split] is not None:
+                    live[row[split]] = row[split:]
     rows.add_loaded(ATTEMPTS, (a for a in live.values() if a[0] not in rows.attempts))
     return rows
 
 
-def _load_in_chunks(tx, rows: _Rows, run_ids: set[str], attempt_ids: set[str]) -> _Rows:
-    """`_load` for more ids than one IN (...) list takes: query after query."""
-    rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", attempt_ids))
-    run_ids = run_ids | {attempt["run_id"] for attempt in rows.attempts.values()}
-    rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", run_ids))
-    steps, live_attempts = _select_steps_with_live_attempts(tx, run_ids)
-    rows.add_loaded(STEP_RUNS, steps)
-    rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in rows.attempts))
-    return rows
+def _chunks(values: list[str]) -> list[list[str]]:
+    return [values[start : start + _IN_CHUNK] for start in range(0, len(values), _IN_CHUNK)]
 
 
 def _marks(values: Sequence[str]) -> str:
