@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from domain.values import ACTIVE, QUARANTINED, REVOKED, WITHDRAWN
 from eventstore.grants import ADMISSION, OWNER, RUNTIME, ServerFunction
-from eventstore.locks import advisory_key
+from eventstore.locks import LOCK_TABLE, lock_bucket
 from eventstore.pg_append import (
     ADMITTED_TYPE,
     APPEND_CORE,
@@ -33,7 +33,7 @@ from projections.publications import PUBLISHER_LOCK_PREFIX
 
 START_REFUSAL = "qlflow_start_refusal"
 ADMIT = "qlflow_admit"
-_VERSION = "qlflow admission guard v2 (the plan is the revision's)"
+_VERSION = "qlflow admission guard v2 (the plan is the revision's; qlflow_locks row)"
 
 # domain.start_guard.start_refusal, rule for rule
 _START_REFUSAL_BODY = f"""
@@ -70,8 +70,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '{GUARD_SQLSTATE}',
             MESSAGE = format('unknown_publication: no publication %s', publication);
     END IF;
-    PERFORM pg_advisory_xact_lock(
-        {advisory_key(f"'{PUBLISHER_LOCK_PREFIX}' || chosen.publisher")});
+    PERFORM 1 FROM {LOCK_TABLE}
+    WHERE bucket = {lock_bucket(f"'{PUBLISHER_LOCK_PREFIX}' || chosen.publisher")} FOR UPDATE;
     -- under the lock: what a revocation, withdrawal or newer generation committed counts
     SELECT * INTO chosen FROM publications WHERE publication_id = publication;
     SELECT status INTO trust FROM publishers WHERE publisher = chosen.publisher;

@@ -4,6 +4,8 @@ keeps working with `verify` clean afterwards (docs/DESIGN.md, "Hostile clients")
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import psycopg
 import pytest
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 import qlflow
 from actors import admission
+from actors import roles as pg_roles
 from domain.errors import NotFound
 from domain.plan import PlannedWorkflow, bind_plan, plan_to_dict, step_run_ids_for
 from domain.publication import publication_from_json
@@ -199,3 +202,87 @@ def test_a_worker_is_not_given_a_disabled_tasks_definition(rt, roles, published)
     assert task_definition(store, receipt.run_id, "demo@1#a").task_id == "a"
     with pytest.raises(NotFound, match="disabled"):
         task_definition(store, receipt.run_id, "demo@1#off")
+
+
+# --- 2. every appended event decodes ---------------------------------------------------
+
+APPEND = (
+    "SELECT positions, refused, moved FROM qlflow_append(%s::text[], %s::bigint[], "
+    "%s::bigint[], %s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[])"
+)
+LEASE = {"lease_id": "l", "worker_id": "w", "granted_at_ms": 1, "ttl_ms": 1, "expires_at_ms": 2}
+UNDECODABLE = {
+    "step.created without its fields": ("runtime", "run-x", "step.created", {}, "data lacks"),
+    "a bare run- stream": ("runtime", "run-", "workflow.cancel_requested",
+                           {"reason": "user", "requested_at_ms": 1}, "stream run- is not"),
+    "a type no fold reads": ("runtime", "run-x", "step.exploded", {}, "is not a type"),
+    "a type on another category": ("runtime", "steps-x", "workflow.cancel_requested",
+                                   {"reason": "user", "requested_at_ms": 1}, "is written to run-"),
+    "a lease of another Attempt": ("runtime", "lease-a", "lease.granted",
+                                   {**LEASE, "attempt_id": "b"}, "attempt_id is not the entity"),
+    "a withdrawal of another publication": (
+        "publisher", "publication-a", "publication.withdrawn",
+        {"publication_id": "b", "at_ms": 1, "reason": "x"}, "publication_id is not the entity",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(UNDECODABLE))
+def test_an_event_its_fold_cannot_read_is_refused(roles, published, name):
+    kind, stream, type_, data, says = UNDECODABLE[name]
+    before = event_count(roles)
+    params = ([stream], [0], [1], ["forged-1"], [stream], [1], [type_],
+              [orjson.dumps(data).decode()], ['{"at_ms": 1}'])  # fmt: skip
+
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+        sql_as(getattr(roles, kind), APPEND, params)
+
+    assert says in str(caught.value), str(caught.value)
+    assert event_count(roles) == before
+    assert_honest_runtime_works(roles, f"after-{name.replace(' ', '-')}")
+
+
+# --- 3. no role can stall another --------------------------------------------------------
+
+
+def test_the_audit_role_cannot_hold_a_lock_others_wait_on(rt, roles, published):
+    # the attack of old: the publisher lock's advisory key, held by an audit session
+    holder = psycopg.connect(roles.audit, autocommit=True)
+    try:
+        holder.execute(
+            "SELECT pg_advisory_lock(hashtextextended(current_schema() || %s, 0))",
+            ("/qlflow-publisher:acme",),
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            holder.execute("SELECT 1 FROM qlflow_locks FOR UPDATE")
+        with qlflow.open(roles.runtime, lock_timeout_ms=300) as runtime:
+            runtime.start("demo", "w", admission_key="audit-holds", now_ms=T0)
+        rt.publish({**TWO_WORKFLOWS, "tasks": {**TWO_WORKFLOWS["tasks"], "c": {
+            "command": ["true"]}}}, now_ms=T0 + 1)  # fmt: skip
+    finally:
+        holder.close()
+    assert_honest_runtime_works(roles, "after-audit")
+
+
+def test_a_runtime_session_idle_in_a_transaction_is_cut_off(roles, published, pg_server_url):
+    prefix = roles.roles["owner"].removesuffix("_owner")
+    pg_roles.setup_roles(pg_server_url, roles.schema, prefix, idle_in_transaction_ms=1000)
+    idle = psycopg.connect(roles.runtime)
+    stream = "run-idle"
+    idle.execute(
+        APPEND,
+        ([stream], [0], [1], ["idle-1"], [stream], [1], ["workflow.cancel_requested"],
+         ['{"reason": "user", "requested_at_ms": 1}'], ['{"at_ms": 1}']),
+    )  # fmt: skip
+    try:
+        # the idle session holds the position counter: every other append waits for it
+        began = time.monotonic()
+        assert_honest_runtime_works(roles, "while-idle")
+        assert time.monotonic() - began < 30
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            idle.execute("SELECT 1")
+    finally:
+        idle.close()
+    assert sql_as(roles.owner, "SELECT count(*) FROM events WHERE stream_id = %s", (stream,)) == [
+        (0,)
+    ]
