@@ -75,24 +75,7 @@ def test_counts_come_from_the_run_and_the_server_fixture_marks_pg(tmp_path):
     assert "pg: 2 of 2 passed" in done.stdout
 
 
-def test_a_skipped_ha_test_fails_the_check(tmp_path):
-    status, summary = run_suite(tmp_path, 'pytest.skip("no initdb")')
-    assert status == 0  # pytest itself is content
-    assert summary["marks"]["ha"]["skipped"] == 1
-    done = check(tmp_path / "report.json")
-    assert done.returncode == 1
-    assert "'ha' tests: 0 of 1 passed" in done.stderr and "no initdb" in done.stderr
-
-
-def test_deselected_pg_tests_fail_the_check(tmp_path):
-    status, summary = run_suite(tmp_path, "pass", "-m", "not pg")
-    assert status == 0
-    assert summary["marks"]["pg"]["collected"] == 0  # the auto-marked one went too
-    assert summary["all"]["collected"] == 2
-    assert problems(summary) == ["no test marked 'pg' was collected"]
-
-
-def test_a_failing_teardown_counts_as_failed(tmp_path):
+def test_a_skipped_ha_test_and_a_failed_teardown_fail_the_check(tmp_path):
     broken = (
         "import pytest\n\n"
         "@pytest.fixture(autouse=True)\n"
@@ -102,10 +85,25 @@ def test_a_failing_teardown_counts_as_failed(tmp_path):
         "        raise RuntimeError('x')\n"
     )
     (tmp_path / "conftest.py").write_text(CONFTEST + broken)
-    status, summary = run_suite(tmp_path, "pass", keep_conftest=True)
-    assert status == 1
+    status, summary = run_suite(tmp_path, 'pytest.skip("no initdb")', keep_conftest=True)
+    assert status == 1  # the teardown error; the skip alone would leave pytest content
+    assert summary["marks"]["ha"]["skipped"] == 1
     assert summary["marks"]["pg"]["failed"] == 1 and summary["marks"]["pg"]["passed"] == 1
-    assert problems(summary) == ["'pg' tests: 1 of 2 passed (1 failed, 0 skipped, 0 never ran)"]
+    done = check(tmp_path / "report.json")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "'pg' tests: 1 of 2 passed (1 failed, 0 skipped, 0 never ran)",
+        "'ha' tests: 0 of 1 passed (0 failed, 1 skipped, 0 never ran)",
+        "  skipped: test_sample.py::test_failover: Skipped: no initdb",
+    ]
+
+
+def test_deselected_pg_tests_fail_the_check(tmp_path):
+    status, summary = run_suite(tmp_path, "pass", "-m", "not pg")
+    assert status == 0
+    assert summary["marks"]["pg"]["collected"] == 0  # the auto-marked one went too
+    assert summary["all"]["collected"] == 2
+    assert problems(summary) == ["no test marked 'pg' was collected"]
 
 
 def test_a_missing_report_fails_the_check(tmp_path):

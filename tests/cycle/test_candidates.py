@@ -128,6 +128,7 @@ def work(rt, now_ms: int, rng: random.Random, misbehaved: set[str]) -> bool:
     return abandoned
 
 
+@pytest.mark.timeout(900)  # 300 stateful Runs a store: 213 s on PostgreSQL on a loaded host
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
