@@ -31,9 +31,12 @@ _report = run_report.RunReport(run_report.TRACKED_MARKS)
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # a test that asks for the server is a PostgreSQL test, marked or not: CI counts them
+    fuzzing = hypothesis_budget.fuzz_examples() is not None
     for item in items:
         if "pg_server_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.pg)
+        if fuzzing:  # a long hunt is long by design: no per-test timeout
+            item.add_marker(pytest.mark.timeout(0), append=False)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
