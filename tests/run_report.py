@@ -7,7 +7,8 @@ Written as JSON to the path in QLFLOW_TEST_REPORT at the end of a session:
      "skipped": 0, "skips": []}, ...}, "all": {...}}
 
 A test's outcome is the worst of its phases (setup, call, teardown): failed, then
-skipped, then passed. An expected failure (xfail) counts as skipped.
+skipped, then passed; a test counts as passed only once its body ran. An expected
+failure (xfail) counts as skipped.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class RunReport:
         self.items: dict[str, frozenset[str]] = {}  # node id -> its tracked marks
         self.outcomes: dict[str, str] = {}
         self.skip_reasons: dict[str, str] = {}
+        self.called: set[str] = set()  # tests whose body ran
 
     def collected(self, items: Iterable[pytest.Item]) -> None:
         """The items this run will execute (after deselection)."""
@@ -46,6 +48,8 @@ class RunReport:
             return
         before = self.outcomes.get(report.nodeid, "passed")
         self.outcomes[report.nodeid] = max(before, outcome, key=_RANK.__getitem__)
+        if report.when == "call":
+            self.called.add(report.nodeid)
         if outcome == "skipped" and report.nodeid not in self.skip_reasons:
             self.skip_reasons[report.nodeid] = _skip_reason(report)
 
@@ -65,9 +69,15 @@ class RunReport:
         """The summary as JSON at `path`."""
         Path(path).write_bytes(orjson.dumps(self.summary(exitstatus), option=orjson.OPT_INDENT_2))
 
+    def _outcome(self, nodeid: str) -> str:
+        outcome = self.outcomes.get(nodeid, "not run")
+        # passed only once its body ran: a setup that passed, then an interrupted run
+        if outcome == "passed" and nodeid not in self.called:
+            return "not run"
+        return outcome
+
     def _counts(self, nodeids: list[str]) -> dict[str, object]:
-        # a collected test with no report never ran (the session was interrupted)
-        ended = [self.outcomes.get(nodeid, "not run") for nodeid in nodeids]
+        ended = [self._outcome(nodeid) for nodeid in nodeids]
         skipped = [nodeid for nodeid in nodeids if self.outcomes.get(nodeid) == "skipped"]
         return {
             "collected": len(nodeids),
