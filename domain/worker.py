@@ -23,6 +23,7 @@ from typing import Any
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_intent
 from domain.decision import Decision, DecisionBuilder, LeaseGrant, check_now
 from domain.errors import FenceError, InvalidInput, NotFound
+from domain.execution import check_execution
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
 from domain.json_values import check_finite, check_output_size
 from domain.lease_terms import lease_expiry
@@ -239,8 +240,13 @@ def complete(
     result_code: str | None,
     output: Mapping[str, Any] | None,
     now_ms: int,
+    *,
+    execution: Mapping[str, Any] | None = None,
 ) -> Decision:
     """End a started Attempt with the worker's `outcome` (succeeded | failed).
+
+    `output` is what the task returned; `execution` how it ran (exit code, signal,
+    pid, log path: `domain.execution`), recorded beside it and passed nowhere.
 
     Without cancel intent: succeeded, or failed with `result_code` (default
     `execution_failed`). With cancel intent any outcome is recorded `cancelled`
@@ -260,6 +266,7 @@ def complete(
         raise InvalidInput("output", "object", "output must be a JSON object (a mapping) or None")
     check_finite(output, "output")
     check_output_size(output, "output")
+    ran = check_execution(execution)
     attempt = _attempt(aggregate, attempt_id)
     lease = attempt.lease
     if (
@@ -307,6 +314,7 @@ def complete(
             "result_code": code,
             "reported_outcome": outcome,
             "output": None if output is None else dict(output),
+            "execution": ran,
             "lease_id": lease_id,
         },
     )

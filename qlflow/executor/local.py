@@ -303,26 +303,23 @@ class LocalProcessExecutor:
         exit_code = item.process.returncode
         if item.capture is not None:
             item.capture.finish()
-        output: dict[str, Any] = {
-            "log_path": str(item.log_path),
+        execution: dict[str, Any] = {
             "exit_code": exit_code,
             "pid": item.process.pid,
+            "log_path": str(item.log_path),
+            "signal": signal_name(exit_code),
+            "stopped_by": item.stop_reason,
         }
-        ended_by = signal_name(exit_code)
-        if ended_by is not None:
-            output["signal"] = ended_by
-        if item.stop_reason is not None:
-            output["stopped_by"] = item.stop_reason
         outcome = "succeeded" if exit_code == 0 else "failed"
         # A step the host stopped (drain over, host leaving) did not fail by itself.
         stopped_by_host = item.stop_reason in HOST_STOPS and item.term_sent_at is not None
         code = WORKER_SHUTDOWN if outcome == "failed" and stopped_by_host else None
-        try:  # what the task wrote to QLFLOW_OUTPUT is its output
+        try:  # what the task wrote to QLFLOW_OUTPUT is its output, and nothing else is
             written = read_output(_io_paths(item.log_path)[1])
         except OutputInvalid as problem:
-            output["error"] = str(problem)
+            execution["error"] = str(problem)
             outcome, code, written = "failed", OUTPUT_INVALID, None
-        status, error = self._complete(item, outcome, code, written or output)
+        status, error = self._complete(item, outcome, code, written, execution)
         return report(
             item.lease,
             status,
@@ -334,7 +331,12 @@ class LocalProcessExecutor:
         )
 
     def _complete(
-        self, held: Held, outcome: str, result_code: str | None, output: dict[str, Any]
+        self,
+        held: Held,
+        outcome: str,
+        result_code: str | None,
+        output: dict[str, Any] | None,
+        execution: dict[str, Any],
     ) -> tuple[str | None, str | None]:
         """Record the outcome, trying again while the store cannot take it (a completion
         is idempotent: a retry after a lost answer is a replay). (status, None), or
@@ -345,7 +347,7 @@ class LocalProcessExecutor:
                 held,
                 "completion",
                 lambda lease: self._rt.complete(
-                    lease, outcome, result_code=result_code, output=output
+                    lease, outcome, result_code=result_code, output=output, execution=execution
                 ),
                 ttl_ms=self.ttl_ms,
             )
@@ -379,8 +381,8 @@ class LocalProcessExecutor:
     ) -> AttemptReport:
         """The Task cannot be found or started: complete `failed` with `result_code`."""
         log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
-        output = {"log_path": str(log_path), "exit_code": None, "error": reason}
-        status, error = self._complete(held, "failed", result_code, output)
+        execution = {"log_path": str(log_path), "exit_code": None, "error": reason}
+        status, error = self._complete(held, "failed", result_code, None, execution)
         if status is None:
             return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")
         return report(held.lease, status, None, None, log_path, error=reason)

@@ -75,7 +75,7 @@ def test_ctrl_c_cancels_the_run_stops_the_step_and_exits_3(tmp_path: Path):
     assert shown["cancel_reason"] == "user"
     work = shown["steps"]["work"]
     assert work["status"] == "cancelled"
-    output = work["attempts"][0]["output"]
+    output = work["attempts"][0]["execution"]
     assert output["pid"] == pid
     assert output["exit_code"] == 143  # work.py exits 143 on SIGTERM
     assert output["stopped_by"] == "stop_requested"
@@ -165,8 +165,8 @@ def test_sigterm_stops_serve_within_its_grace_period(tmp_path: Path):
     work = settled["steps"]["work"]["attempts"][0]
     assert work["status"] == "failed"  # past the start barrier: recorded, never rerun
     assert work["result_code"] == "worker_shutdown"
-    assert work["output"]["stopped_by"] == "shutdown"
-    assert work["output"]["exit_code"] == 143
+    assert work["execution"]["stopped_by"] == "shutdown"
+    assert work["execution"]["exit_code"] == 143
     assert settled["status"] == "failed"
     assert settled["steps"]["report"]["status"] == "skipped"
     assert settled["steps"]["report"]["attempts"] == []
@@ -226,8 +226,8 @@ def test_sigterm_with_a_long_drain_lets_the_step_finish_and_the_run_succeed(tmp_
     shown = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)  # no cycle since
     assert shown["status"] == "succeeded", shown
     [attempt] = shown["steps"]["work"]["attempts"]
-    assert (attempt["status"], attempt["output"]["exit_code"]) == ("succeeded", 0)
-    assert "stopped_by" not in attempt["output"]
+    assert (attempt["status"], attempt["execution"]["exit_code"]) == ("succeeded", 0)
+    assert attempt["execution"]["stopped_by"] is None and attempt["output"] is None
 
 
 def test_a_host_killed_with_sigkill_leaves_no_step_process(tmp_path: Path):
