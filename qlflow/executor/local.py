@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import FenceError, QlflowError
+from domain.tasks import ON_INTERRUPT_DEFAULT
+from domain.transitions import WORKER_SHUTDOWN
 from projections.task_io import TaskInputs
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture, note_to_log
@@ -33,7 +35,7 @@ log = logging.getLogger("qlflow.executor")
 DEFAULT_KILL_AFTER_S = 5.0
 DEFAULT_TTL_MS = 30_000
 START_FAILED = "start_failed"
-WORKER_SHUTDOWN = "worker_shutdown"  # the host stopped the step: it did not fail by itself
+INTERRUPTED = "interrupted"  # the outcome of a step its host stopped: it runs again
 HOST_STOPS = ("shutdown", "killed")  # stop reasons that are the host's, not the Run's
 
 
@@ -49,6 +51,7 @@ class _Supervised(Held):
     term_sent_at: float | None = None
     killed: bool = False
     capture: LogCapture | None = None  # its output, to the log file and the store
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # the Task's: what a stop by this host does
 
 
 class LocalProcessExecutor:
@@ -184,7 +187,7 @@ class LocalProcessExecutor:
             return self._not_started(held.lease, log_path, "the executor is shutting down")
         if command is None:
             return self._start_failed(held, log_path, problem or "task unavailable", code)
-        if self._closing.is_set() or self._closed:  # past the barrier: recorded, never run
+        if self._closing.is_set() or self._closed:  # past the barrier, never run: again later
             return self._start_failed(held, log_path, "the host stopped", WORKER_SHUTDOWN)
         try:
             process = self._spawn(held.lease, command, inputs, log_path)
@@ -194,7 +197,14 @@ class LocalProcessExecutor:
             return self._start_failed(held, log_path, reason, START_FAILED)
         capture = LogCapture(self._rt, held.lease.attempt_id, log_path)
         capture.start(process)
-        item = _Supervised(held.lease, process, log_path, time.monotonic(), capture=capture)
+        item = _Supervised(
+            held.lease,
+            process,
+            log_path,
+            time.monotonic(),
+            capture=capture,
+            on_interrupt=command.on_interrupt,
+        )
         with self._lock:
             self._supervised[lease.attempt_id] = item
         threading.Thread(
@@ -311,9 +321,12 @@ class LocalProcessExecutor:
             "stopped_by": item.stop_reason,
         }
         outcome = "succeeded" if exit_code == 0 else "failed"
-        # A step the host stopped (drain over, host leaving) did not fail by itself.
+        # A step the host stopped (drain over, host leaving) did not fail by itself: it
+        # is interrupted and runs again, unless its Task says a stop is a failure.
         stopped_by_host = item.stop_reason in HOST_STOPS and item.term_sent_at is not None
         code = WORKER_SHUTDOWN if outcome == "failed" and stopped_by_host else None
+        if code is not None and item.on_interrupt == ON_INTERRUPT_DEFAULT:
+            outcome = INTERRUPTED
         try:  # what the task wrote to QLFLOW_OUTPUT is its output, and nothing else is
             written = read_output(_io_paths(item.log_path)[1])
         except OutputInvalid as problem:
@@ -379,10 +392,12 @@ class LocalProcessExecutor:
     def _start_failed(
         self, held: Held, log_path: Path, reason: str, result_code: str
     ) -> AttemptReport:
-        """The Task cannot be found or started: complete `failed` with `result_code`."""
+        """The Task cannot be found or started: complete `failed` with `result_code` —
+        or, stopped by this host before it spawned anything, `interrupted`."""
         log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
         execution = {"log_path": str(log_path), "exit_code": None, "error": reason}
-        status, error = self._complete(held, "failed", result_code, None, execution)
+        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else "failed"
+        status, error = self._complete(held, outcome, result_code, None, execution)
         if status is None:
             return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")
         return report(held.lease, status, None, None, log_path, error=reason)
