@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from domain.errors import FenceError, QlflowError
 from domain.tasks import ON_INTERRUPT_DEFAULT
@@ -31,6 +31,7 @@ from qlflow.runtime import Lease, Runtime
 from qlflow.transient import Backoff, transient_errors
 
 log = logging.getLogger("qlflow.executor")
+T = TypeVar("T")
 
 DEFAULT_KILL_AFTER_S = 5.0
 DEFAULT_TTL_MS = 30_000
@@ -150,8 +151,11 @@ class LocalProcessExecutor:
         command: TaskCommand | None = None
         inputs: TaskInputs = {"params": {}, "needs": {}}
         problem, code = None, START_FAILED
-        try:
-            command = self._resolve(lease)
+        held = Held(lease)
+        try:  # what a store that cannot answer now keeps from us is asked for again
+            command = self._read(held, "task lookup", self._resolve)
+        except (FenceError, NotStarted) as error:
+            return self._not_started(held.lease, log_path, f"lease lost or host stopping: {error}")
         except TaskUnavailable as error:
             if error.cancelled and not lease.started:
                 return self._not_started(lease, log_path, str(error))
@@ -162,14 +166,13 @@ class LocalProcessExecutor:
             problem = str(error)
         if command is not None:
             try:
-                inputs = self._rt.task_inputs(lease)
-            except transient_errors():  # the store is away: leave the Attempt to its lease
-                return self._not_started(lease, log_path, "the store cannot be read right now")
+                inputs = self._read(held, "task inputs", self._rt.task_inputs)
+            except (FenceError, NotStarted) as error:
+                return self._not_started(held.lease, log_path, f"lease lost or stopping: {error}")
             except QlflowError as error:
                 command, problem = None, str(error)
         if self._closed and not lease.started:
             return self._not_started(lease, log_path, "the executor is shutting down")
-        held = Held(lease)
         try:
             if not lease.started:  # a lease granted with start=True crossed it already
                 until_recorded(
@@ -217,6 +220,20 @@ class LocalProcessExecutor:
             capture.close()
             with self._lock:
                 self._supervised.pop(lease.attempt_id, None)
+
+    def _read(self, held: Held, what: str, read: Callable[[Lease], T]) -> T:
+        """`read(lease)` until the store answers, the lease renewed meanwhile; a lease
+        that really ended is a FenceError, a host that stops (before the start
+        barrier) NotStarted."""
+        return until_recorded(
+            self._rt,
+            held,
+            what,
+            read,
+            ttl_ms=self.ttl_ms,
+            stopping=self._closing,
+            unfenced=True,
+        )
 
     def _spawn(
         self, lease: Lease, command: TaskCommand, inputs: TaskInputs, log_path: Path
@@ -312,7 +329,7 @@ class LocalProcessExecutor:
         """Record the exited process's outcome under its lease (its log stored first)."""
         exit_code = item.process.returncode
         if item.capture is not None:
-            item.capture.finish()
+            self._store_log(item, item.capture)
         execution: dict[str, Any] = {
             "exit_code": exit_code,
             "pid": item.process.pid,
@@ -342,6 +359,20 @@ class LocalProcessExecutor:
             stopped_by=item.stop_reason,
             error=error,
         )
+
+    def _store_log(self, held: Held, capture: LogCapture) -> None:
+        """The last of the log before the completion (a Run seen ended has its last
+        lines), tried again while the store cannot take it and the lease lives on."""
+        capture.finish()
+        if not capture.pending:
+            return
+        try:
+            until_recorded(
+                self._rt, held, "log", lambda _lease: capture.send(), ttl_ms=self.ttl_ms,
+                unfenced=True,
+            )  # fmt: skip
+        except QlflowError as error:  # the lease ended: the completion will say so
+            log.warning("attempt %s: log not stored: %s", held.lease.attempt_id, error)
 
     def _complete(
         self,
