@@ -87,10 +87,11 @@ def _lock_holder(path: str, stop: threading.Event) -> int:
     return taken
 
 
-@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
-def test_a_store_storm_during_a_running_step_never_ends_it(dialect, tmp_path: Path, request):
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def test_a_store_storm_during_a_running_step_never_ends_it(store, tmp_path: Path, request):
     application = f"qlflow-storm-{uuid.uuid4().hex[:12]}"
-    if dialect == "sqlite":
+    sqlite = store == "sqlite"
+    if sqlite:
         path = tmp_path / "q.db"
         url = f"sqlite:///{path}?busy_timeout_ms=300"
     else:
@@ -111,7 +112,7 @@ def test_a_store_storm_during_a_running_step_never_ends_it(dialect, tmp_path: Pa
         runner = threading.Thread(target=driver.run, daemon=True)
         runner.start()
         wait_for(lambda: read_pid(folder / "work.pid"), 30, "the step to start")
-        if dialect == "sqlite":
+        if sqlite:
             storm = lambda: storm_result.append(_lock_holder(str(path), stop))  # noqa: E731
         else:
             server = request.getfixturevalue("pg_server_url")
