@@ -127,7 +127,7 @@ def test_why_names_a_failure_that_came_before_the_cancel(rt):
     for lease in leases.values():
         rt.mark_running(lease, now_ms=T0 + 12)
     rt.append_log(leases["a"].attempt_id, [("stderr", T0 + 13, b"ERROR: disk on fire\n")])
-    rt.complete(leases["a"], "failed", output={"exit_code": 7}, now_ms=T0 + 14)
+    rt.complete(leases["a"], "failed", execution={"exit_code": 7}, now_ms=T0 + 14)
     rt.cancel(run_id, now_ms=T0 + 15)
     rt.complete(leases["b"], "succeeded", now_ms=T0 + 16)
     rt.cycle(now_ms=T0 + 17)

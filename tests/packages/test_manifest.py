@@ -102,7 +102,8 @@ ERRORS = [
     ),
     (
         HEADER + '[tasks.fetch]\ncmd = ["true"]\ncommand = ["true"]\n',
-        "qlflow.toml: [tasks.fetch] cmd: unknown key (allowed: command, env, files, enabled)",
+        "qlflow.toml: [tasks.fetch] cmd: unknown key "
+        "(allowed: command, env, files, enabled, on_interrupt)",
     ),
     (
         HEADER + FETCH + 'env = ["A=1"]\n',
