@@ -78,9 +78,13 @@ def workload(streams: int) -> list[StreamAppend]:
         events = tuple(
             NewEvent(
                 event_id=f"wbe:{s:06d}{v:04d}{'0' * 22}",
-                type="step.completed",
+                type="step.succeeded",  # a known type: the append checks its shape
                 data={
+                    "step_run_id": f"srn:{s:06d}{v:04d}",
                     "step_key": f"step-{v:03d}",
+                    "from": "running",
+                    "to": "succeeded",
+                    "epoch": v,
                     "attempt": v,
                     "output": "x" * 120,
                     "exit_code": 0,

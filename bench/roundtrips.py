@@ -132,7 +132,7 @@ def measure(url: str, steps: int) -> dict[str, float]:
                 counts = []
                 for _ in range(5):
                     appends = [
-                        StreamAppend(f"bench-{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))
+                        StreamAppend(f"run-bench{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))
                         for _ in range(streams)
                     ]
 

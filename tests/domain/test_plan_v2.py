@@ -195,6 +195,21 @@ def test_bad_params_tables_name_the_key(params, key):
     assert "params.d" in str(caught.value)
 
 
+@pytest.mark.parametrize("names", [("foo", "FOO"), ("Day", "dAY"), ("a-b", "A-b")])
+def test_params_a_task_could_not_tell_apart_are_refused_at_publish(names):
+    params = {name: {"type": "string", "default": "x"} for name in names}
+    with pytest.raises(ManifestError) as caught:
+        validate_manifest(with_v2(SINGLE, params=params))
+    assert caught.value.key == "params", caught.value
+    message = str(caught.value)
+    assert all(repr(name) in message for name in names) and "QLFLOW_PARAM_" in message
+
+
+def test_params_with_distinct_variables_are_accepted():
+    params = {name: {"type": "string", "default": "x"} for name in ("foo", "foo_2", "bar")}
+    validate_manifest(with_v2(SINGLE, params=params))
+
+
 def v2_document() -> dict[str, Any]:
     raw = with_v2(
         DIAMOND,
