@@ -108,12 +108,13 @@ class LogCapture:
         with self._send_lock:
             with self._lock:
                 pieces, self._pending, self._pending_bytes = self._pending, [], 0
-            if not pieces:
+                left_out, self._left_out = self._left_out, 0
+            if not pieces and not left_out:
                 return
             try:
-                self._rt.append_log(self.attempt_id, pieces)
+                self._rt.append_log(self.attempt_id, pieces, left_out=left_out)
             except BaseException:
-                self._keep(pieces)
+                self._keep(pieces, left_out)
                 raise
 
     def close(self) -> None:
