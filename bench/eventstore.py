@@ -23,13 +23,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from bench.output import results_path
 from domain.records import NewEvent, Record, StreamAppend
 from eventstore import open_store
 from eventstore.url import with_search_path
@@ -38,7 +38,7 @@ from eventstore.validation import encode_appends
 EVENTS_PER_STREAM = 10
 CHUNK = 50  # streams per turn: the sides alternate so the machine's noise hits both alike
 READ_PASSES = 5  # alternating full reads per side; the median counts
-RESULTS = Path(__file__).parent / "results" / "eventstore.json"
+RESULTS = results_path("eventstore")
 TARGETS = {
     ("sqlite", "append"): 0.9,
     ("sqlite", "read_all"): 0.8,
@@ -362,7 +362,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"), help="PostgreSQL URL")
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--synchronous", default="FULL", help="SQLite synchronous level")
+    parser.add_argument("--smoke", action="store_true", help="20 streams: does it still run")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.streams = 20
     appends = workload(args.streams)
     results: dict = {
         "streams": args.streams,

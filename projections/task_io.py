@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from domain.errors import NotFound
 from domain.plan import task_ref
 from domain.revision import revision_from_json
+from domain.tasks import ON_INTERRUPT_DEFAULT
 from eventstore.api import EventStore
 from projections import views
 from projections.published_revisions import published_revisions
@@ -31,6 +32,7 @@ class TaskDefinitionView:
     files: tuple[str, ...]
     folder: str | None
     source_digest: str
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # what a stop by its host does: requeue | fail
 
 
 def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
@@ -58,6 +60,7 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
                 files=tuple(task.files),
                 folder=source if isinstance(source, str) and source else None,
                 source_digest=task.source_digest,
+                on_interrupt=task.on_interrupt,
             )
     raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
 

@@ -175,16 +175,22 @@ class AsyncRuntime:
         *,
         result_code: str | None = None,
         output: Mapping[str, Any] | None = None,
+        execution: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> str:
         """Record the Attempt's outcome (succeeded | failed) under its lease; returns the
-        recorded status (cancelled or timed_out when the Run has cancel intent)."""
+        recorded status (cancelled or timed_out when the Run has cancel intent).
+
+        `output` is what the task returned (passed to the steps that need it);
+        `execution` how it ran — `exit_code`, `signal`, `pid`, `log_path`, `stopped_by`,
+        `error` — shown with the Attempt and passed nowhere."""
         return await asyncio.to_thread(
             self.runtime.complete,
             lease,
             outcome,
             result_code=result_code,
             output=output,
+            execution=execution,
             now_ms=now_ms,
         )
 

@@ -88,13 +88,34 @@ class LogCapture:
     def finish(self) -> None:
         """The process exited: read what is left in its pipes (until they close, or
         `DRAIN_TIMEOUT_S` if something it spawned still holds them) and send the rest
-        to the store. Idempotent."""
+        to the store (a few tries; what is still `pending` then the caller may `send`).
+        Idempotent."""
         if self._closed:
             return
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         for reader in self._readers:
             reader.join(max(0.0, deadline - time.monotonic()))
         self.close()
+
+    @property
+    def pending(self) -> bool:
+        """Whether output waits to be stored."""
+        with self._lock:
+            return bool(self._pending)
+
+    def send(self) -> None:
+        """Store what waits now; the store's error if it cannot (what waits is kept)."""
+        with self._send_lock:
+            with self._lock:
+                pieces, self._pending, self._pending_bytes = self._pending, [], 0
+                left_out, self._left_out = self._left_out, 0
+            if not pieces and not left_out:
+                return
+            try:
+                self._rt.append_log(self.attempt_id, pieces, left_out=left_out)
+            except BaseException:
+                self._keep(pieces, left_out)
+                raise
 
     def close(self) -> None:
         """Stop the flusher, send what is pending (retrying a busy store a few times),
@@ -111,7 +132,7 @@ class LogCapture:
                 break
             if attempt + 1 < FINAL_TRIES:
                 time.sleep(FLUSH_INTERVAL_S / 2)  # a pause before the store is asked again
-        with self._lock:
+        with self._lock:  # the file is whole; what the store still lacks stays pending
             if self._file is not None:
                 self._file.close()
                 self._file = None

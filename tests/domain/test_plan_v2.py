@@ -15,8 +15,11 @@ from domain.manifest import revision_from_manifest, validate_manifest
 from domain.plan import build_plan, normalize, plan_to_dict, step_run_ids_for
 from domain.plan_v2 import PLAN_SCHEMA_V1, PLAN_SCHEMA_V2
 from domain.publication import publication_for
+from tests.hypothesis_budget import examples
 
-QUICK = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+QUICK = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 DIAMOND: dict[str, Any] = {
     "package": {"name": "backup", "publisher": "acme"},

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from domain.errors import InvalidInput
 from eventstore import logs, open_store
 from tests.eventstore.builders import event, stream
+from tests.hypothesis_budget import examples
 
 CAP = 64
 
@@ -134,7 +135,9 @@ def sqlite_store(tmp_path_factory):
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     cap=st.integers(2, 200),
