@@ -3,8 +3,8 @@
 `qlflow_append(...)` is what every PostgreSQL append calls, in one statement (one round
 trip with the implicit BEGIN): it checks the batch's shape, the caller's right to each
 stream, that every event decodes for its fold (`domain.event_shapes`, generated into
-the function as a VALUES list), the expected version of every stream (in stream id order, a fixed lock order),
-allocates positions from the one-row counter last (gap safety, see
+the function as a VALUES list), the expected version of every stream (in stream id
+order, a fixed lock order), allocates positions from the one-row counter last (gap safety, see
 `eventstore.postgres_store`), inserts the events skipping ids already stored, and says
 what happened: the positions, or which stream's CAS failed (`refused`) and whether a
 head had moved (`moved`). A conflict never raises, so the caller decides an exact replay
