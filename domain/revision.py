@@ -137,13 +137,19 @@ class MaterializedRevision:
 
 
 def _task_document(task: TaskDefinition) -> dict[str, Any]:
-    return {
+    document: dict[str, Any] = {
         "command": list(task.command),
         "enabled": task.enabled,
         "env": dict(task.env),
         "files": list(task.files),
         "source_digest": task.source_digest,
     }
+    # only where declared: a command Task's revision keeps its digest
+    if task.python is not None:
+        document["python"] = task.python
+    if task.isolation is not None:
+        document["isolation"] = task.isolation
+    return document
 
 
 def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
@@ -234,6 +240,7 @@ _REVISION_FIELDS = (
     "revision_id", "revision_digest", "tasks", "workflows",
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
+_TASK_OPTIONAL_FIELDS = ("python", "isolation")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
 _WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params")
 _STEP_FIELDS = ("key", "task", "needs")
@@ -266,7 +273,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
     for task_id, raw in check_mapping(document["tasks"], "revision tasks").items():
         what = f"revision Task {task_id!r}"
         task = check_mapping(raw, what)
-        check_fields(task, _TASK_FIELDS, what)
+        check_fields(task, _TASK_FIELDS, what, _TASK_OPTIONAL_FIELDS)
         tasks.append(
             TaskDefinition(
                 task_id=task_id,
@@ -275,6 +282,8 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 enabled=task["enabled"],
                 env=tuple(check_mapping(task["env"], f"{what} env").items()),
                 files=task["files"],
+                python=task.get("python"),
+                isolation=task.get("isolation"),
             )
         )
     workflows = []
