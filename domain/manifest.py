@@ -302,6 +302,13 @@ def _python_task(
     table = f"tasks.{task_id}"
     if "command" in raw:
         raise manifest_error(source, table, "python", "a Task has a command or python, not both")
+    if env:
+        raise manifest_error(
+            source,
+            table,
+            "env",
+            "applies to a command Task; a python function is given ctx.params instead",
+        )
     problem = target_problem(raw["python"])
     if problem is not None:
         raise manifest_error(source, table, "python", problem)

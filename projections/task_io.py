@@ -75,3 +75,30 @@ def task_inputs(store: EventStore, run_id: str, step_key: str) -> TaskInputs:
         "params": dict(run.params),
         "needs": {need: run.steps[need].output for need in step.needs},
     }
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInputs:
+    """What a python Task's context holds besides the lease: the step's inputs, which
+    Attempt of the step this is (1-based) and how many it may have."""
+
+    inputs: TaskInputs
+    attempt: int
+    max_attempts: int
+
+
+def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: str) -> AttemptInputs:
+    """The inputs of the step and the number of Attempt `attempt_id` in it, from one read."""
+    run = views.get_run(store, run_id)
+    step = run.steps.get(step_key)
+    if step is None:
+        raise NotFound(f"run {run_id!r} has no step {step_key!r}")
+    number = next(
+        (a.attempt_number for a in step.attempts if a.attempt_id == attempt_id),
+        len(step.attempts),
+    )
+    inputs: TaskInputs = {
+        "params": dict(run.params),
+        "needs": {need: run.steps[need].output for need in step.needs},
+    }
+    return AttemptInputs(inputs, number, step.max_attempts)

@@ -45,6 +45,10 @@ REFUSED = [
         "[tasks.fetch] isolation: must be one of process, thread, not 'fiber'",
     ),
     ('command = ["true"]\nisolation = "thread"\n', "[tasks.fetch] isolation: applies only"),
+    (
+        'python = "etl.fetch:run"\nfiles = ["etl/fetch.py"]\nenv = { A = "1" }\n',
+        "[tasks.fetch] env: applies to a command Task",
+    ),
 ]
 
 
