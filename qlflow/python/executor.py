@@ -265,7 +265,7 @@ class PythonExecutor:
             problem, command = str(error), None
         if command is not None:
             try:
-                call = self._call(lease, command)
+                call = call_for(self._rt, lease, command)
             except transient_errors():
                 return _not_started(lease, log_path, "the store cannot be read right now")
             except QlflowError as error:
@@ -303,24 +303,6 @@ class PythonExecutor:
                 self._items.pop(lease.attempt_id, None)
             if isinstance(handle, _ProcessHandle):
                 self.pool.release(handle.process)
-
-    def _call(self, lease: Lease, command: TaskCommand) -> Call:
-        assert command.python is not None and command.source_digest is not None
-        target = parse_target(command.python)
-        facts = attempt_inputs(self._rt.store, lease.run_id, lease.step_key, lease.attempt_id)
-        return Call(
-            folder=str(command.cwd),
-            module=target.module,
-            function=target.function,
-            source_digest=command.source_digest,
-            params=dict(facts.inputs["params"]),
-            needs=dict(facts.inputs["needs"]),
-            run_id=lease.run_id,
-            step_key=lease.step_key,
-            attempt=facts.attempt,
-            max_attempts=facts.max_attempts,
-            attempt_id=lease.attempt_id,
-        )
 
     def _start(self, call: Call, command: TaskCommand, attempt_log: _AttemptLog) -> _Handle:
         if command.isolation == ISOLATION_THREAD:
@@ -467,6 +449,27 @@ class PythonExecutor:
         run_folder = lease.run_id.replace(":", "_")
         attempt = lease.attempt_id.replace(":", "_")
         return self.log_dir / run_folder / f"{lease.step_key}-{attempt}.log"
+
+
+def call_for(rt: Runtime, lease: Lease, command: TaskCommand) -> Call:
+    """The Call of a leased Attempt of a python Task (`command` from `resolve`): its
+    function, and its context's data read from the store."""
+    assert command.python is not None and command.source_digest is not None
+    target = parse_target(command.python)
+    facts = attempt_inputs(rt.store, lease.run_id, lease.step_key, lease.attempt_id)
+    return Call(
+        folder=str(command.cwd),
+        module=target.module,
+        function=target.function,
+        source_digest=command.source_digest,
+        params=dict(facts.inputs["params"]),
+        needs=dict(facts.inputs["needs"]),
+        run_id=lease.run_id,
+        step_key=lease.step_key,
+        attempt=facts.attempt,
+        max_attempts=facts.max_attempts,
+        attempt_id=lease.attempt_id,
+    )
 
 
 def _not_started(lease: Lease, log_path: Path, reason: str) -> AttemptReport:
