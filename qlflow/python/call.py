@@ -151,12 +151,18 @@ def _module(call: Call) -> ModuleType:
         _forget(folder)
         _loaded[folder] = call.source_digest
     if sys.path[:1] != [folder]:
-        if folder in sys.path:
-            sys.path.remove(folder)
+        # only the folder of the call at hand: another package's folder left on the
+        # path could hold a module of the same name that wins the import
+        for other in _loaded:
+            while other in sys.path:
+                sys.path.remove(other)
         sys.path.insert(0, folder)
-    loaded = sys.modules.get(call.module)
-    if loaded is not None and not _inside(loaded, folder):
-        _forget_name(call.module)  # the same name from another package's folder
+    parts = call.module.split(".")
+    for depth in range(1, len(parts) + 1):
+        loaded = sys.modules.get(".".join(parts[:depth]))
+        if loaded is not None and not _inside(loaded, folder):
+            _forget_name(call.module)  # the same name from another package's folder
+            break
     try:
         return importlib.import_module(call.module)
     except BaseException as error:  # a module that raises on import
@@ -169,7 +175,11 @@ def _module(call: Call) -> ModuleType:
 
 def _inside(module: ModuleType, folder: str) -> bool:
     path = getattr(module, "__file__", None)
-    return isinstance(path, str) and path.startswith(folder + "/")
+    if isinstance(path, str):
+        return path.startswith(folder + "/")
+    # a namespace package: inside when all its portions are
+    portions = list(getattr(module, "__path__", []))
+    return bool(portions) and all(str(p).startswith(folder + "/") for p in portions)
 
 
 def _forget(folder: str) -> None:

@@ -22,6 +22,7 @@ from qlflow.runtime import Runtime
 from qlflow.worker_pool import WorkerPool
 
 DEFAULT_LOG_DIR = ".qlflow-logs"
+REFS_TTL_S = 1.0
 
 
 class Worker:
@@ -68,15 +69,27 @@ class Worker:
             worker_id=worker_id or f"{socket.gethostname()[:80]}-{os.getpid()}",
             slots=slots,
             ttl_ms=ttl_ms,
-            servable=self.tasks.task_refs,
+            servable=self._task_refs,
             on_finish=lambda _report: self._wake.set(),
         )
         self._pool_lock = threading.Lock()
         self._wake = threading.Event()
+        self._refs: tuple[float, frozenset[str]] | None = None
 
     def add_package(self, folder: str | os.PathLike[str]) -> str:
         """Serve the Tasks of one more package folder; returns its package name."""
+        self._refs = None
         return self.tasks.add_folder(folder)
+
+    def _task_refs(self) -> frozenset[str]:
+        """The task refs to lease, read again at most every REFS_TTL_S: a step that
+        ends must not cost a read of every publication before the next is leased."""
+        now = time.monotonic()
+        cached = self._refs
+        if cached is None or now - cached[0] >= REFS_TTL_S:
+            cached = (now, self.tasks.task_refs())
+            self._refs = cached
+        return cached[1]
 
     def run_once(
         self, run_id: str | None = None, timeout_s: float | None = None
@@ -98,14 +111,19 @@ class Worker:
         interval_s: float = 0.1,
     ) -> list[AttemptReport]:
         """Lease and run until `until()` is true (checked every `interval_s` and after
-        each Attempt). `cycle=True` also calls `rt.cycle()` each pass (a host with no
-        other process cycling). Returns the Attempts it ran."""
+        each Attempt). `cycle=True` also calls `rt.cycle()` every `interval_s` (a host
+        with no other process cycling). Returns the Attempts it ran."""
         with self._pool_lock:
             before = len(self.pool.reports)
             self.pool.run_id = None
+            next_cycle = 0.0
             while not until():
-                if cycle:
+                # a completion commits what the cycle would decide next from it (its
+                # dependents claimed), so a step's end needs no cycle before the next
+                # lease: the cycle runs every interval_s for the rest
+                if cycle and time.monotonic() >= next_cycle:
                     self.rt.cycle()
+                    next_cycle = time.monotonic() + interval_s
                 self.pool.fill()
                 self._wake.wait(interval_s)
                 self._wake.clear()

@@ -191,3 +191,12 @@ def test_a_pool_process_runs_calls_sends_prints_and_is_replaced_when_it_dies(
         pool.release(again)
     finally:
         pool.close()
+
+
+def test_two_packages_with_a_module_of_the_same_name_each_run_their_own(tmp_path: Path) -> None:
+    one = _folder(tmp_path, "def run(ctx):\n    return {'from': 'one'}\n", name="one")
+    two = _folder(tmp_path, "def run(ctx):\n    return {'from': 'two'}\n", name="two")
+    (two / "steps" / "__init__.py").unlink()  # a namespace package this time
+    assert _invoke(_call(one, "run"))[0].output == {"from": "one"}
+    assert _invoke(_call(two, "run"))[0].output == {"from": "two"}
+    assert _invoke(_call(one, "run"))[0].output == {"from": "one"}
