@@ -230,3 +230,51 @@ def test_a_host_drain_stops_a_pool_process_like_a_command(rt, tmp_path: Path) ->
     assert (attempt.status, attempt.result_code) == ("failed", "worker_shutdown")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+HOST = """
+import sys, qlflow
+rt = qlflow.open(sys.argv[1])
+with qlflow.Worker(rt, [sys.argv[2]], log_dir=sys.argv[3], ttl_ms=5_000) as worker:
+    worker.work(lambda: False, cycle=True, interval_s=0.05)
+"""
+
+
+def test_a_host_killed_mid_step_takes_its_pool_process_with_it(
+    rt, store_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL of the host while a pool process runs a step: the pool process exits
+    too, and once the lease expires recovery records the Attempt lost and the step
+    failed (past its barrier: never run again)."""
+    import subprocess
+    import sys
+
+    from tests.cli.helpers import cli_env
+
+    folder = _package(tmp_path, "process", FLOWS)
+    rt.publish(folder)
+    run = rt.start("etlpy", "stubborn")
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST, store_url, str(folder), str(tmp_path / "logs")],
+        env=cli_env(),
+    )
+    try:
+        (pid,) = _started(folder)
+        host.kill()
+        host.wait(DEADLINE_S)
+    finally:
+        host.kill()
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the pool process outlived its host"
+        time.sleep(0.05)
+    expires = rt.get_run(run.run_id).steps["wait"].attempts[0].expires_at_ms
+    rt.cycle(now_ms=expires + 1)
+    step = rt.get_run(run.run_id).steps["wait"]
+    assert [a.status for a in step.attempts] == ["lost"]
+    assert (step.status, step.result_code) == ("failed", "lease_expired")
+    assert _started(folder) == [pid]
