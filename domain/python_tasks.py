@@ -10,6 +10,7 @@ source digest covers the code that runs. Nothing here imports or reads anything.
 from __future__ import annotations
 
 import keyword
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ ISOLATION_PROCESS = "process"  # the default: a pool of worker processes per hos
 ISOLATION_THREAD = "thread"  # in the host process: it can be asked to stop, never made to
 ISOLATIONS = (ISOLATION_PROCESS, ISOLATION_THREAD)
 MAX_TARGET_CHARS = 512
+_DRIVE = re.compile(r"[A-Za-z]:[/\\]")  # C:/x, C:\x
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,7 @@ def target_problem(value: object) -> str | None:
         return f"must be a string 'module.path:function', not {type(value).__name__}"
     if len(value) > MAX_TARGET_CHARS:
         return f"is longer than {MAX_TARGET_CHARS} characters"
-    if value.startswith(("/", "\\")) or (len(value) > 1 and value[1] == ":" and value[0].isalpha()):
+    if value.startswith(("/", "\\")) or _DRIVE.match(value):
         return f"{value!r} is an absolute path; name a module inside the package folder"
     if value.count(":") != 1:
         return f"{value!r} must be 'module.path:function' (one ':' between them)"

@@ -22,7 +22,8 @@ from projections.published_revisions import published_revisions
 @dataclass(frozen=True, slots=True)
 class TaskDefinitionView:
     """A Task as the admitted revision holds it: command, env, the files it names,
-    and the package folder the publication was made from (None for a manifest dict)."""
+    and the package folder the publication was made from (None for a manifest dict);
+    a python Task has `python` ("module:function") and `isolation`, and no command."""
 
     task_ref: str
     task_id: str
@@ -31,6 +32,8 @@ class TaskDefinitionView:
     files: tuple[str, ...]
     folder: str | None
     source_digest: str
+    python: str | None = None
+    isolation: str | None = None
 
 
 def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
@@ -52,6 +55,8 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
                 files=tuple(task.files),
                 folder=source if isinstance(source, str) and source else None,
                 source_digest=task.source_digest,
+                python=task.python,
+                isolation=task.isolation_mode if task.runs_python else None,
             )
     raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
 
