@@ -11,6 +11,7 @@ as a step's output must be: a JSON object within the size limit, no NaN.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import inspect
 import sys
@@ -95,7 +96,7 @@ def invoke(call: Call, sink: LogSink, stop_requested: Callable[[], bool]) -> Out
     try:
         value = function(context)
         if inspect.isawaitable(value):
-            value = asyncio.run(_awaited(value))
+            value = _await(value)
     except BaseException as error:  # whatever the function raised fails it
         message = f"{type(error).__name__}: {error}"
         _write_traceback(sink, error, f"qlflow: {call.module}:{call.function} raised {message}")
@@ -199,6 +200,17 @@ def _forget_name(name: str) -> None:
 
 async def _awaited(value: Any) -> Any:
     return await value
+
+
+def _await(value: Any) -> Any:
+    """Run the coroutine to its end on an event loop of its own: on this thread, or
+    on a thread of its own when this one runs a loop already (an async test)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(value))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qlflow-await") as one:
+        return one.submit(asyncio.run, _awaited(value)).result()
 
 
 def _write_traceback(sink: LogSink, error: BaseException, headline: str) -> None:

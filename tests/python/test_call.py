@@ -200,3 +200,8 @@ def test_two_packages_with_a_module_of_the_same_name_each_run_their_own(tmp_path
     assert _invoke(_call(one, "run"))[0].output == {"from": "one"}
     assert _invoke(_call(two, "run"))[0].output == {"from": "two"}
     assert _invoke(_call(one, "run"))[0].output == {"from": "one"}
+
+
+async def test_an_async_function_is_awaited_under_a_running_event_loop(tmp_path: Path) -> None:
+    outcome, _ = _invoke(_call(_folder(tmp_path), "later"))
+    assert outcome.output == {"awaited": True}
