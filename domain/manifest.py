@@ -46,7 +46,7 @@ from domain.python_tasks import files_problem, isolation_problem, parse_target, 
 from domain.retry import RetryPolicy
 from domain.revision import MaterializedRevision, materialize_revision
 from domain.schedule_spec import ScheduleSpec, validate_schedules
-from domain.tasks import define_task
+from domain.tasks import ON_INTERRUPT, ON_INTERRUPT_DEFAULT, define_task
 from domain.workflows import MAX_WORKFLOW_STEPS, WorkflowDefinition, WorkflowStepDefinition
 
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -56,7 +56,7 @@ DICT_SOURCE = "<manifest dict>"
 
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
-TASK_KEYS = ("command", "python", "isolation", "env", "files", "enabled")
+TASK_KEYS = ("command", "python", "isolation", "env", "files", "enabled", "on_interrupt")
 WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params")
 STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
@@ -86,6 +86,7 @@ class TaskSpec:
     enabled: bool
     python: str | None = None
     isolation: str | None = None
+    on_interrupt: str = ON_INTERRUPT_DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +206,7 @@ def revision_from_manifest(
                     enabled=task.enabled,
                     python=task.python,
                     isolation=task.isolation,
+                    on_interrupt=task.on_interrupt,
                 )
             )
         except PlanError as error:
@@ -255,8 +257,16 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     env = _env(source, table, raw.get("env", {}))
     files, digests = _files(source, table, raw.get("files"), folder)
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
+    on_interrupt = raw.get("on_interrupt", ON_INTERRUPT_DEFAULT)
+    if on_interrupt not in ON_INTERRUPT:
+        raise manifest_error(
+            source,
+            table,
+            "on_interrupt",
+            f"must be one of {', '.join(map(repr, ON_INTERRUPT))}, not {describe(on_interrupt)}",
+        )
     if "python" in raw:
-        return _python_task(source, task_id, raw, env, files, digests, enabled)
+        return _python_task(source, task_id, raw, env, files, digests, enabled, on_interrupt)
     if "isolation" in raw:
         raise manifest_error(source, table, "isolation", "applies only to a python Task")
     if "command" not in raw:
@@ -286,6 +296,7 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
         files=files,
         file_digests=digests,
         enabled=enabled,
+        on_interrupt=on_interrupt,
     )
 
 
@@ -297,6 +308,7 @@ def _python_task(
     files: tuple[str, ...],
     digests: tuple[tuple[str, str], ...],
     enabled: bool,
+    on_interrupt: str,
 ) -> TaskSpec:
     """A `[tasks.<id>]` table with `python = "module:function"` (nothing imported)."""
     table = f"tasks.{task_id}"
@@ -330,6 +342,7 @@ def _python_task(
         enabled=enabled,
         python=target.text,
         isolation=isolation,
+        on_interrupt=on_interrupt,
     )
 
 

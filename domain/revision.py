@@ -34,7 +34,7 @@ from domain.ids import REVISION_ID
 from domain.params import params_document, params_from_document
 from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec, ScheduleSpecError, validate_schedules
-from domain.tasks import TaskDefinition
+from domain.tasks import ON_INTERRUPT_DEFAULT, TaskDefinition
 from domain.workflows import (
     WorkflowDefinition,
     WorkflowStepDefinition,
@@ -149,6 +149,8 @@ def _task_document(task: TaskDefinition) -> dict[str, Any]:
         document["python"] = task.python
     if task.isolation is not None:
         document["isolation"] = task.isolation
+    if task.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared: digests stay
+        document["on_interrupt"] = task.on_interrupt
     return document
 
 
@@ -240,7 +242,7 @@ _REVISION_FIELDS = (
     "revision_id", "revision_digest", "tasks", "workflows",
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
-_TASK_OPTIONAL_FIELDS = ("python", "isolation")
+_TASK_OPTIONAL_FIELDS = ("python", "isolation", "on_interrupt")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
 _WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params")
 _STEP_FIELDS = ("key", "task", "needs")
@@ -274,6 +276,8 @@ def revision_from_json(value: object) -> MaterializedRevision:
         what = f"revision Task {task_id!r}"
         task = check_mapping(raw, what)
         check_fields(task, _TASK_FIELDS, what, _TASK_OPTIONAL_FIELDS)
+        if task.get("on_interrupt") == ON_INTERRUPT_DEFAULT:
+            raise PlanError("not_canonical", f"{what} states the default on_interrupt")
         tasks.append(
             TaskDefinition(
                 task_id=task_id,
@@ -284,6 +288,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 files=task["files"],
                 python=task.get("python"),
                 isolation=task.get("isolation"),
+                on_interrupt=task.get("on_interrupt", ON_INTERRUPT_DEFAULT),
             )
         )
     workflows = []

@@ -30,6 +30,11 @@ from domain.fields import (
 from domain.python_tasks import ISOLATION_PROCESS, files_problem, isolation_problem, parse_target
 
 TASK_SOURCE_DOMAIN = "qlflow/task-source@v1"
+# What an interruption by the step's host does (docs/DESIGN.md, "Interruptions"):
+# requeue the step (the default) or fail it. Only "fail" is written down, so a Task
+# that does not declare it keeps its definition and digests byte for byte.
+ON_INTERRUPT = ("requeue", "fail")
+ON_INTERRUPT_DEFAULT = "requeue"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -52,6 +57,7 @@ class TaskDefinition:
     files: tuple[str, ...]
     python: str | None
     isolation: str | None
+    on_interrupt: str
 
     def __init__(
         self,
@@ -63,6 +69,7 @@ class TaskDefinition:
         files: Sequence[str] = (),
         python: str | None = None,
         isolation: str | None = None,
+        on_interrupt: str = ON_INTERRUPT_DEFAULT,
     ) -> None:
         what = f"Task {task_id!r}"
         check_name(task_id, "task_id", "Task id")
@@ -88,6 +95,11 @@ class TaskDefinition:
                 raise PlanError(
                     "task_isolation", f"{what} isolation {isolation_problem(isolation)}"
                 )
+        if on_interrupt not in ON_INTERRUPT:
+            raise PlanError(
+                "on_interrupt",
+                f"{what} on_interrupt must be one of {ON_INTERRUPT}, not {on_interrupt!r}",
+            )
         object.__setattr__(self, "task_id", task_id)
         object.__setattr__(self, "command", checked_command)
         object.__setattr__(self, "source_digest", source_digest)
@@ -96,6 +108,7 @@ class TaskDefinition:
         object.__setattr__(self, "files", tuple(sorted(checked_files)))
         object.__setattr__(self, "python", python)
         object.__setattr__(self, "isolation", isolation)
+        object.__setattr__(self, "on_interrupt", on_interrupt)
 
     @property
     def runs_python(self) -> bool:
@@ -115,7 +128,7 @@ class TaskDefinition:
     def definition(self) -> dict[str, Any]:
         """The definition document `task_source_digest` hashes (no id, no enabled flag:
         two Tasks that run the same thing from the same files have the same source).
-        `python` and `isolation` appear only when declared."""
+        `python`, `isolation` and `on_interrupt` appear only when declared."""
         document: dict[str, Any] = {
             "command": list(self.command),
             "env": dict(self.env),
@@ -125,6 +138,8 @@ class TaskDefinition:
             document["python"] = self.python
         if self.isolation is not None:
             document["isolation"] = self.isolation
+        if self.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared
+            document["on_interrupt"] = self.on_interrupt
         return document
 
 
@@ -203,6 +218,7 @@ def define_task(
     enabled: bool = True,
     python: str | None = None,
     isolation: str | None = None,
+    on_interrupt: str = ON_INTERRUPT_DEFAULT,
 ) -> TaskDefinition:
     """Build a TaskDefinition whose source digest covers `command` (or `python` and
     `isolation`), `env`, `files` and `file_digests` (path -> SHA-256 hex of the
@@ -216,6 +232,7 @@ def define_task(
         files=files,
         python=python,
         isolation=isolation,
+        on_interrupt=on_interrupt,
     )
     digest = task_source_digest(draft.definition(), file_digests or {})
     return dataclasses.replace(draft, source_digest=digest)

@@ -16,6 +16,7 @@ import orjson
 from domain.errors import NotFound
 from domain.plan import task_ref
 from domain.revision import revision_from_json
+from domain.tasks import ON_INTERRUPT_DEFAULT
 from domain.transitions import ATTEMPT_SUCCEEDED
 from eventstore.api import EventStore
 from projections import views
@@ -37,10 +38,12 @@ class TaskDefinitionView:
     source_digest: str
     python: str | None = None
     isolation: str | None = None
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # what a stop by its host does: requeue | fail
 
 
 def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
-    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication."""
+    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication;
+    NotFound for a Task it has not, or has disabled (a plan never names one)."""
     publication_id = views.get_run(store, run_id).publication_id
     found = published_revisions(store, publication_id=publication_id)
     if not found:
@@ -49,6 +52,11 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
     revision = revision_from_json(published["revision"])
     for task_id, task in revision.tasks.items():
         if task_ref(revision.package, revision.generation, task_id) == ref:
+            if not task.enabled:
+                raise NotFound(
+                    f"publication {publication_id} has Task {task_id!r} disabled: "
+                    "no Run of it may execute it"
+                )
             source = published.get("source_path")
             return TaskDefinitionView(
                 task_ref=ref,
@@ -60,6 +68,7 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
                 source_digest=task.source_digest,
                 python=task.python,
                 isolation=task.isolation_mode if task.runs_python else None,
+                on_interrupt=task.on_interrupt,
             )
     raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
 

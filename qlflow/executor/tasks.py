@@ -12,7 +12,7 @@ from pathlib import Path
 from domain.errors import NotFound, QlflowError
 from domain.plan import task_ref
 from domain.revision import MaterializedRevision, revision_from_json
-from domain.tasks import TaskDefinition, task_source_digest
+from domain.tasks import ON_INTERRUPT_DEFAULT, TaskDefinition, task_source_digest
 from projections.published_revisions import published_revisions
 from qlflow.packages import TaskFileError, load_package, task_file_digest
 from qlflow.runtime import Lease, Runtime
@@ -47,6 +47,7 @@ class TaskCommand:
     python: str | None = None
     isolation: str | None = None
     source_digest: str | None = None
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # the Task's declaration: requeue | fail
 
 
 class PublishedTasks:
@@ -126,8 +127,11 @@ class PublishedTasks:
                 python=task.python,
                 isolation=task.isolation_mode,
                 source_digest=task.source_digest,
+                on_interrupt=task.on_interrupt,
             )
-        return TaskCommand(argv=tuple(task.command), env=dict(task.env), cwd=folder)
+        return TaskCommand(
+            argv=tuple(task.command), env=dict(task.env), cwd=folder, on_interrupt=task.on_interrupt
+        )
 
     def _task(self, lease: Lease) -> tuple[TaskDefinition, MaterializedRevision, Path | None]:
         """The lease's Task, its revision, and the package folder known for it."""

@@ -7,6 +7,7 @@ tasks")."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +40,13 @@ class GroupCompletions:
         *,
         result_code: str | None = None,
         output: dict[str, Any] | None = None,
+        execution: Mapping[str, Any] | None = None,
     ) -> str:
         """Record the outcome; returns the recorded status, or raises what `complete`
         would (a FenceError for this lease, a transient store error for the batch)."""
-        waiting = _Waiting(Completion(lease, outcome, result_code=result_code, output=output))
+        waiting = _Waiting(
+            Completion(lease, outcome, result_code=result_code, output=output, execution=execution)
+        )
         with self._lock:
             self._queue.append(waiting)
             while not waiting.done and self._writing:

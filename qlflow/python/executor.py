@@ -18,13 +18,16 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from domain.errors import FenceError, QlflowError
+from domain.execution import MAX_TEXT
 from domain.python_tasks import ISOLATION_THREAD, parse_target
+from domain.tasks import ON_INTERRUPT_DEFAULT
+from domain.transitions import WORKER_SHUTDOWN
 from projections.task_io import attempt_inputs
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture
@@ -32,8 +35,8 @@ from qlflow.executor.local import (
     DEFAULT_KILL_AFTER_S,
     DEFAULT_TTL_MS,
     HOST_STOPS,
+    INTERRUPTED,
     START_FAILED,
-    WORKER_SHUTDOWN,
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
@@ -156,7 +159,7 @@ class _Running(Held):
     stop_asked_at: float | None = None
     killed: bool = False
     abandoned: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # the Task's: what a stop by this host does
 
 
 class PythonExecutor:
@@ -295,7 +298,9 @@ class PythonExecutor:
         if self._closing.is_set():  # past the barrier: recorded, never run
             return self._failed_to_start(held, attempt_log, "the host stopped", WORKER_SHUTDOWN)
         handle = self._start(call, command, attempt_log)
-        item = _Running(held.lease, handle, attempt_log, time.monotonic())
+        item = _Running(
+            held.lease, handle, attempt_log, time.monotonic(), on_interrupt=command.on_interrupt
+        )
         with self._lock:
             self._items[lease.attempt_id] = item
         try:
@@ -375,15 +380,25 @@ class PythonExecutor:
                 item.handle.kill()
 
     def _finish(self, item: _Running, outcome: Outcome) -> AttemptReport:
-        result_code = outcome.result_code
+        result_code, recorded = outcome.result_code, outcome.outcome
         if outcome.result_code == PROCESS_DIED:
             if outcome.message:
                 item.attempt_log.note(f"qlflow: {outcome.message}")
             if item.killed and item.stop_reason in HOST_STOPS:
-                result_code = WORKER_SHUTDOWN  # the host stopped it: it did not fail
+                # the host stopped it: it did not fail by itself, and runs again unless
+                # its Task says a stop is a failure (as a command's stop)
+                result_code = WORKER_SHUTDOWN
+                if item.on_interrupt == ON_INTERRUPT_DEFAULT:
+                    recorded = INTERRUPTED
             elif item.killed:
                 result_code = None  # ended on the Run's stop: recorded as the Run says
-        status, error = self._complete(item, outcome.outcome, result_code, outcome.output)
+        execution = {
+            "pid": item.handle.pid,
+            "log_path": str(item.attempt_log.path),
+            "stopped_by": item.stop_reason,
+            "error": _cut(outcome.message) if recorded != "succeeded" else None,
+        }
+        status, error = self._complete(item, recorded, result_code, outcome.output, execution)
         return report(
             item.lease,
             status,
@@ -400,6 +415,7 @@ class PythonExecutor:
         outcome: str,
         result_code: str | None,
         output: dict[str, object] | None,
+        execution: Mapping[str, object] | None = None,
     ) -> tuple[str | None, str | None]:
         try:
             status = until_recorded(
@@ -407,7 +423,7 @@ class PythonExecutor:
                 held,
                 "completion",
                 lambda lease: self._completions.complete(
-                    lease, outcome, result_code=result_code, output=output
+                    lease, outcome, result_code=result_code, output=output, execution=execution
                 ),
                 ttl_ms=self.ttl_ms,
             )
@@ -421,7 +437,10 @@ class PythonExecutor:
     ) -> AttemptReport:
         log.warning("attempt %s: not run (%s): %s", held.lease.attempt_id, result_code, reason)
         attempt_log.note(f"qlflow: {reason}")
-        status, error = self._complete(held, "failed", result_code, None)
+        # stopped by this host before it ran anything: interrupted, it runs again
+        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else "failed"
+        execution = {"log_path": str(attempt_log.path), "error": _cut(reason)}
+        status, error = self._complete(held, outcome, result_code, None, execution)
         return report(
             held.lease,
             status,
@@ -477,6 +496,11 @@ def call_for(rt: Runtime, lease: Lease, command: TaskCommand) -> Call:
 def _not_started(lease: Lease, log_path: Path, reason: str) -> AttemptReport:
     log.info("attempt %s: not started: %s", lease.attempt_id, reason)
     return report(lease, None, None, None, log_path, error=reason)
+
+
+def _cut(text: str | None) -> str | None:
+    """A message as an Attempt's execution record holds it (the log has all of it)."""
+    return None if text is None or len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
 def _renew_after(lease: Lease, interval_s: float) -> float:
