@@ -36,10 +36,10 @@ from pathlib import Path
 
 import orjson
 
+from bench.output import results_path
 from bench.peers import STEPS, _cpu_s, _peak_rss_mib, _place
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).parent / "results" / "python_tasks.json"
 SIDES = ("qlflow_thread", "qlflow_process", "dbos", "dbos_threads")
 PARALLEL_SIDES = ("parallel_thread", "parallel_process")
 PACKAGE = "pybench"
@@ -218,7 +218,10 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     parser.add_argument("--parallel-workflows", type=int, default=10)
     parser.add_argument("--sides", default=",".join(SIDES + PARALLEL_SIDES))
     parser.add_argument("--quick", action="store_true", help="1 round, 20 workflows")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest run: it checks, measures nothing"
+    )
+    parser.add_argument("--out", default=None)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -231,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         return None
     if args.quick:
         args.rounds, args.workflows, args.parallel_workflows = 1, 20, 5
+    if args.smoke:
+        args.rounds, args.workflows, args.parallel_workflows = 1, 2, 1
+        args.sides = "qlflow_thread,qlflow_process,dbos,parallel_thread"
     stores = ["sqlite"] if args.sqlite_only or not args.pg else ["sqlite", "postgresql"]
     sides = [s for s in args.sides.split(",") if s]
     raw: dict[str, dict[str, list[dict]]] = {store: {} for store in stores}
@@ -260,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         "raw": raw,
     }
     print(render(summary))
-    out = Path(args.out)
+    out = Path(args.out) if args.out else results_path("python_tasks")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     return results
