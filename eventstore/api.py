@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from domain.errors import QlflowError
 from domain.records import Record, StreamAppend
+from eventstore.observers import Observers
 from eventstore.validation import EncodedBatch
 
 MigrationStep = Mapping[str, str | Sequence[str]]
@@ -223,6 +224,7 @@ class EventStore(Reads, Protocol):
     """An append-only event store with per-stream version CAS."""
 
     url: str
+    observers: Observers  # told of each commit and each StoreUnavailable
 
     @property
     def single_writer(self) -> bool:

@@ -113,6 +113,7 @@ class PostgresTransaction(BaseTransaction):
             return [self._rows(sql, params) for sql, params in queries]
         cursors = []
         conn = self._conn
+        self.round_trips += 1
         # BEGIN (if due), what waits, and every query in one round trip
         with conn.pipeline():
             self._send_prelude()
@@ -135,6 +136,8 @@ class PostgresTransaction(BaseTransaction):
         with self._conn.cursor() as cursor:
             if self._begin_pending:
                 self._send_begin()
+                self.round_trips += 1
+            self.round_trips += 1
             cursor.executemany(_native(sql), seq_of_params)
 
     def _upsert(
@@ -159,12 +162,15 @@ class PostgresTransaction(BaseTransaction):
         with self._conn.cursor() as cursor:
             if self._begin_pending:
                 self._send_begin()
+                self.round_trips += 1
+            self.round_trips += 1
             cursor.execute(sql, params)
 
     def _types_of(self, table: str) -> dict[str, str]:
         """Each column's type, from the catalog (once per table and store)."""
         found = self._column_types.get(table)
         if found is None:
+            self.round_trips += 1
             rows = self._conn.execute(
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                 "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
@@ -194,9 +200,11 @@ class PostgresTransaction(BaseTransaction):
     ) -> psycopg.Cursor:
         prepare = None if prepared else False
         conn = self._conn
+        self.round_trips += 1
         if self._begin_pending or self._queued:
             if not _PIPELINE:
                 self._send_begin()
+                self.round_trips += 1
                 return cursor.execute(sql, params, prepare=prepare)
             # BEGIN, what waits and this statement in one round trip
             with conn.pipeline():
@@ -213,6 +221,8 @@ class PostgresTransaction(BaseTransaction):
     def finish(self, commit: bool) -> None:
         """COMMIT (with what is still queued, in one round trip) or ROLLBACK."""
         conn = self._conn
+        if self.begun or self._queued:
+            self.round_trips += 1  # COMMIT (with what waits) or ROLLBACK
         if commit and self._queued:
             with conn.pipeline():
                 self._send_prelude()
