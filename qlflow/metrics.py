@@ -156,6 +156,8 @@ class _Counts(Collector):
 
     def _granted(self, record: Record) -> None:
         self._add("leases_granted")
+        data = record.data
+        self._remember(data["run_id"], data["step_key"], data["task_ref"])
 
     def _released(self, record: Record) -> None:
         if record.data.get("reason") == LEASE_EXPIRED:
