@@ -37,7 +37,10 @@ from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
 
 _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+", re.IGNORECASE)
 # Statements that would create objects outside the connection-private temp schema.
-_UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|TRIGGER|MATERIALIZED)\b", re.IGNORECASE)
+_UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|MATERIALIZED)\b", re.IGNORECASE)
+# A live table's triggers (and their functions) are not copied: the copy's rows enter
+# the live table through `swap_in`, which fires them there.
+_LIVE_ONLY_DDL = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TRIGGER|FUNCTION)\b", re.IGNORECASE)
 
 
 class LazyRecord:
@@ -131,7 +134,8 @@ class BaseReplaySession(ABC):
         with self.reading():
             for number, step in enumerate(steps, start=1):
                 for statement in statements_for(step, self.tx.dialect, component, number):
-                    self.tx.execute(_temporary(statement, component, number))
+                    if not _LIVE_ONLY_DDL.match(statement):
+                        self.tx.execute(_temporary(statement, component, number))
 
     def read_log(self, after_position: int, limit: int | None = None) -> list[LazyRecord]:
         """The events after `after_position`, in position order, decoded lazily."""
@@ -177,7 +181,7 @@ def _listed(alias: str, columns: Sequence[str]) -> str:
 def _temporary(statement: str, component: str, number: int) -> str:
     if _UNSAFE_DDL.match(statement):
         raise SchemaError(
-            f"schema step {component} v{number} creates a view or trigger; rebuild can only "
+            f"schema step {component} v{number} creates a view; rebuild can only "
             "copy tables and indexes into its private namespace"
         )
     return _CREATE_TABLE.sub("CREATE TEMP TABLE ", statement, count=1)

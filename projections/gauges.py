@@ -1,40 +1,30 @@
 """What a metrics scrape reads from the read models: the work waiting and running
 per Task, and the Runs by status (docs/DESIGN.md, "Observability").
 
-Every query reads an index, never the Runs' rows: the queue and the running
-Attempts come from the partial indexes of claimed and leased Attempts (so they cost
-what waits or runs, not the history), the Runs by status from the status index
-alone (an index-only count, no row is read).
+Every query reads an index, never the Runs' rows: the queue is the range of the grant
+index that is open now (the Attempts a worker may lease: `projections.candidates`),
+the running Attempts a partial index of those starting or running (schema step 6),
+so each costs what waits or runs, not the history; the Runs by status are the rows of
+`run_counts`, which triggers on `runs` keep (schema step 7): one row per status.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domain.transitions import (
-    ATTEMPT_CLAIMED,
-    ATTEMPT_RUNNING,
-    ATTEMPT_STARTING,
-    LEASE_LEASED,
-    RUN_RUNNING,
-    RUN_TERMINAL,
-)
+from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from eventstore.api import Reads
+from projections.candidates import claimable_condition
+from projections.runs_schema import ACTIVE_WHERE, COUNTS_TABLE
 
-# The literals are the domain's names, written into the SQL so the partial indexes
-# (`attempts_claimable`, `attempts_lease_expiry`) match them on both databases.
+# claimable now: what `claimable_attempts` would hand a worker (the grant index)
 _QUEUED = (
     "SELECT task_ref, COUNT(*), MIN(claimed_at_ms) FROM attempts "
-    f"WHERE status = '{ATTEMPT_CLAIMED}' "
-    f"AND (lease_status IS NULL OR lease_status <> '{LEASE_LEASED}' OR expires_at_ms <= ?) "
-    "GROUP BY task_ref"
+    f"WHERE {claimable_condition()} GROUP BY task_ref"
 )
-_RUNNING = (
-    "SELECT task_ref, COUNT(*) FROM attempts "
-    f"WHERE lease_status = '{LEASE_LEASED}' "
-    f"AND status IN ('{ATTEMPT_STARTING}', '{ATTEMPT_RUNNING}') GROUP BY task_ref"
-)
-_RUNS = "SELECT status, COUNT(*) FROM runs GROUP BY status"
+# the partial index of schema step 6, by its own condition
+_RUNNING = f"SELECT task_ref, COUNT(*) FROM attempts WHERE {ACTIVE_WHERE} GROUP BY task_ref"
+_RUNS = f"SELECT status, runs FROM {COUNTS_TABLE}"  # kept by triggers (schema step 7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +47,8 @@ class Gauges:
 
 def read_gauges(store: Reads, now_ms: int) -> Gauges:
     """The gauges at `now_ms`, in one round trip where the store can."""
-    queued, running, runs = store.query_all([(_QUEUED, (now_ms,)), (_RUNNING, ()), (_RUNS, ())])
+    queries = [(_QUEUED, (now_ms, now_ms)), (_RUNNING, ()), (_RUNS, ())]
+    queued, running, runs = store.query_all(queries)
     by_status = dict.fromkeys(sorted({RUN_RUNNING, *RUN_TERMINAL}), 0)
     by_status.update({status: int(count) for status, count in runs})
     return Gauges(

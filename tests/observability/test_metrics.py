@@ -149,3 +149,24 @@ def test_store_errors_are_counted_by_kind(tmp_path):
         holder.close()
         handle.close()
         runtime.close()
+
+
+def test_run_counts_equal_the_runs_table_through_a_workload_and_a_rebuild(rt):
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    run_ids = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(4)]
+    rt.cancel(run_ids[0], now_ms=T0)
+    drive(rt, T0, outcomes={"b": "failed"})
+    rt.start("demo", "flow", admission_key="still-running", now_ms=T0 + 1_000)
+
+    def counted() -> dict[str, int]:
+        return {status: n for status, n in rt.store.query(
+            "SELECT status, COUNT(*) FROM runs GROUP BY status")}  # fmt: skip
+
+    def gauge() -> dict[str, int]:
+        return {labels[0][1]: value for (name, labels), value in scrape().items()
+                if name == "qlflow_runs" and value}  # fmt: skip
+
+    assert counted() == {"cancelled": 1, "failed": 3, "running": 1}
+    assert gauge() == counted()
+    rt.rebuild_projections()
+    assert gauge() == counted() == {"cancelled": 1, "failed": 3, "running": 1}

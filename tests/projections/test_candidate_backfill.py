@@ -21,6 +21,13 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
+        tx.execute("DROP INDEX attempts_active")  # what steps 6 and 7 made
+        if dialect == "sqlite":
+            for trigger in ("insert", "update", "delete"):
+                tx.execute(f"DROP TRIGGER runs_count_{trigger}")
+        else:
+            tx.execute("DROP FUNCTION qlflow_count_runs() CASCADE")
+        tx.execute("DROP TABLE run_counts")
         for phase in candidates.PHASES:  # what steps 4 and 5 made
             tx.execute(f"DROP INDEX runs_{phase}_work")
         tx.execute("DROP INDEX attempts_grant")
@@ -51,6 +58,8 @@ def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
         _back_to_the_flags(rt)
     with qlflow.open(store_url) as rt:  # migrates across WORK_STEP, then refolds the Run
         assert rt.verify_projections().ok
+        # step 7 counted the Runs the store already had
+        assert rt.store.query("SELECT status, runs FROM run_counts") == [("running", 1)]
         after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
         assert after == before
         now = T0 + 6_000 if claimed else T0  # w1's lease of a has run out by then
