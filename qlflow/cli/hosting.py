@@ -27,6 +27,7 @@ from qlflow.cli.options import (
     MetricsHostOption,
     MetricsPortOption,
     PackageDirOption,
+    TracesOption,
     TtlOption,
     at_least,
     check_ttl,
@@ -41,6 +42,25 @@ from qlflow.runtime import Runtime
 
 log = logging.getLogger("qlflow.cli")
 SlotTracker = Callable[[int, Callable[[], int]], None]
+
+
+@contextlib.contextmanager
+def traced(rt: Runtime, wanted: bool) -> Iterator[None]:
+    """While hosting with --traces: a trace of every Run that ends (`qlflow.tracing`)."""
+    if not wanted:
+        yield
+        return
+    try:
+        from qlflow import tracing
+    except ImportError as error:
+        raise CliError(
+            f"--traces needs the otel extra: pip install 'qlflow[otel]' ({error})"
+        ) from None
+    runs = tracing.trace_runs(rt)
+    try:
+        yield
+    finally:
+        runs.close()
 
 
 @contextlib.contextmanager
@@ -98,6 +118,7 @@ def _host(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     log_format: str = "human",
+    traces: bool = False,
 ) -> None:
     at_least("--interval-ms", interval_ms)
     at_least("--metrics-port", metrics_port, 0)
@@ -125,7 +146,11 @@ def _host(
                 "a worker needs --package-dir: the folder of each package whose Tasks it runs"
             )
         say("qlflow: serve without --package-dir only cycles; workers run nothing here")
-    with opened(ctx) as rt, observed(rt, metrics_port, metrics_host, say) as track_slots:
+    with (
+        opened(ctx) as rt,
+        observed(rt, metrics_port, metrics_host, say) as track_slots,
+        traced(rt, traces),
+    ):
         published = PublishedTasks(rt)
         for folder in folders:
             published.add_folder(folder)
@@ -245,6 +270,7 @@ def worker(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     log_format: LogFormatOption = "human",
+    traces: TracesOption = False,
 ) -> None:
     """Run leased Attempts as local processes (no cycles: a separate worker)."""
     at_least("--limit", limit)
@@ -264,6 +290,7 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         log_format=log_format,
+        traces=traces,
     )
 
 
@@ -292,6 +319,7 @@ def serve(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     log_format: LogFormatOption = "human",
+    traces: TracesOption = False,
 ) -> None:
     """Cycles plus local workers in a loop, until SIGTERM."""
     at_least("--workers", workers)
@@ -311,4 +339,5 @@ def serve(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         log_format=log_format,
+        traces=traces,
     )

@@ -41,6 +41,14 @@ LogFormatOption = Annotated[
     ),
 ]
 LOG_FORMATS = ("human", "json")
+TracesOption = Annotated[
+    bool,
+    typer.Option(
+        "--traces",
+        help="Make an OpenTelemetry trace of every Run that ends (needs qlflow[otel] and a "
+        "TracerProvider the host configures, e.g. opentelemetry-instrument).",
+    ),
+]
 
 
 def package_folder(path: Path) -> Path:

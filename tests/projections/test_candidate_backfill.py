@@ -15,6 +15,15 @@ _OLD_INDEXES = (
 )  # fmt: skip
 
 
+_UNDO_COUNTS = {  # runs schema step 7: the triggers and their table
+    "sqlite": [
+        *(f"DROP TRIGGER runs_count_{op}" for op in ("insert", "update", "delete")),
+        "DROP TABLE run_counts",
+    ],
+    "postgresql": ["DROP FUNCTION qlflow_count_runs() CASCADE", "DROP TABLE run_counts"],
+}
+
+
 def _back_to_the_flags(rt) -> None:
     """Give the store the schema of projections.runs just before `WORK_STEP`
     (hand-written flags, plan v2's admission instant), as a store from before the
@@ -22,12 +31,8 @@ def _back_to_the_flags(rt) -> None:
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
         tx.execute("DROP INDEX attempts_active")  # what steps 6 and 7 made
-        if dialect == "sqlite":
-            for trigger in ("insert", "update", "delete"):
-                tx.execute(f"DROP TRIGGER runs_count_{trigger}")
-        else:
-            tx.execute("DROP FUNCTION qlflow_count_runs() CASCADE")
-        tx.execute("DROP TABLE run_counts")
+        for sql in _UNDO_COUNTS[dialect]:
+            tx.execute(sql)
         for phase in candidates.PHASES:  # what steps 4 and 5 made
             tx.execute(f"DROP INDEX runs_{phase}_work")
         tx.execute("DROP INDEX attempts_grant")
