@@ -11,6 +11,7 @@ default formatter prints the message alone.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,7 @@ class _CommitLog:
     """Turns a commit's records into qlflow events."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # commits of a PostgreSQL store come from many threads
         self._attempts: OrderedDict[str, tuple[str, str]] = OrderedDict()
         ended = {event_types.of(event_types.ATTEMPT, s): self._attempt_ended
                  for s in ATTEMPT_TERMINAL}  # fmt: skip
@@ -75,10 +77,11 @@ class _CommitLog:
         if not log.isEnabledFor(logging.INFO):
             return
         handlers = self._handlers
-        for record in commit.records:
-            handler = handlers.get(record.type)
-            if handler is not None:
-                handler(record)
+        with self._lock:
+            for record in commit.records:
+                handler = handlers.get(record.type)
+                if handler is not None:
+                    handler(record)
 
     def _hold(self, attempt_id: str, run_id: str, step_key: str) -> None:
         self._attempts[attempt_id] = (run_id, step_key)

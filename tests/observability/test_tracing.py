@@ -11,6 +11,7 @@ from opentelemetry.trace import StatusCode
 
 import qlflow
 from qlflow import tracing
+from tests.cli.helpers import EXAMPLES
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 
 
@@ -28,18 +29,19 @@ def traced(store_url):
 
 def test_a_diamond_run_is_one_trace_of_run_steps_and_attempts(traced):
     rt, runs, exporter = traced
-    rt.publish(manifest(DIAMOND), now_ms=T0)
-    run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
+    rt.publish(EXAMPLES / "diamond", now_ms=T0)
+    run_id = rt.start("diamond", "diamond", admission_key="k", now_ms=T0).run_id
+    # the steps' outcomes as the example's commands give them: c exits 1
     drive(rt, T0 + 10, outcomes={"c": "failed"})
     runs.flush()
     spans = exporter.get_finished_spans()
     by_name = {span.name: span for span in spans}
     assert sorted(by_name) == [
         "qlflow.attempt a #1", "qlflow.attempt b #1", "qlflow.attempt c #1",
-        "qlflow.run demo/flow",
+        "qlflow.run diamond/diamond",
         "qlflow.step a", "qlflow.step b", "qlflow.step c", "qlflow.step d",
     ]  # fmt: skip
-    root = by_name["qlflow.run demo/flow"]
+    root = by_name["qlflow.run diamond/diamond"]
     assert root.parent is None
     assert {span.context.trace_id for span in spans} == {root.context.trace_id}
     assert root.attributes["qlflow.run_id"] == run_id
@@ -53,7 +55,7 @@ def test_a_diamond_run_is_one_trace_of_run_steps_and_attempts(traced):
         attempt = by_name[f"qlflow.attempt {key} #1"]
         step = by_name[f"qlflow.step {key}"]
         assert attempt.parent.span_id == step.context.span_id
-        assert attempt.attributes["qlflow.task_ref"] == f"demo@1#{key}"
+        assert attempt.attributes["qlflow.task_ref"] == f"diamond@1#{key}"
         assert step.start_time <= attempt.start_time <= attempt.end_time <= step.end_time
     outcomes = {key: by_name[f"qlflow.step {key}"].attributes["qlflow.outcome"] for key in "abcd"}
     assert outcomes == {"a": "succeeded", "b": "succeeded", "c": "failed", "d": "skipped"}
