@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import select
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -425,9 +426,12 @@ class PostgresStore(BaseStore):
         conn = self._pool.getconn(timeout=self.connect_timeout_s)
         try:
             conn.autocommit = True  # the transaction sends its own BEGIN (see _send)
-            return PostgresTransaction(
+            tx = PostgresTransaction(
                 conn, self.lock_timeout_ms, explicit_begin=True, column_types=self._column_types
             )
+            # the pool's check of this connection, if it had to ask the server
+            tx.round_trips = _CHECKED.pop(conn, 0)
+            return tx
         except BaseException:
             self._pool.putconn(conn)
             raise
@@ -577,6 +581,11 @@ def _check_when_spoken_to(conn: psycopg.Connection) -> None:
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable:
         psycopg_pool.ConnectionPool.check_connection(conn)
+        _CHECKED[conn] = 1  # a round trip the next transaction on it counts
+
+
+# connections whose last check asked the server (eventstore.observers: round trips)
+_CHECKED: weakref.WeakKeyDictionary[psycopg.Connection, int] = weakref.WeakKeyDictionary()
 
 
 def _describe(url: str) -> str:
