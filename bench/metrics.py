@@ -7,7 +7,9 @@ PostgreSQL.
 Per call: `--workflows` diamond Runs (a -> b, c -> d) driven in process through the
 public API — start, then lease (with the start barrier) and complete every claimable
 Attempt until the Runs end — timed per Workflow, in rounds that alternate metrics off
-and on (`qlflow.metrics.instrument`), the median of `--rounds` each. Traces: the same
+and on (`qlflow.metrics.instrument`), the median of `--rounds` each; and, free of a
+shared machine's wall-clock noise, the metrics observer's own CPU per Workflow, timed
+over the commits of such a workload. Traces: the same
 workload's process CPU time per Workflow (every thread, the span thread included),
 `qlflow.tracing` off and on with the SDK's TracerProvider and an exporter that drops
 every span. Scrape: `--runs`
@@ -86,6 +88,34 @@ def per_call(url: str, workflows: int, rounds: int) -> dict[str, float]:
             handle.close()
         off_ms, on_ms = statistics.median(off) * 1000, statistics.median(on) * 1000
         return {"off_ms": off_ms, "on_ms": on_ms, "overhead_pct": (on_ms / off_ms - 1) * 100}
+    finally:
+        rt.close()
+
+
+def observer_cost(url: str, workflows: int) -> dict[str, float]:
+    """The metrics observer's CPU per Workflow, timed alone over the commits a workload
+    made (free of the wall-clock noise of a shared machine), beside the Workflow's CPU."""
+    rt = qlflow.open(url)
+    try:
+        rt.publish(DIAMOND, now_ms=T0)
+        commits: list[Any] = []
+        remove = rt.store.observers.on_commit(commits.append)
+        began = time.process_time()
+        _drive(rt, workflows, "observed")
+        workflow_cpu = (time.process_time() - began) / workflows
+        remove()
+        runs = []
+        for _ in range(7):
+            began = time.process_time()
+            for commit in commits:
+                metrics._commit(commit)
+            runs.append((time.process_time() - began) / workflows)
+        observer = statistics.median(runs)
+        return {
+            "workflow_cpu_ms": workflow_cpu * 1000,
+            "observer_us": observer * 1e6,
+            "observer_pct": observer / workflow_cpu * 100,
+        }
     finally:
         rt.close()
 
@@ -204,12 +234,14 @@ def main() -> None:
         for kind, url_of in stores.items():
             results[kind] = {
                 "per_call": per_call(url_of("calls"), args.workflows, args.rounds),
+                "observer": observer_cost(url_of("observer"), args.workflows * 5),
                 "traces": traces(url_of("traces"), args.workflows, args.rounds),
                 "scrape": scrape(url_of("scrape"), args.runs),
             }
     table = Table(title=f"metrics: per Workflow (4-step diamond), scrape of {args.runs:,} Runs")
     columns = (
-        "store", "off ms/wf", "metrics on", "overhead", "CPU ms/wf", "traces on", "overhead",
+        "store", "off ms/wf", "metrics on", "overhead", "observer CPU", "CPU ms/wf",
+        "traces on", "overhead",
         "scrape median", "scrape max",
     )  # fmt: skip
     for column in columns:
@@ -221,6 +253,7 @@ def main() -> None:
             f"{calls['off_ms']:.2f}",
             f"{calls['on_ms']:.2f}",
             f"{calls['overhead_pct']:+.1f}%",
+            f"{found['observer']['observer_us']:.0f} us ({found['observer']['observer_pct']:.2f}%)",
             f"{traced['off_cpu_ms']:.2f}",
             f"{traced['on_cpu_ms']:.2f}",
             f"{traced['overhead_pct']:+.1f}%",
