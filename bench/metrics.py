@@ -29,7 +29,6 @@ import statistics
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -38,11 +37,12 @@ from rich.console import Console
 from rich.table import Table
 
 import qlflow
+from bench.output import results_path
 from bench.runs_search import _seed as seed_runs
 from projections.runs_schema import ATTEMPTS
 from qlflow import metrics
 
-RESULTS = Path(__file__).parent / "results" / "metrics.json"
+RESULTS = results_path("metrics")
 T0 = 1_700_000_000_000
 DIAMOND = {
     "package": {"name": "bench", "publisher": "acme"},
@@ -195,7 +195,7 @@ def scrape(url: str, runs: int) -> dict[str, float]:
     rt = qlflow.open(url)
     try:
         seed_runs(rt, runs)
-        rows = _attempt_rows(300_000, 1_000, 200)
+        rows = _attempt_rows(min(300_000, runs * 3), 1_000, 200)
         marks = ", ".join("?" * len(ATTEMPTS.columns))
         for start in range(0, len(rows), 5000):
             with rt.store.transaction() as tx:
@@ -225,7 +225,10 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
+    parser.add_argument("--smoke", action="store_true", help="the smallest sizes (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.workflows, args.rounds = 200, 2, 1
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
         stores = {"sqlite": lambda name: f"sqlite:///{folder}/{name}.db"}
@@ -261,7 +264,7 @@ def main() -> None:
             f"{scraped['max_ms']:.1f} ms",
         )
     Console().print(table)
-    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
 
 

@@ -3,9 +3,9 @@ per Task, and the Runs by status (docs/DESIGN.md, "Observability").
 
 Every query reads an index, never the Runs' rows: the queue is the range of the grant
 index that is open now (the Attempts a worker may lease: `projections.candidates`),
-the running Attempts a partial index of those starting or running (schema step 6),
+the running Attempts a partial index of those starting or running (schema step 7),
 so each costs what waits or runs, not the history; the Runs by status are the rows of
-`run_counts`, which triggers on `runs` keep (schema step 7): one row per status.
+`run_counts`, which triggers on `runs` keep (schema step 8): one row per status.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ _QUEUED = (
     "SELECT task_ref, COUNT(*), MIN(claimed_at_ms) FROM attempts "
     f"WHERE {claimable_condition()} GROUP BY task_ref"
 )
-# the partial index of schema step 6, by its own condition
+# the partial index of schema step 7, by its own condition
 _RUNNING = f"SELECT task_ref, COUNT(*) FROM attempts WHERE {ACTIVE_WHERE} GROUP BY task_ref"
-_RUNS = f"SELECT status, runs FROM {COUNTS_TABLE}"  # kept by triggers (schema step 7)
+_RUNS = f"SELECT status, runs FROM {COUNTS_TABLE}"  # kept by triggers (schema step 8)
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,12 +182,18 @@ _WORK_ORDER = [
     " WHERE grant_opens_ms IS NOT NULL",
 ]
 MIGRATIONS.append({"sqlite": _WORK_ORDER, "postgresql": _WORK_ORDER})
-# Step 6: the Attempts starting or running, by Task, for a metrics scrape
+# Step 6: how an Attempt ran (exit code, signal, pid, log location: domain.execution)
+# is a column of its own, apart from its output. Attempts folded before it hold the old
+# executor record in `output`; `backfill` splits them as a replay would.
+_EXECUTION_STEP = ["ALTER TABLE attempts ADD COLUMN execution TEXT"]
+MIGRATIONS.append({"sqlite": _EXECUTION_STEP, "postgresql": _EXECUTION_STEP})
+EXECUTION_STEP = len(MIGRATIONS)
+# Step 7: the Attempts starting or running, by Task, for a metrics scrape
 # (`projections.gauges`): a partial index as small as what runs, not the history.
 ACTIVE_WHERE = f"status IN ('{ATTEMPT_STARTING}', '{ATTEMPT_RUNNING}')"
 _ACTIVE = [f"CREATE INDEX attempts_active ON attempts (task_ref) WHERE {ACTIVE_WHERE}"]
 MIGRATIONS.append({"sqlite": _ACTIVE, "postgresql": _ACTIVE})
-# Step 7: the Runs per status, kept by triggers on `runs` (every write of the table —
+# Step 8: the Runs per status, kept by triggers on `runs` (every write of the table —
 # the append's fold, a rebuild's swap, a backfill — keeps it equal to the table), so a
 # scrape reads a handful of rows instead of counting every Run. On PostgreSQL the
 # counter rows are written after the append, while its position lock serializes
@@ -299,6 +305,6 @@ ATTEMPTS = _Table(
         "attempt_id", "run_id", "step_key", "step_run_id", "step_epoch", "attempt_number",
         "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
         "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
-        "result_code", "output", *GRANT_COLUMNS,
+        "result_code", "output", *GRANT_COLUMNS, "execution",
     ),
 )  # fmt: skip

@@ -20,10 +20,15 @@ import orjson
 
 from domain import event_types, streams
 from domain.records import Record
-from domain.transitions import ATTEMPT_TERMINAL, RETRY_CHANGE, RUN_TERMINAL
+from domain.transitions import (
+    ATTEMPT_INTERRUPTED,
+    ATTEMPT_TERMINAL,
+    RETRY_CHANGE,
+    RUN_TERMINAL,
+    WORKER_SHUTDOWN,
+)
 from eventstore.api import EventStore
 from eventstore.observers import Commit
-from qlflow.executor.local import WORKER_SHUTDOWN
 
 log = logging.getLogger("qlflow.events")
 _HELD = 65_536  # attempt id -> (run id, step key) of the claims and leases seen
@@ -113,7 +118,7 @@ class _CommitLog:
         run_id = streams.entity_id(record.stream_id)
         step_key = self._attempts.pop(data["attempt_id"], (run_id, None))[1]
         outcome = event_types.name(record.type)
-        interrupted = data.get("result_code") == WORKER_SHUTDOWN
+        interrupted = outcome == ATTEMPT_INTERRUPTED or data.get("result_code") == WORKER_SHUTDOWN
         emit(
             "interruption" if interrupted else "completion",
             f"attempt {data['attempt_id']} ({run_id}/{step_key}): {outcome}"

@@ -31,16 +31,17 @@ from domain import event_types, streams
 from domain.phases import PHASES
 from domain.records import Record
 from domain.transitions import (
+    ATTEMPT_INTERRUPTED,
     ATTEMPT_TERMINAL,
     LEASE_EXPIRED,
     RETRY_CHANGE,
     RUN_TERMINAL,
     STEP_TERMINAL,
+    WORKER_SHUTDOWN,
 )
 from eventstore.observers import Commit
 from projections import gauges
 from qlflow.clock import wall_clock_ms
-from qlflow.executor.local import WORKER_SHUTDOWN
 from qlflow.runtime import Runtime
 
 __all__ = ["Instrumented", "instrument", "registry", "track_slots"]
@@ -179,7 +180,10 @@ class _Counts(Collector):
             self._by_task(record, "step_retries")
 
     def _attempt_ended(self, record: Record) -> None:
-        if record.data.get("result_code") == WORKER_SHUTDOWN:
+        if (
+            event_types.name(record.type) == ATTEMPT_INTERRUPTED
+            or record.data.get("result_code") == WORKER_SHUTDOWN
+        ):
             self._add("interruptions")
 
     def _run_ended(self, record: Record) -> None:
@@ -223,7 +227,7 @@ _COUNTERS: dict[str, tuple[str, list[str]]] = {
                        ["task", "outcome"]),
     "step_retries": ("Failed Attempts whose step waits for a retry, by Task.", ["task"]),
     "lease_expiries": ("Leases released because they expired (recovery, cancellation).", []),
-    "interruptions": ("Attempts the host stopped at shutdown (worker_shutdown).", []),
+    "interruptions": ("Attempts their host stopped (interrupted: the step runs again).", []),
     "schedule_fires": ("Schedule occurrences that admitted their Run.", []),
     "schedule_skips": ("Schedule occurrences skipped, by reason.", ["reason"]),
 }  # fmt: skip

@@ -184,7 +184,8 @@ def _host(
                 say(
                     f"qlflow: {signal.Signals(signum).name}: no new leases; "
                     f"{driver.pool.busy} running step(s) get {drain_ms} ms to finish, then "
-                    "SIGTERM (recorded worker_shutdown). Signal again to exit at once.",
+                    "SIGTERM (recorded interrupted: they run again on the next host). "
+                    "Signal again to exit at once.",
                     "drain_started",
                     signal=signal.Signals(signum).name,
                     running=driver.pool.busy,

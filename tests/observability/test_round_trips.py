@@ -26,11 +26,11 @@ def test_commit_round_trips_equal_the_wire(pg_url):
         for key in ("k", "k3"):  # warm: catalog lookups; two roots to lease
             rt.start("demo", "flow", admission_key=key, now_ms=T0)
         for number in range(8):  # past psycopg's prepare threshold: it prepares once
-            rt.store.append([StreamAppend(f"w-{number}", 0, (_event(1),))])
+            rt.store.append([StreamAppend(f"run-w{number}", 0, (_event(1),))])
         leases = rt.lease_attempts("w1", limit=2, now_ms=T0, start=True)
         writes = {
             "append": lambda: rt.store.append(
-                [StreamAppend(f"t-{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))]
+                [StreamAppend(f"run-t{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))]
             ),
             "start": lambda: rt.start("demo", "flow", admission_key="k2", now_ms=T0),
             "complete": lambda: rt.complete(leases[0], "succeeded", now_ms=T0),

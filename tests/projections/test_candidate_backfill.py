@@ -15,7 +15,7 @@ _OLD_INDEXES = (
 )  # fmt: skip
 
 
-_UNDO_COUNTS = {  # runs schema step 7: the triggers and their table
+_UNDO_COUNTS = {  # runs schema step 8: the triggers and their table
     "sqlite": [
         *(f"DROP TRIGGER runs_count_{op}" for op in ("insert", "update", "delete")),
         "DROP TABLE run_counts",
@@ -30,7 +30,7 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
-        tx.execute("DROP INDEX attempts_active")  # what steps 6 and 7 made
+        tx.execute("DROP INDEX attempts_active")  # what steps 7 and 8 made
         for sql in _UNDO_COUNTS[dialect]:
             tx.execute(sql)
         for phase in candidates.PHASES:  # what steps 4 and 5 made
@@ -38,7 +38,7 @@ def _back_to_the_flags(rt) -> None:
         tx.execute("DROP INDEX attempts_grant")
         for column in runs.WINDOW_COLUMNS:
             tx.execute(f"ALTER TABLE runs DROP COLUMN {column}")
-        for column in runs.GRANT_COLUMNS:
+        for column in (*runs.GRANT_COLUMNS, "execution"):  # steps 4 and 6
             tx.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
         for flag in ("frontier", "admission", "cancellation"):
             tx.execute(f"ALTER TABLE runs ADD COLUMN needs_{flag} INTEGER NOT NULL DEFAULT 0")
@@ -63,7 +63,7 @@ def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
         _back_to_the_flags(rt)
     with qlflow.open(store_url) as rt:  # migrates across WORK_STEP, then refolds the Run
         assert rt.verify_projections().ok
-        # step 7 counted the Runs the store already had
+        # step 8 counted the Runs the store already had
         assert rt.store.query("SELECT status, runs FROM run_counts") == [("running", 1)]
         after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
         assert after == before
