@@ -181,6 +181,11 @@ def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
 def _fold(rows: _Rows, record: Record) -> str | None:
     """Fold one record; return the Run whose work windows it may change, if any."""
     family, _, entity_id = record.stream_id.partition("-")
+    return _fold_family(rows, family, entity_id, record)
+
+
+def _fold_family(rows: _Rows, family: str, entity_id: str, record: Record) -> str | None:
+    """`_fold` for a record whose stream id is already split into family and entity."""
     if family == _RUN:
         _fold_run_event(rows, entity_id, record)
         return entity_id
