@@ -41,12 +41,12 @@ _UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|TRIGGER|MATERIALIZED)\b", re.IGNOR
 
 
 class LazyRecord:
-    """A Record as a replay reads it: `data` and `metadata` are decoded on first use,
-    as folds leave many unread (a steps record's fold reads only its version)."""
+    """A Record as a replay reads it: `data` decoded as it is read (every fold reads
+    it), `metadata` on first use (most records' folds never do)."""
 
     __slots__ = (
-        "_data",
         "_metadata",
+        "data",
         "event_id",
         "global_position",
         "stream_id",
@@ -61,16 +61,10 @@ class LazyRecord:
             self.stream_id,
             self.stream_version,
             self.type,
-            self._data,
+            data,
             self._metadata,
         ) = row
-
-    @property
-    def data(self) -> Any:
-        """The event's data, decoded on first use."""
-        if isinstance(self._data, str):
-            self._data = orjson.loads(self._data)
-        return self._data
+        self.data = orjson.loads(data)
 
     @property
     def metadata(self) -> Any:
