@@ -54,7 +54,9 @@ class LazyRecord:
         "type",
     )
 
-    def __init__(self, row: Sequence[Any]) -> None:
+    def __init__(self, row: Sequence[Any], decoded: tuple[Any, Any] | None = None) -> None:
+        """`row`: the EVENT_COLUMNS of one event; `decoded`: its data and metadata where
+        the caller has decoded them already."""
         (
             self.global_position,
             self.event_id,
@@ -62,9 +64,13 @@ class LazyRecord:
             self.stream_version,
             self.type,
             data,
-            self._metadata,
+            metadata,
         ) = row
-        self.data = orjson.loads(data)
+        if decoded is None:
+            self.data = orjson.loads(data)
+            self._metadata = metadata
+        else:
+            self.data, self._metadata = decoded
 
     @property
     def metadata(self) -> Any:
@@ -128,14 +134,16 @@ class BaseReplaySession(ABC):
                     self.tx.execute(_temporary(statement, component, number))
 
     def read_log(self, after_position: int, limit: int | None = None) -> list[LazyRecord]:
-        """The events after `after_position`, in position order, decoded lazily."""
+        """The events after `after_position`, in position order (see LazyRecord)."""
+        return [LazyRecord(row) for row in self.read_rows(after_position, limit)]
+
+    def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
+        """The stored rows (EVENT_COLUMNS) after `after_position`, in position order."""
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
         sql += " ORDER BY global_position"
         if limit is None:
-            rows = self.tx.query(sql, (after_position,))
-        else:
-            rows = self.tx.query(sql + " LIMIT ?", (after_position, limit))
-        return [LazyRecord(row) for row in rows]
+            return self.tx.query(sql, (after_position,))
+        return self.tx.query(sql + " LIMIT ?", (after_position, limit))
 
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""
