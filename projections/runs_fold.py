@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from domain.errors import CorruptionError
+from domain.event_types import ATTEMPT, ATTEMPT_CLAIMED, WORKFLOW_ADMITTED
 from domain.records import Record
 from domain.transitions import STEP_TERMINAL
 from projections.runs_schema import (
@@ -148,6 +149,37 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
         elif family == _LEASE:
             attempt_ids.add(entity_id)
     return run_ids, attempt_ids
+
+
+_ATTEMPT_EVENT = f"{ATTEMPT}."  # the prefix of every Attempt RunEvent type
+
+
+def _named_and_created(
+    records: Sequence[Record],
+) -> tuple[set[str], set[str], set[str], set[str]]:
+    """`_named` and `_created` in one pass: (Runs named, Attempts named, Runs
+    admitted, Attempts claimed)."""
+    run_ids: set[str] = set()
+    attempt_ids: set[str] = set()
+    admitted: set[str] = set()
+    claimed: set[str] = set()
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _RUN:
+            run_ids.add(entity_id)
+            kind = record.type
+            if kind.startswith(_ATTEMPT_EVENT):
+                attempt_id = record.data["attempt_id"]
+                attempt_ids.add(attempt_id)
+                if kind == ATTEMPT_CLAIMED:
+                    claimed.add(attempt_id)
+            elif kind == WORKFLOW_ADMITTED:
+                admitted.add(entity_id)
+        elif family == _STEPS:
+            run_ids.add(entity_id)
+        elif family == _LEASE:
+            attempt_ids.add(entity_id)
+    return run_ids, attempt_ids, admitted, claimed
 
 
 _STEPS_WITH_LIVE_ATTEMPTS = (

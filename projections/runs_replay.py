@@ -12,9 +12,10 @@ Runs, however long the log.
 A Run whose earlier records are no longer held (it left memory, then the log names it
 again: a Run dormant for a long while, a lease record after its end) has its rows
 loaded back from the copy, and at its end its streams are read back from the log: the
-one case that reads records twice. A Run whose streams grow past `FOLD_EVERY` records
-has them folded into its aggregate at the end of a batch, so a Run whose records span
-the whole log holds an aggregate and a few records, never its whole history.
+one case that reads records twice. When the Runs held have more than `HELD_RECORDS`
+records in all, those with the most are folded into their aggregates at the end of
+the batch, so a Run whose records span the whole log holds an aggregate and a few
+records, never its whole history.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from domain.event_types import WORKFLOW, of
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
 from projections.runs_fold import (
-    _created,
     _fold_family,
-    _named,
+    _named_and_created,
     _query_in,
     _Rows,
     _select_steps_with_live_attempts,
@@ -38,7 +38,7 @@ from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_R
 from projections.runs_windows import _refresh_work, _run_streams
 
 REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
-FOLD_EVERY = 512  # records a held Run gathers before they are folded into its aggregate
+HELD_RECORDS = 50_000  # records held in all Runs' streams before the longest are folded
 _RUN_ENDED = frozenset(of(WORKFLOW, status) for status in RUN_TERMINAL)
 
 Insert = Callable[[str, Sequence[str], list[tuple]], None]
@@ -124,12 +124,17 @@ class Replay:
         if len(held) > self.capacity:
             leaving += [run_id for run_id in list(held)[: len(held) // 2] if run_id not in ending]
         self._leave(leaving, strict=False)
-        for streams in held.values():
-            if streams.records > FOLD_EVERY:
+        total = sum(streams.records for streams in held.values())
+        if total > HELD_RECORDS:
+            for streams in sorted(held.values(), key=lambda s: s.records, reverse=True):
+                if total <= HELD_RECORDS // 2:
+                    break
+                count = streams.records
                 try:
                     streams.folded()
                 except CorruptionError:
                     continue  # mid-append: folded once the rest arrives
+                total -= count
 
     def flush(self) -> None:
         """Write out every Run held in memory, and forget them (CorruptionError if the
@@ -163,8 +168,7 @@ class Replay:
         """What `_load` loads, but only rows that are neither in memory nor created by
         these records (in a log that is not corrupt, such a row is not stored yet)."""
         tx, rows, held = self._tx, self._rows, self._held
-        run_ids, attempt_ids = _named(records)
-        created_runs, created_attempts = _created(records)
+        run_ids, attempt_ids, created_runs, created_attempts = _named_and_created(records)
         missing = attempt_ids - rows.attempts.keys() - created_attempts
         rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", missing))
         run_ids.update(rows.attempts[a]["run_id"] for a in attempt_ids if a in rows.attempts)

@@ -54,11 +54,11 @@ def appends_split(store, batch: int) -> int:
 
 
 @pytest.mark.parametrize(
-    ("batch", "capacity", "fold_every"),
-    [(5000, runs_replay.REPLAY_RUNS, runs_replay.FOLD_EVERY), (13, 4, 5), (2, 2, 1)],
+    ("batch", "capacity", "held_records"),
+    [(5000, runs_replay.REPLAY_RUNS, runs_replay.HELD_RECORDS), (13, 4, 9), (2, 2, 1)],
 )
 def test_rebuild_and_verify_equal_the_append_time_projection_across_batches(
-    rt, monkeypatch, batch, capacity, fold_every
+    rt, monkeypatch, batch, capacity, held_records
 ):
     store = rt.store
     spans = batches_of_each_run(store, batch)
@@ -70,7 +70,7 @@ def test_rebuild_and_verify_equal_the_append_time_projection_across_batches(
     opens = " OR ".join(f"{phase}_opens_ms IS NOT NULL" for phase in RUN_PHASES)
     assert store.query(f"SELECT COUNT(*) FROM runs WHERE {opens}")[0][0] > 0  # open windows
     monkeypatch.setattr(runs.Replay, "capacity", capacity)
-    monkeypatch.setattr(runs_replay, "FOLD_EVERY", fold_every)
+    monkeypatch.setattr(runs_replay, "HELD_RECORDS", held_records)
 
     report = verify(store, batch=batch)
     assert report.ok, report.lines()
