@@ -408,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--profile", action="store_true", help="one rebuild under cProfile")
     parser.add_argument("--before", help="a source tree whose rebuild to measure alongside")
     parser.add_argument("--pg-schema", help="keep (and reuse) the PostgreSQL log in this schema")
+    parser.add_argument("--out", default=str(RESULTS), help="where the JSON goes")
     parser.add_argument("--child", choices=("raw", "rebuild", "verify", "profile"))
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -459,8 +460,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 with psycopg.connect(args.pg, autocommit=True) as conn:
                     for schema in schemas.values():
                         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     render(results, console)
     return results
 
