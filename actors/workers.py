@@ -208,6 +208,7 @@ class Completion:
     outcome: str
     result_code: str | None = None
     output: Mapping[str, Any] | None = None
+    execution: Mapping[str, Any] | None = None  # how it ran: domain.execution
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +230,13 @@ def complete(
     result_code: str | None,
     output: dict | None,
     now_ms: int,
+    execution: Mapping[str, Any] | None = None,
 ) -> str:
     """Record the Attempt's end under its lease, with what the frontier and attempt
     admission decide next from it, in one commit; returns the recorded status."""
-    (done,) = complete_many(authority, [Completion(lease, outcome, result_code, output)], now_ms)
+    (done,) = complete_many(
+        authority, [Completion(lease, outcome, result_code, output, execution)], now_ms
+    )
     if done.error is not None:
         raise done.error
     assert done.status is not None
@@ -258,6 +262,7 @@ def complete_many(
             done.result_code,
             done.output,
             now_ms,
+            execution=done.execution,
         )
 
     writes = [RunWrite(c.lease.run_id, decide_for(c), c.lease.attempt_id) for c in completions]

@@ -47,6 +47,7 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from bench.output import results_path
 from domain import cancellation, worker
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, extend, fold
@@ -59,7 +60,7 @@ from projections import registry
 from projections.rebuild import rebuild
 from projections.verify import verify
 
-RESULTS = Path(__file__).parent / "results" / "rebuild.json"
+RESULTS = results_path("rebuild")
 TARGET = 0.8
 COHORT = 400  # Runs driven side by side (one transaction per tick over all of them)
 TICK_MS = 1000
@@ -197,10 +198,12 @@ def generate(store, events: int, seed: int = 7) -> dict:
     [(number, latest)] = store.query("SELECT COUNT(*), MAX(admitted_at_ms) FROM runs")
     now = T0 if latest is None else latest + 3600 * TICK_MS
     runs = 0
+    # a small log (--smoke) in a few Runs, not a whole cohort of ~58 events each
+    size = min(COHORT, max(1, events // 60))
     while store.head_position() < events:
         cohort: list[SimRun] = []
         with store.transaction() as tx:
-            for _ in range(COHORT):
+            for _ in range(size):
                 number += 1
                 shape = rng.choice(list(SHAPES))
                 keys = [k for k, _ in SHAPES[shape]]
@@ -411,7 +414,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS), help="where the JSON goes")
     parser.add_argument("--child", choices=("raw", "rebuild", "verify", "profile"))
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--smoke", action="store_true", help="200 events, one round, verified: does it still run"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.rounds, args.verify = "200", 1, True
     if args.child:
         result = measure(args.child, args.url)
         print(orjson.dumps(result).decode())

@@ -222,16 +222,20 @@ class DecisionBuilder:
         result_code: str | None = None,
         attempt_id: str | None = None,
         retry_at_ms: int | None = None,
+        interrupted: bool = False,
     ) -> None:
         """`step.<to>` and its StepRunMutation; the epoch grows by one. `retry_at_ms`
-        (a retry: running -> ready) is when the next Attempt may be claimed.
+        (a retry: running -> ready) is when the next Attempt may be claimed;
+        `interrupted` (running -> ready) says its host stopped the Attempt.
 
         `ids` is (event prefix, mutation prefix, id parts): the event id derives
         from the durable parts, the mutation id shares its digest — a
         recomputation yields the same pair.
         """
         step_run_id, from_status, epoch = self._current(key)
-        if not step_change_allowed(from_status, to_status, retry=retry_at_ms is not None):
+        if not step_change_allowed(
+            from_status, to_status, retry=retry_at_ms is not None, interrupted=interrupted
+        ):
             raise AssertionError(f"decision bug: StepRun {key!r} {from_status} -> {to_status}")
         event_prefix, mutation_prefix, parts = ids
         event_id = derive_id(event_prefix, *parts)
@@ -247,6 +251,8 @@ class DecisionBuilder:
         }
         if retry_at_ms is not None:  # only a retry carries it: v1 events stay as they were
             data["retry_at_ms"] = retry_at_ms
+        if interrupted:  # likewise only an interruption
+            data["interrupted"] = True
         version = self.event(event_id, f"step.{to_status}", data)
         self._mutation(
             sibling_id(mutation_prefix, event_id), step_run_id, key, from_status, to_status, epoch,

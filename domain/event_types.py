@@ -13,6 +13,7 @@ STEP_CREATED = "step.created"
 ATTEMPT_CLAIMED = "attempt.claimed"
 ATTEMPT_STARTING = "attempt.starting"
 ATTEMPT_RUNNING = "attempt.running"
+ATTEMPT_INTERRUPTED = "attempt.interrupted"  # its host stopped it; the step runs again
 
 WORKFLOW = "workflow"
 STEP = "step"

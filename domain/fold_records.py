@@ -18,6 +18,7 @@ from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import (
     ATTEMPT_ACTIVE,
     ATTEMPT_CLAIMED,
+    ATTEMPT_INTERRUPTED,
     ATTEMPT_TERMINAL,
     CANCEL_REASONS,
     LEASE_COMPLETED,
@@ -292,7 +293,14 @@ class Folder:
             not is_int(retry_at_ms) or to_status != STEP_READY or self.planned[key].max_attempts < 2
         ):
             raise corrupt(record, f"StepRun {key!r} retries without a retry policy")
-        if not step_change_allowed(from_status, to_status, retry=retry):
+        interrupted = data.get("interrupted") is True
+        if interrupted and (
+            to_status != STEP_READY
+            or data.get("attempt_id") not in self.attempts.keys() | self.attempt_work.keys()
+            or self.attempt_status(data["attempt_id"]) != ATTEMPT_INTERRUPTED
+        ):
+            raise corrupt(record, f"StepRun {key!r} is requeued by no interrupted Attempt")
+        if not step_change_allowed(from_status, to_status, retry=retry, interrupted=interrupted):
             raise corrupt(record, f"StepRun {key!r}: {from_status} -> {to_status} is not allowed")
         epoch = data["epoch"]
         if epoch != step["epoch"] + 1:

@@ -45,7 +45,7 @@ from domain.params import ParamDefinition, bind_params
 from domain.retry import RetryPolicy
 from domain.revision import MaterializedRevision, materialize_revision
 from domain.schedule_spec import ScheduleSpec, validate_schedules
-from domain.tasks import define_task
+from domain.tasks import ON_INTERRUPT, ON_INTERRUPT_DEFAULT, define_task
 from domain.workflows import MAX_WORKFLOW_STEPS, WorkflowDefinition, WorkflowStepDefinition
 
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -55,7 +55,7 @@ DICT_SOURCE = "<manifest dict>"
 
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
-TASK_KEYS = ("command", "env", "files", "enabled")
+TASK_KEYS = ("command", "env", "files", "enabled", "on_interrupt")
 WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params")
 STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
@@ -82,6 +82,7 @@ class TaskSpec:
     files: tuple[str, ...]
     file_digests: tuple[tuple[str, str], ...]
     enabled: bool
+    on_interrupt: str = ON_INTERRUPT_DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,7 @@ def revision_from_manifest(
                     env=dict(task.env),
                     files=task.files,
                     enabled=task.enabled,
+                    on_interrupt=task.on_interrupt,
                 )
             )
         except PlanError as error:
@@ -265,6 +267,14 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     env = _env(source, table, raw.get("env", {}))
     files, digests = _files(source, table, raw.get("files"), folder)
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
+    on_interrupt = raw.get("on_interrupt", ON_INTERRUPT_DEFAULT)
+    if on_interrupt not in ON_INTERRUPT:
+        raise manifest_error(
+            source,
+            table,
+            "on_interrupt",
+            f"must be one of {', '.join(map(repr, ON_INTERRUPT))}, not {describe(on_interrupt)}",
+        )
     return TaskSpec(
         task_id=task_id,
         command=tuple(command),
@@ -272,6 +282,7 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
         files=files,
         file_digests=digests,
         enabled=enabled,
+        on_interrupt=on_interrupt,
     )
 
 

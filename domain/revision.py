@@ -34,7 +34,7 @@ from domain.ids import REVISION_ID
 from domain.params import params_document, params_from_document
 from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec, ScheduleSpecError, validate_schedules
-from domain.tasks import TaskDefinition
+from domain.tasks import ON_INTERRUPT_DEFAULT, TaskDefinition
 from domain.workflows import (
     WorkflowDefinition,
     WorkflowStepDefinition,
@@ -137,13 +137,16 @@ class MaterializedRevision:
 
 
 def _task_document(task: TaskDefinition) -> dict[str, Any]:
-    return {
+    document: dict[str, Any] = {
         "command": list(task.command),
         "enabled": task.enabled,
         "env": dict(task.env),
         "files": list(task.files),
         "source_digest": task.source_digest,
     }
+    if task.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared: digests stay
+        document["on_interrupt"] = task.on_interrupt
+    return document
 
 
 def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
@@ -234,6 +237,7 @@ _REVISION_FIELDS = (
     "revision_id", "revision_digest", "tasks", "workflows",
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
+_TASK_OPTIONAL_FIELDS = ("on_interrupt",)
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
 _WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params")
 _STEP_FIELDS = ("key", "task", "needs")
@@ -266,7 +270,9 @@ def revision_from_json(value: object) -> MaterializedRevision:
     for task_id, raw in check_mapping(document["tasks"], "revision tasks").items():
         what = f"revision Task {task_id!r}"
         task = check_mapping(raw, what)
-        check_fields(task, _TASK_FIELDS, what)
+        check_fields(task, _TASK_FIELDS, what, _TASK_OPTIONAL_FIELDS)
+        if task.get("on_interrupt") == ON_INTERRUPT_DEFAULT:
+            raise PlanError("not_canonical", f"{what} states the default on_interrupt")
         tasks.append(
             TaskDefinition(
                 task_id=task_id,
@@ -275,6 +281,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 enabled=task["enabled"],
                 env=tuple(check_mapping(task["env"], f"{what} env").items()),
                 files=task["files"],
+                on_interrupt=task.get("on_interrupt", ON_INTERRUPT_DEFAULT),
             )
         )
     workflows = []

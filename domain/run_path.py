@@ -127,13 +127,23 @@ def complete_and_advance(
     result_code: str | None,
     output: Mapping[str, Any] | None,
     now_ms: int,
+    *,
+    execution: Mapping[str, Any] | None = None,
 ) -> Decision:
     """`complete`, then the frontier (dependents ready or skipped, the Run's terminal
     when every StepRun is) and attempt admission (`attempt.claimed` for the StepRuns
     that became ready) as the cycle would decide them next. A replayed completion
     stays a replay: whatever it did not carry, the cycle finishes."""
     done = complete(
-        aggregate, attempt_id, lease_id, lease_version, outcome, result_code, output, now_ms
+        aggregate,
+        attempt_id,
+        lease_id,
+        lease_version,
+        outcome,
+        result_code,
+        output,
+        now_ms,
+        execution=execution,
     )
     if done.replayed or not done.appends:
         return done

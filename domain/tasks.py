@@ -27,6 +27,11 @@ from domain.fields import (
 )
 
 TASK_SOURCE_DOMAIN = "qlflow/task-source@v1"
+# What an interruption by the step's host does (docs/DESIGN.md, "Interruptions"):
+# requeue the step (the default) or fail it. Only "fail" is written down, so a Task
+# that does not declare it keeps its definition and digests byte for byte.
+ON_INTERRUPT = ("requeue", "fail")
+ON_INTERRUPT_DEFAULT = "requeue"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -45,6 +50,7 @@ class TaskDefinition:
     enabled: bool
     env: tuple[tuple[str, str], ...]
     files: tuple[str, ...]
+    on_interrupt: str
 
     def __init__(
         self,
@@ -54,6 +60,7 @@ class TaskDefinition:
         enabled: bool = True,
         env: Mapping[str, str] | Sequence[tuple[str, str]] = (),
         files: Sequence[str] = (),
+        on_interrupt: str = ON_INTERRUPT_DEFAULT,
     ) -> None:
         what = f"Task {task_id!r}"
         check_name(task_id, "task_id", "Task id")
@@ -64,12 +71,18 @@ class TaskDefinition:
         checked_files = tuple(check_file_path(p, f"{what} file") for p in check_list(files, what))
         if len(set(checked_files)) != len(checked_files):
             raise PlanError("task_files", f"{what} names a file twice")
+        if on_interrupt not in ON_INTERRUPT:
+            raise PlanError(
+                "on_interrupt",
+                f"{what} on_interrupt must be one of {ON_INTERRUPT}, not {on_interrupt!r}",
+            )
         object.__setattr__(self, "task_id", task_id)
         object.__setattr__(self, "command", checked_command)
         object.__setattr__(self, "source_digest", source_digest)
         object.__setattr__(self, "enabled", enabled)
         object.__setattr__(self, "env", checked_env)
         object.__setattr__(self, "files", tuple(sorted(checked_files)))
+        object.__setattr__(self, "on_interrupt", on_interrupt)
 
     @property
     def environment(self) -> Mapping[str, str]:
@@ -79,7 +92,14 @@ class TaskDefinition:
     def definition(self) -> dict[str, Any]:
         """The definition document `task_source_digest` hashes (no id, no enabled flag:
         two Tasks that run the same thing from the same files have the same source)."""
-        return {"command": list(self.command), "env": dict(self.env), "files": list(self.files)}
+        document: dict[str, Any] = {
+            "command": list(self.command),
+            "env": dict(self.env),
+            "files": list(self.files),
+        }
+        if self.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared
+            document["on_interrupt"] = self.on_interrupt
+        return document
 
 
 def _command(value: object, what: str) -> tuple[str, ...]:
@@ -155,6 +175,7 @@ def define_task(
     env: Mapping[str, str] | None = None,
     files: Sequence[str] = (),
     enabled: bool = True,
+    on_interrupt: str = ON_INTERRUPT_DEFAULT,
 ) -> TaskDefinition:
     """Build a TaskDefinition whose source digest covers `command`, `env`, `files`
     and `file_digests` (path -> SHA-256 hex of the file's bytes)."""
@@ -165,6 +186,7 @@ def define_task(
         enabled=enabled,
         env=env if env is not None else (),
         files=files,
+        on_interrupt=on_interrupt,
     )
     digest = task_source_digest(draft.definition(), file_digests or {})
     return dataclasses.replace(draft, source_digest=digest)

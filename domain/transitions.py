@@ -47,15 +47,20 @@ STEP_NOT_SUCCEEDED = frozenset({"failed", "cancelled", "timed_out", "skipped"})
 ATTEMPT_CLAIMED = "claimed"
 ATTEMPT_STARTING = "starting"
 ATTEMPT_RUNNING = "running"
-ATTEMPT_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
+ATTEMPT_INTERRUPTED = "interrupted"  # its host stopped it: the step runs again
+ATTEMPT_TERMINAL = frozenset(
+    {"succeeded", "failed", "cancelled", "timed_out", "lost", ATTEMPT_INTERRUPTED}
+)
 ATTEMPT_ACTIVE = frozenset({ATTEMPT_CLAIMED, ATTEMPT_STARTING, ATTEMPT_RUNNING})
 ATTEMPT_TRANSITIONS = MappingProxyType(
     {
         ATTEMPT_CLAIMED: frozenset({"starting", "cancelled", "timed_out", "lost"}),
         ATTEMPT_STARTING: frozenset(
-            {"running", "succeeded", "failed", "cancelled", "timed_out", "lost"}
+            {"running", "succeeded", "failed", "cancelled", "timed_out", "lost", "interrupted"}
         ),
-        ATTEMPT_RUNNING: frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"}),
+        ATTEMPT_RUNNING: frozenset(
+            {"succeeded", "failed", "cancelled", "timed_out", "lost", "interrupted"}
+        ),
     }
 )
 EXECUTORS = ("local_process", "remote_worker")
@@ -80,18 +85,25 @@ EXECUTION_CANCELLED = "execution_cancelled"
 EXECUTION_TIMED_OUT = "execution_timed_out"
 LEASE_EXPIRED = "lease_expired"
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+WORKER_SHUTDOWN = "worker_shutdown"  # the host stopped the step: it did not fail by itself
+INTERRUPTED_TOO_OFTEN = "interrupted_too_often"
+MAX_INTERRUPTIONS = 3  # per step; the next one fails it (docs/DESIGN.md, "Interruptions")
 WORKFLOW_CANCELLED = "workflow_cancelled"
 WORKFLOW_TIMED_OUT = "workflow_timed_out"
 
 
-# Under a plan v2 retry policy a reported failure sends the StepRun back to ready.
+# Under a plan v2 retry policy a reported failure sends the StepRun back to ready; so
+# does an interruption by the step's host (any plan).
 RETRY_CHANGE = (STEP_RUNNING, STEP_READY)
 
 
-def step_change_allowed(from_status: str, to_status: str, *, retry: bool = False) -> bool:
-    """True when a StepRun may go from `from_status` to `to_status`; `retry` allows
-    running -> ready (a reported failure with attempts left, docs/DESIGN.md)."""
-    if retry and (from_status, to_status) == RETRY_CHANGE:
+def step_change_allowed(
+    from_status: str, to_status: str, *, retry: bool = False, interrupted: bool = False
+) -> bool:
+    """True when a StepRun may go from `from_status` to `to_status`; `retry` (a
+    reported failure with attempts left) and `interrupted` (its host stopped it)
+    allow running -> ready (docs/DESIGN.md, "Retries" and "Interruptions")."""
+    if (retry or interrupted) and (from_status, to_status) == RETRY_CHANGE:
         return True
     return to_status in STEP_TRANSITIONS.get(from_status, ())
 

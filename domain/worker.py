@@ -23,29 +23,34 @@ from typing import Any
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_intent
 from domain.decision import Decision, DecisionBuilder, LeaseGrant, check_now
 from domain.errors import FenceError, InvalidInput, NotFound
+from domain.execution import check_execution
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
 from domain.json_values import check_finite, check_output_size
 from domain.lease_terms import lease_expiry
 from domain.retries import retry_after_failure
 from domain.transitions import (
     ATTEMPT_CLAIMED,
+    ATTEMPT_INTERRUPTED,
     ATTEMPT_RUNNING,
     ATTEMPT_STARTING,
     EXECUTION_CANCELLED,
     EXECUTION_FAILED,
     EXECUTION_TIMED_OUT,
+    INTERRUPTED_TOO_OFTEN,
     LEASE_COMPLETED,
     LEASE_EXPIRED,
     LEASE_LEASED,
     LEASE_RELEASED,
+    MAX_INTERRUPTIONS,
     MAX_LEASE_TTL_MS,
     MIN_LEASE_TTL_MS,
     RELEASE_REASONS,
     STEP_READY,
     STEP_RUNNING,
+    WORKER_SHUTDOWN,
 )
 
-OUTCOMES = ("succeeded", "failed")
+OUTCOMES = ("succeeded", "failed", "interrupted")
 
 
 def worker_actor(worker_id: str) -> str:
@@ -239,11 +244,19 @@ def complete(
     result_code: str | None,
     output: Mapping[str, Any] | None,
     now_ms: int,
+    *,
+    execution: Mapping[str, Any] | None = None,
 ) -> Decision:
-    """End a started Attempt with the worker's `outcome` (succeeded | failed).
+    """End a started Attempt with the worker's `outcome` (succeeded | failed |
+    interrupted: its host stopped it, docs/DESIGN.md "Interruptions").
+
+    `output` is what the task returned; `execution` how it ran (exit code, signal,
+    pid, log path: `domain.execution`), recorded beside it and passed nowhere.
 
     Without cancel intent: succeeded, or failed with `result_code` (default
-    `execution_failed`). With cancel intent any outcome is recorded `cancelled`
+    `execution_failed`); interrupted (`worker_shutdown`) sends the StepRun back to
+    ready without using up an attempt, at most MAX_INTERRUPTIONS times — the next
+    one fails it (`interrupted_too_often`). With cancel intent any outcome is recorded `cancelled`
     (`execution_cancelled`), or `timed_out` (`execution_timed_out`) for reason
     timeout. The StepRun takes the Attempt's terminal status; the lease completes.
     """
@@ -260,6 +273,7 @@ def complete(
         raise InvalidInput("output", "object", "output must be a JSON object (a mapping) or None")
     check_finite(output, "output")
     check_output_size(output, "output")
+    ran = check_execution(execution)
     attempt = _attempt(aggregate, attempt_id)
     lease = attempt.lease
     if (
@@ -293,10 +307,16 @@ def complete(
         code: str | None = EXECUTION_TIMED_OUT if timeout else EXECUTION_CANCELLED
     elif outcome == "succeeded":
         status, code = "succeeded", None
+    elif outcome == "interrupted" and interruptions(aggregate, step.key) < MAX_INTERRUPTIONS:
+        status, code = ATTEMPT_INTERRUPTED, result_code or WORKER_SHUTDOWN
+    elif outcome == "interrupted":
+        status, code = "failed", INTERRUPTED_TOO_OFTEN
     else:
         status, code = "failed", result_code or EXECUTION_FAILED
-    # a reported failure with attempts left goes back to ready (plan v2 retry)
-    retry_at = retry_after_failure(aggregate, step.key, now_ms) if status == "failed" else None
+    # a reported failure with attempts left goes back to ready (plan v2 retry); an
+    # interruption does not count as one, and one too many is never retried
+    retries = status == "failed" and code != INTERRUPTED_TOO_OFTEN
+    retry_at = retry_after_failure(aggregate, step.key, now_ms) if retries else None
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     completed_id = derive_id(WORKER_EVENT, attempt_id, "completed", lease_id)
     builder.event(
@@ -307,11 +327,20 @@ def complete(
             "result_code": code,
             "reported_outcome": outcome,
             "output": None if output is None else dict(output),
+            "execution": ran,
             "lease_id": lease_id,
         },
     )
     builder.settled_attempts += 1
-    if retry_at is not None:
+    if status == ATTEMPT_INTERRUPTED:
+        builder.change_step(
+            step.key,
+            STEP_READY,
+            _step_ids(step.step_run_id, step.epoch, STEP_READY),
+            attempt_id=attempt_id,
+            interrupted=True,
+        )
+    elif retry_at is not None:
         builder.change_step(
             step.key,
             STEP_READY,
@@ -477,6 +506,12 @@ def _step_ids(
     step_run_id: str, epoch: int, to_status: str
 ) -> tuple[str, str, tuple[str, int, str]]:
     return WORKER_STEP_EVENT, WORKER_MUTATION, (step_run_id, epoch, to_status)
+
+
+def interruptions(aggregate: RunAggregate, step_key: str) -> int:
+    """How many of the step's Attempts their host interrupted so far."""
+    step = aggregate.steps[step_key]
+    return sum(1 for a in step.attempt_ids if aggregate.attempts[a].status == ATTEMPT_INTERRUPTED)
 
 
 def _same_output(stored: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> bool:

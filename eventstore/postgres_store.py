@@ -57,7 +57,13 @@ from domain.errors import (
     StoreUnavailable,
 )
 from eventstore.api import Row
-from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, MIGRATION_LOCK, advisory_key
+from eventstore.locks import (
+    DEFAULT_LOCK_TIMEOUT_MS,
+    LOCK_TABLE,
+    MIGRATION_LOCK,
+    advisory_key,
+    lock_bucket,
+)
 from eventstore.pg_append import APPEND_SQL, BATCH_MARKS, GUARD_SQLSTATE, LOCK_HEADS
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
@@ -69,6 +75,7 @@ _PIPELINE = psycopg.Pipeline.is_supported()
 _IDLE = TransactionStatus.IDLE
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+POOL_FIRST_WAIT_S = 0.5  # before `_take` asks whether the pool can make a connection
 
 
 @functools.lru_cache(maxsize=512)
@@ -260,13 +267,18 @@ class PostgresTransaction(BaseTransaction):
     # -- locks ---------------------------------------------------------------------------
 
     def _lock(self, key: str) -> None:
-        self._waiting(f"SELECT pg_advisory_xact_lock({advisory_key('%s')})", (key,), repr(key))
+        if key == MIGRATION_LOCK:  # taken before qlflow_locks exists (eventstore.locks)
+            sql = f"SELECT pg_advisory_xact_lock({advisory_key('%s')})"
+        else:
+            sql = f"SELECT 1 FROM {LOCK_TABLE} WHERE bucket = {lock_bucket('%s')} FOR UPDATE"
+        self._waiting(sql, (key,), repr(key))
 
     def _lock_all(self, keys: list[str]) -> None:
-        # the rows of unnest come in array order, and each is locked as it comes
+        # rows in bucket order, each locked as it comes: one order for every waiter
         self._waiting(
-            f"SELECT count(pg_advisory_xact_lock({advisory_key('k')})) "
-            "FROM unnest(%b::text[]) WITH ORDINALITY AS t(k, i)",
+            f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+            f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
+            "ORDER BY l.bucket FOR UPDATE OF l) x",
             (keys,),
             f"{len(keys)} lock(s)",
         )
@@ -274,8 +286,9 @@ class PostgresTransaction(BaseTransaction):
     def _try_lock(self, keys: list[str]) -> bool:
         [(acquired,)] = self._send(
             self._cursor,
-            f"SELECT bool_and(pg_try_advisory_xact_lock({advisory_key('k')})) "
-            "FROM unnest(%b::text[]) AS k",
+            f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
+            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+            "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)",
             (keys,),
         ).fetchall()
         return bool(acquired)
@@ -383,6 +396,7 @@ class PostgresStore(BaseStore):
         self.lock_timeout_ms = lock_timeout_ms
         self._column_types: dict[str, dict[str, str]] = {}  # see PostgresTransaction.upsert
         self.connect_timeout_s = connect_timeout_s  # also how long a call waits for a connection
+        self._own: set[int] = set()  # connections `_take` made itself (see there)
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -411,15 +425,46 @@ class PostgresStore(BaseStore):
             self._pool.close()
             raise
 
+    def _take(self) -> psycopg.Connection:
+        """A connection for one unit: the pool's — or, while the pool cannot make one
+        and is not full, one of the store's own, closed after use. After connections
+        failed (a server restart, a storm of terminated backends) the pool waits longer
+        and longer before it tries again (seconds), so the first writes after the
+        server answers again would otherwise fail for no reason but that wait."""
+        first_wait_s = min(POOL_FIRST_WAIT_S, self.connect_timeout_s)
+        try:
+            return self._pool.getconn(timeout=first_wait_s)
+        except psycopg_pool.PoolTimeout:
+            if self._pool.get_stats().get("pool_size", 0) >= self._pool.max_size:
+                # every connection is in use: wait for one, as long as the store waits
+                return self._pool.getconn(timeout=self.connect_timeout_s - first_wait_s)
+        conn = psycopg.connect(
+            self.url, autocommit=False, connect_timeout=max(1, int(self.connect_timeout_s))
+        )
+        try:
+            bounded_session(self.lock_timeout_ms, self.read_only, conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._own.add(id(conn))
+        return conn
+
+    def _give_back(self, conn: psycopg.Connection) -> None:
+        if id(conn) in self._own:
+            self._own.discard(id(conn))
+            conn.close()
+        else:  # the pool rolls back or discards a connection left in a transaction
+            self._pool.putconn(conn)
+
     def _begin(self) -> PostgresTransaction:
-        conn = self._pool.getconn(timeout=self.connect_timeout_s)
+        conn = self._take()
         try:
             conn.autocommit = True  # the transaction sends its own BEGIN (see _send)
             return PostgresTransaction(
                 conn, self.lock_timeout_ms, explicit_begin=True, column_types=self._column_types
             )
         except BaseException:
-            self._pool.putconn(conn)
+            self._give_back(conn)
             raise
 
     def _finish(self, tx: BaseTransaction, commit: bool) -> None:
@@ -429,12 +474,12 @@ class PostgresStore(BaseStore):
         try:
             tx.finish(commit)
         finally:
-            # the pool rolls back or discards a connection left in a transaction
-            self._pool.putconn(conn)
+            self._give_back(conn)
 
     @contextmanager
     def _session(self) -> Iterator[PostgresTransaction]:
-        with self._pool.connection(timeout=self.connect_timeout_s) as conn:
+        conn = self._take()
+        try:
             conn.autocommit = True  # a read is one statement: no BEGIN / COMMIT round trips
             session = PostgresTransaction(
                 conn, self.lock_timeout_ms, column_types=self._column_types
@@ -444,6 +489,8 @@ class PostgresStore(BaseStore):
             finally:
                 session.ended = True
                 conn.autocommit = False
+        finally:
+            self._give_back(conn)
 
     def _prepare_versions_table(self, tx: BaseTransaction) -> None:
         tx.lock(MIGRATION_LOCK)  # bounded: a lock held elsewhere is a LockTimeout

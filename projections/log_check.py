@@ -8,7 +8,10 @@ is named by stream, version and position:
 - within a stream, positions increase with the version;
 - a stream's head equals its last version (a head moved back or forward), every
   stream with events has a head and every head has events;
-- every event has a type, and its data and metadata decode to JSON objects.
+- every event has a type, and its data and metadata decode to JSON objects;
+- every event decodes for its fold (`domain.event_shapes`): its stream is of a known
+  category and names an entity, its type is one docs/EVENTS.md names for that
+  category, its data has the fields the fold needs and names the stream's entity.
 
 `LogCheck` looks at the events batch by batch as the replay reads them, and decodes
 each document once for both (`records`); `check_log` reads the log on its own, in
@@ -24,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from domain.event_shapes import SHAPES, shape_problem, stream_problem
 from eventstore.replay import LazyRecord
 from eventstore.transaction import EVENT_COLUMNS
 
@@ -73,7 +77,13 @@ class LogCheck:
                 sound = type(decoded[0]) is dict and type(decoded[1]) is dict and type_
             except (orjson.JSONDecodeError, TypeError):
                 sound = False
-            if not sound or not isinstance(type_, str):
+            if (
+                not sound
+                or not isinstance(type_, str)
+                or type_ not in SHAPES
+                or stream_problem(stream) is not None
+                or shape_problem(stream, type_, decoded[0]) is not None
+            ):
                 decoded = self._documents(stream, version, position, type_, data, metadata)
             previous = last.get(stream)
             expected = 1 if previous is None else previous[0] + 1
@@ -146,6 +156,15 @@ class LogCheck:
                         )
                     )
             decoded.append(value)
+        problem = stream_problem(stream)
+        data_value = decoded[0]
+        if problem is None and isinstance(type_, str) and type_ and isinstance(data_value, dict):
+            if type_ not in SHAPES:
+                problem = f"type {type_!r} is not one docs/EVENTS.md names"
+            else:
+                problem = shape_problem(stream, type_, data_value)
+        if problem is not None:
+            found.append(LogProblem(stream, version, position, problem, DOCUMENT))
         if found and self.broken_at is None:
             self.broken_at = position
         self.problems += found

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import orjson
+
+from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
 from domain.phases import RUN_PHASES
 from domain.records import Record
 from domain.streams import run_stream
 from projections.runs_fold import (
     _fold,
+    _json,
     _load,
     _query_in,
     _Rows,
@@ -40,6 +44,7 @@ from projections.runs_replay import Replay  # the rebuild's fold (projections.re
 from projections.runs_schema import (  # the module's contract (projections.registry)
     ATTEMPTS,
     COMPONENT,
+    EXECUTION_STEP,
     GRANT_COLUMNS,
     GRANTS,
     MIGRATIONS,
@@ -59,7 +64,7 @@ from projections.runs_windows import (
 
 __all__ = [
     "COMPONENT", "GRANTS", "GRANT_COLUMNS", "MIGRATIONS", "STREAM_PREFIXES", "TABLES",
-    "TAKES_FOLDED", "WINDOW_COLUMNS", "WORK_STEP", "Replay", "apply", "backfill",
+    "TAKES_FOLDED", "WINDOW_COLUMNS", "WORK_STEP", "EXECUTION_STEP", "Replay", "apply", "backfill",
 ]  # fmt: skip
 
 TAKES_FOLDED = True  # see projections.registry
@@ -83,10 +88,16 @@ def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | No
 
 
 def backfill(store, from_version: int) -> int:
-    """After an upgrade across `WORK_STEP` (above), refold the Runs it left with an
-    unknown candidate window and store the domain's answer; return how many."""
-    if from_version == 0 or from_version >= WORK_STEP:
-        return 0  # a new store has no Runs; a later step leaves the windows alone
+    """After an upgrade, fill what the schema steps could not compute (a new store has
+    nothing to fill): across `WORK_STEP`, refold the Runs left with an unknown
+    candidate window; across `EXECUTION_STEP`, split the Attempts' old executor
+    records out of their outputs. Returns how many Runs were refolded."""
+    if from_version == 0:
+        return 0
+    if from_version < EXECUTION_STEP:
+        _split_executions(store)
+    if from_version >= WORK_STEP:
+        return 0  # a later step leaves the windows alone
     done = 0
     while True:
         with store.transaction() as tx:
@@ -112,3 +123,22 @@ def backfill(store, from_version: int) -> int:
 
 
 REFRESH_BATCH = 200  # Runs `backfill` refolds per transaction
+
+
+def _split_executions(store) -> None:
+    """Attempts folded before `EXECUTION_STEP` hold their terminal event's output as
+    logged, which an old executor filled with its own record: store them as a fold of
+    that event does now (`domain.execution.split`), so `verify` agrees with a replay."""
+    with store.transaction() as tx:
+        rows = tx.query(
+            "SELECT attempt_id, output FROM attempts WHERE execution IS NULL AND output IS NOT NULL"
+        )
+        split = []
+        for attempt_id, output in rows:
+            kept, execution = execution_rules.split({"output": orjson.loads(output)})
+            if execution is not None:
+                split.append((None if kept is None else _json(kept), _json(execution), attempt_id))
+        if split:
+            tx.executemany(
+                "UPDATE attempts SET output = ?, execution = ? WHERE attempt_id = ?", split
+            )

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from domain import execution as execution_rules
 from domain.errors import CorruptionError
 from domain.event_types import ATTEMPT, ATTEMPT_CLAIMED, WORKFLOW_ADMITTED
 from domain.records import Record
@@ -366,13 +367,14 @@ def _start_attempt(rows: _Rows, run_id: str, run: Row | None, record: Record) ->
 def _end_attempt(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
     data = record.data
     attempt_id = data["attempt_id"]
-    output = data.get("output")
+    output, execution = execution_rules.split(data)
     _update(
         rows.attempts.get(attempt_id),
         status=record.type.partition(".")[2],
         result_code=data.get("result_code"),
         ended_at_ms=record.metadata.get("at_ms"),
         output=None if output is None else _json(output),
+        execution=None if execution is None else _json(execution),
     )
     for step in rows.steps.get(run_id, {}).values():
         if step["live_attempt_id"] == attempt_id:

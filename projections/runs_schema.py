@@ -181,6 +181,12 @@ _WORK_ORDER = [
     " WHERE grant_opens_ms IS NOT NULL",
 ]
 MIGRATIONS.append({"sqlite": _WORK_ORDER, "postgresql": _WORK_ORDER})
+# Step 6: how an Attempt ran (exit code, signal, pid, log location: domain.execution)
+# is a column of its own, apart from its output. Attempts folded before it hold the old
+# executor record in `output`; `backfill` splits them as a replay would.
+_EXECUTION_STEP = ["ALTER TABLE attempts ADD COLUMN execution TEXT"]
+MIGRATIONS.append({"sqlite": _EXECUTION_STEP, "postgresql": _EXECUTION_STEP})
+EXECUTION_STEP = len(MIGRATIONS)
 
 
 TABLES = {
@@ -246,6 +252,6 @@ ATTEMPTS = _Table(
         "attempt_id", "run_id", "step_key", "step_run_id", "step_epoch", "attempt_number",
         "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
         "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
-        "result_code", "output", *GRANT_COLUMNS,
+        "result_code", "output", *GRANT_COLUMNS, "execution",
     ),
 )  # fmt: skip

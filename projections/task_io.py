@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from domain.errors import NotFound
 from domain.plan import task_ref
 from domain.revision import revision_from_json
+from domain.tasks import ON_INTERRUPT_DEFAULT
 from eventstore.api import EventStore
 from projections import views
 from projections.published_revisions import published_revisions
@@ -31,10 +32,12 @@ class TaskDefinitionView:
     files: tuple[str, ...]
     folder: str | None
     source_digest: str
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # what a stop by its host does: requeue | fail
 
 
 def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
-    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication."""
+    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication;
+    NotFound for a Task it has not, or has disabled (a plan never names one)."""
     publication_id = views.get_run(store, run_id).publication_id
     found = published_revisions(store, publication_id=publication_id)
     if not found:
@@ -43,6 +46,11 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
     revision = revision_from_json(published["revision"])
     for task_id, task in revision.tasks.items():
         if task_ref(revision.package, revision.generation, task_id) == ref:
+            if not task.enabled:
+                raise NotFound(
+                    f"publication {publication_id} has Task {task_id!r} disabled: "
+                    "no Run of it may execute it"
+                )
             source = published.get("source_path")
             return TaskDefinitionView(
                 task_ref=ref,
@@ -52,6 +60,7 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
                 files=tuple(task.files),
                 folder=source if isinstance(source, str) and source else None,
                 source_digest=task.source_digest,
+                on_interrupt=task.on_interrupt,
             )
     raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput, NotFound
 from domain.records import Record
@@ -23,7 +24,8 @@ from projections.run_search import RunCursor, RunFilter
 @dataclass(frozen=True, slots=True)
 class AttemptView:
     """One Task Attempt of a step: its status, its latest lease (id, version, status,
-    holder, expiry), when it started and ended, and what the worker reported."""
+    holder, expiry), when it started and ended, what the task returned (`output`)
+    and how it ran (`execution`: exit code, signal, pid, log path; domain.execution)."""
 
     attempt_id: str
     status: str
@@ -37,6 +39,40 @@ class AttemptView:
     ended_at_ms: int | None
     result_code: str | None
     output: dict[str, Any] | None
+    execution: dict[str, Any] | None = None
+
+    def _ran(self, key: str) -> Any:
+        return None if self.execution is None else self.execution.get(key)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit code (None: it did not exit, or no process ran)."""
+        return self._ran("exit_code")  # type: ignore[no-any-return]
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that ended the process ("SIGTERM"), or None."""
+        return self._ran("signal")  # type: ignore[no-any-return]
+
+    @property
+    def pid(self) -> int | None:
+        """The process id the executor ran it as, or None."""
+        return self._ran("pid")  # type: ignore[no-any-return]
+
+    @property
+    def log_path(self) -> str | None:
+        """Where the executor's host kept the Attempt's log file, or None."""
+        return self._ran("log_path")  # type: ignore[no-any-return]
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Who stopped the process (stop_requested, shutdown, killed), or None."""
+        return self._ran("stopped_by")  # type: ignore[no-any-return]
+
+    @property
+    def error(self) -> str | None:
+        """What the executor said went wrong (start failure, unreadable output), or None."""
+        return self._ran("error")  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +166,9 @@ def get_run(store: EventStore, run_id: str) -> RunView:
         (run_id,),
     ):
         columns = dict(zip(_ATTEMPT_COLUMNS, values, strict=True))
-        if columns["output"] is not None:
-            columns["output"] = orjson.loads(columns["output"])
+        for json_column in ("output", "execution"):
+            if columns[json_column] is not None:
+                columns[json_column] = orjson.loads(columns[json_column])
         attempts.setdefault(step_key, []).append(AttemptView(**columns))
     steps = {}
     for (
@@ -268,6 +305,8 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
         for attempt_id in step.attempt_ids:
             attempt = aggregate.attempts[attempt_id]
             lease = attempt.lease
+            # the aggregate keeps the output as logged; how it ran is not folded there
+            output, execution = execution_rules.split({"output": attempt.output})
             attempts.append(
                 AttemptView(
                     attempt_id=attempt.attempt_id,
@@ -281,7 +320,8 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
                     started_at_ms=None,
                     ended_at_ms=None,
                     result_code=attempt.result_code,
-                    output=dict(attempt.output) if attempt.output is not None else None,
+                    output=output,
+                    execution=execution,
                 )
             )
         steps[key] = StepView(

@@ -119,13 +119,14 @@ def completions_of(field: str, values: Any, most: int) -> list[Completion]:
             )
         if completion.result_code is not None:
             text(f"{field}[{index}].result_code", completion.result_code)
-        output = completion.output
+        output, execution = completion.output, completion.execution
         found.append(
             replace(
                 completion,
                 lease=lease_of(completion.lease),
-                # a copy the caller cannot change; anything else the domain refuses
+                # copies the caller cannot change; anything else the domain refuses
                 output=dict(output) if isinstance(output, Mapping) else output,
+                execution=dict(execution) if isinstance(execution, Mapping) else execution,
             )
         )
         if len(found) > most:

@@ -12,7 +12,8 @@ Three ways out, each an event the caller sets (from a signal handler, say):
   until the Run is terminal; running processes learn `stop_requested` at once;
 - `stop`: stop leasing, let running Attempts finish for `drain_s` (cycling on, so
   what they finish is settled), then SIGTERM the rest (SIGKILL `kill_after_s`
-  later; they are recorded `failed` with result code `worker_shutdown`), cycle once
+  later; they are recorded `interrupted` (`worker_shutdown`) and run again on the next
+  host — docs/DESIGN.md, "Interruptions"), cycle once
   more and return — a clean shutdown that leaves nothing half-done;
 - `abort`: SIGKILL every process now, give their completions a moment to be
   recorded, and return what is left unfinished.
@@ -278,7 +279,7 @@ class Driver:
 
     def _shutdown(self, result: DriveResult, backoff: Backoff) -> DriveResult:
         """Stop leasing; let running Attempts finish for `drain_s` while cycling on;
-        then stop the rest (recorded `worker_shutdown`) and cycle once more, so a
+        then stop the rest (recorded interrupted, `worker_shutdown`) and cycle once more, so a
         restart finds every Attempt this host held ended and recorded."""
         result.stopped = True
         began = time.monotonic()

@@ -311,10 +311,15 @@ class Runtime(Inspection, Scheduling):
         *,
         result_code: str | None = None,
         output: Mapping[str, Any] | None = None,
+        execution: Mapping[str, Any] | None = None,
         now_ms: int | None = None,
     ) -> str:
         """Record the Attempt's outcome (succeeded | failed) under its lease; returns the
-        recorded status (cancelled or timed_out when the Run has cancel intent)."""
+        recorded status (cancelled or timed_out when the Run has cancel intent).
+
+        `output` is what the task returned (passed to the steps that need it);
+        `execution` how it ran — `exit_code`, `signal`, `pid`, `log_path`, `stopped_by`,
+        `error` — shown with the Attempt and passed nowhere."""
         if result_code is not None:
             text("result_code", result_code)
         return workers.complete(
@@ -325,6 +330,7 @@ class Runtime(Inspection, Scheduling):
             # a copy the caller cannot change; anything else the domain refuses
             output=dict(output) if isinstance(output, Mapping) else output,
             now_ms=_now(now_ms),
+            execution=dict(execution) if isinstance(execution, Mapping) else execution,
         )
 
     def complete_many(

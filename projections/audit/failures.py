@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from domain import event_types
+from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
 from domain.transitions import STEP_TERMINAL
 from eventstore import logs
@@ -41,7 +42,7 @@ def failures(
             attempt = aggregate.attempts.get(data["attempt_id"])
             if attempt is None:
                 continue
-            output: Mapping[str, Any] = data.get("output") or {}
+            ran: Mapping[str, Any] = execution_rules.split(data)[1] or {}
             with_attempt.add(attempt.step_key)
             if end == "failed":
                 reported[attempt.step_key] = reported.get(attempt.step_key, 0) + 1
@@ -57,8 +58,8 @@ def failures(
                     attempt_number=attempt.attempt_number,
                     worker_id=attempt.worker_id
                     or (attempt.lease.worker_id if attempt.lease else None),
-                    exit_code=_int(output.get("exit_code")),
-                    signal=_text(output.get("signal")),
+                    exit_code=_int(ran.get("exit_code")),
+                    signal=_text(ran.get("signal")),
                     retry=None if retry_at is None else reported[attempt.step_key] + 1,
                     max_attempts=aggregate.plan.step(attempt.step_key).max_attempts,
                     retry_at_ms=retry_at,

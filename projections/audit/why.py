@@ -14,6 +14,8 @@ from domain.frontier import aggregate_outcome
 from domain.retries import retry_number
 from domain.transitions import (
     ATTEMPT_CLAIMED,
+    ATTEMPT_INTERRUPTED,
+    ATTEMPT_TERMINAL,
     STEP_LOST,
     STEP_PENDING,
     STEP_READY,
@@ -26,6 +28,7 @@ from projections.audit.failures import failures
 from projections.audit.root_cause import root_cause
 from projections.audit.run_log import RunLog, read_run_log
 from projections.audit.why_report import (
+    INTERRUPTED_WORDS,
     AttemptBlock,
     Intent,
     StepWait,
@@ -63,6 +66,8 @@ def why(store: EventStore, run_id: str, now_ms: int, log_lines: int = LAST_LINES
     backlog: list[AttemptBlock] = []
     for attempt in aggregate.active_attempts():
         block = _attempt_block(attempt, now_ms, intent)
+        if _interrupted_last(aggregate, attempt.step_key):
+            block = replace(block, interrupted=True)
         (backlog if block.status == ATTEMPT_CLAIMED and not block.lease_live else blocked).append(
             block
         )
@@ -78,6 +83,16 @@ def why(store: EventStore, run_id: str, now_ms: int, log_lines: int = LAST_LINES
         steps=steps,
         next_cycle=_next_cycle(aggregate, intent, bool(blocked)),
     )
+
+
+def _interrupted_last(aggregate: RunAggregate, step_key: str) -> bool:
+    """Whether the step's latest ended Attempt was interrupted by its host."""
+    ended = [
+        aggregate.attempts[a]
+        for a in aggregate.steps[step_key].attempt_ids
+        if aggregate.attempts[a].status in ATTEMPT_TERMINAL
+    ]
+    return bool(ended) and ended[-1].status == ATTEMPT_INTERRUPTED
 
 
 def _intent(log: RunLog, aggregate: RunAggregate, now_ms: int) -> Intent | None:
@@ -137,6 +152,8 @@ def _step_wait(aggregate: RunAggregate, step: StepRunState, intent: Intent | Non
             if intent
             else "the next cycle's attempt admission claims an Attempt for it"
         )
+        if _interrupted_last(aggregate, step.key):
+            next_step = f"{INTERRUPTED_WORDS}; {next_step}"
     elif step.status == STEP_LOST:
         next_step = (
             "its Attempt lost its lease after starting; cancellation ends it as cancelled"

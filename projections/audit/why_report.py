@@ -30,6 +30,9 @@ class Intent:
     recorded: bool
 
 
+INTERRUPTED_WORDS = "interrupted by a host shutdown, will run again"
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptBlock:
     """An Attempt that holds execution authority (or waits for a worker)."""
@@ -45,6 +48,12 @@ class AttemptBlock:
     expires_at_ms: int | None
     lease_live: bool
     next: str  # what happens next, in a sentence
+    interrupted: bool = False  # the step's Attempt before it was stopped by its host
+
+    @property
+    def interrupted_words(self) -> str:
+        """ "interrupted by a host shutdown, will run again; " or ""."""
+        return f"{INTERRUPTED_WORDS}; " if self.interrupted else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +169,14 @@ class WhyReport:
         for block in self.blocked:
             lines.append(
                 f"blocked: attempt {block.attempt_id} (step {block.step_key!r}, "
-                f"#{block.attempt_number}) is {block.status}; "
+                f"#{block.attempt_number}) is {block.status}; {block.interrupted_words}"
                 f"{attempt_next(block, self.intent, when)}"
             )
         for block in self.backlog:
             lines.append(
                 f"backlog: attempt {block.attempt_id} (step {block.step_key!r}) is claimed "
-                f"without a live lease; {attempt_next(block, self.intent, when)}"
+                f"without a live lease; {block.interrupted_words}"
+                f"{attempt_next(block, self.intent, when)}"
             )
         for wait in self.steps:
             retry = f" (waiting: {wait.retry_words(when)})" if wait.retry_at_ms is not None else ""

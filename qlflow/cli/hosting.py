@@ -95,7 +95,8 @@ def _host(
                 err.print(
                     f"qlflow: {signal.Signals(signum).name}: no new leases; "
                     f"{driver.pool.busy} running step(s) get {drain_ms} ms to finish, then "
-                    "SIGTERM (recorded worker_shutdown). Signal again to exit at once.",
+                    "SIGTERM (recorded interrupted: they run again on the next host). "
+                    "Signal again to exit at once.",
                     soft_wrap=True,
                     highlight=False,
                 )

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from actors.supervisor import CycleResult
+from domain import execution as execution_rules
 from domain.phases import PHASES
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
@@ -183,9 +184,9 @@ def log_paths(run: RunView) -> Table | None:
     they go under the table, one a line)."""
     rows = []
     for step in _in_plan_order(run.steps):
-        output = (step.attempts[-1].output or {}) if step.attempts else {}
-        if output.get("log_path"):
-            rows.append((step.step_key, output["log_path"]))
+        log_path = step.attempts[-1].log_path if step.attempts else None
+        if log_path:
+            rows.append((step.step_key, log_path))
     return key_values("logs", rows) if rows else None
 
 
@@ -238,13 +239,12 @@ def _result(step: StepView, attempt: AttemptView | None) -> str:
     code = step.result_code or (attempt.result_code if attempt else None)
     if code:
         parts.append(code_text(code))
-    output = (attempt.output or {}) if attempt else {}
-    if output.get("signal"):
-        parts.append(str(output["signal"]))  # "SIGTERM", not "exit -15"
-    elif "exit_code" in output and output["exit_code"] is not None:
-        parts.append(f"exit {output['exit_code']}")
-    if output.get("error"):
-        parts.append(str(output["error"]))
+    if attempt is not None and attempt.signal:
+        parts.append(attempt.signal)  # "SIGTERM", not "exit -15"
+    elif attempt is not None and attempt.exit_code is not None:
+        parts.append(f"exit {attempt.exit_code}")
+    if attempt is not None and attempt.error:
+        parts.append(attempt.error)
     return ", ".join(parts) or "-"
 
 
@@ -271,7 +271,7 @@ def event_row(record: Record, now_ms: int) -> tuple[str, ...]:
     )
 
 
-_SUMMARY_SKIP = {"plan", "revision", "publication", "admission", "output"}
+_SUMMARY_SKIP = {"plan", "revision", "publication", "admission", "output", "execution"}
 
 
 def event_summary(record: Record) -> str:
@@ -285,11 +285,11 @@ def event_summary(record: Record) -> str:
         if key.endswith("_code") and isinstance(value, str):
             value = code_text(value)
         parts.append(f"{key}={value}")
-    output = record.data.get("output")
-    if isinstance(output, Mapping) and output.get("signal"):
-        parts.append(f"signal={output['signal']}")
-    elif isinstance(output, Mapping) and "exit_code" in output:
-        parts.append(f"exit_code={output['exit_code']}")
+    ran = execution_rules.split(record.data)[1] if "output" in record.data else None
+    if ran and ran.get("signal"):
+        parts.append(f"signal={ran['signal']}")
+    elif ran and ran.get("exit_code") is not None:
+        parts.append(f"exit_code={ran['exit_code']}")
     return " ".join(parts)
 
 

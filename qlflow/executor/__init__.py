@@ -26,11 +26,11 @@ group is killed after the leader exits, on loss of the lease, and on `close()`.
 Why a lease fences every write: docs/DESIGN.md, "Fencing".
 """
 
+from domain.transitions import WORKER_SHUTDOWN
 from qlflow.executor.local import (
     DEFAULT_KILL_AFTER_S,
     DEFAULT_TTL_MS,
     START_FAILED,
-    WORKER_SHUTDOWN,
     LocalProcessExecutor,
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess

@@ -14,9 +14,11 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from domain.errors import FenceError, QlflowError
+from domain.tasks import ON_INTERRUPT_DEFAULT
+from domain.transitions import WORKER_SHUTDOWN
 from projections.task_io import TaskInputs
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture, note_to_log
@@ -29,11 +31,12 @@ from qlflow.runtime import Lease, Runtime
 from qlflow.transient import Backoff, transient_errors
 
 log = logging.getLogger("qlflow.executor")
+T = TypeVar("T")
 
 DEFAULT_KILL_AFTER_S = 5.0
 DEFAULT_TTL_MS = 30_000
 START_FAILED = "start_failed"
-WORKER_SHUTDOWN = "worker_shutdown"  # the host stopped the step: it did not fail by itself
+INTERRUPTED = "interrupted"  # the outcome of a step its host stopped: it runs again
 HOST_STOPS = ("shutdown", "killed")  # stop reasons that are the host's, not the Run's
 
 
@@ -49,6 +52,7 @@ class _Supervised(Held):
     term_sent_at: float | None = None
     killed: bool = False
     capture: LogCapture | None = None  # its output, to the log file and the store
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # the Task's: what a stop by this host does
 
 
 class LocalProcessExecutor:
@@ -147,8 +151,11 @@ class LocalProcessExecutor:
         command: TaskCommand | None = None
         inputs: TaskInputs = {"params": {}, "needs": {}}
         problem, code = None, START_FAILED
-        try:
-            command = self._resolve(lease)
+        held = Held(lease)
+        try:  # what a store that cannot answer now keeps from us is asked for again
+            command = self._read(held, "task lookup", self._resolve)
+        except (FenceError, NotStarted) as error:
+            return self._not_started(held.lease, log_path, f"lease lost or host stopping: {error}")
         except TaskUnavailable as error:
             if error.cancelled and not lease.started:
                 return self._not_started(lease, log_path, str(error))
@@ -159,14 +166,13 @@ class LocalProcessExecutor:
             problem = str(error)
         if command is not None:
             try:
-                inputs = self._rt.task_inputs(lease)
-            except transient_errors():  # the store is away: leave the Attempt to its lease
-                return self._not_started(lease, log_path, "the store cannot be read right now")
+                inputs = self._read(held, "task inputs", self._rt.task_inputs)
+            except (FenceError, NotStarted) as error:
+                return self._not_started(held.lease, log_path, f"lease lost or stopping: {error}")
             except QlflowError as error:
                 command, problem = None, str(error)
         if self._closed and not lease.started:
             return self._not_started(lease, log_path, "the executor is shutting down")
-        held = Held(lease)
         try:
             if not lease.started:  # a lease granted with start=True crossed it already
                 until_recorded(
@@ -184,7 +190,7 @@ class LocalProcessExecutor:
             return self._not_started(held.lease, log_path, "the executor is shutting down")
         if command is None:
             return self._start_failed(held, log_path, problem or "task unavailable", code)
-        if self._closing.is_set() or self._closed:  # past the barrier: recorded, never run
+        if self._closing.is_set() or self._closed:  # past the barrier, never run: again later
             return self._start_failed(held, log_path, "the host stopped", WORKER_SHUTDOWN)
         try:
             process = self._spawn(held.lease, command, inputs, log_path)
@@ -194,7 +200,14 @@ class LocalProcessExecutor:
             return self._start_failed(held, log_path, reason, START_FAILED)
         capture = LogCapture(self._rt, held.lease.attempt_id, log_path)
         capture.start(process)
-        item = _Supervised(held.lease, process, log_path, time.monotonic(), capture=capture)
+        item = _Supervised(
+            held.lease,
+            process,
+            log_path,
+            time.monotonic(),
+            capture=capture,
+            on_interrupt=command.on_interrupt,
+        )
         with self._lock:
             self._supervised[lease.attempt_id] = item
         threading.Thread(
@@ -207,6 +220,20 @@ class LocalProcessExecutor:
             capture.close()
             with self._lock:
                 self._supervised.pop(lease.attempt_id, None)
+
+    def _read(self, held: Held, what: str, read: Callable[[Lease], T]) -> T:
+        """`read(lease)` until the store answers, the lease renewed meanwhile; a lease
+        that really ended is a FenceError, a host that stops (before the start
+        barrier) NotStarted."""
+        return until_recorded(
+            self._rt,
+            held,
+            what,
+            read,
+            ttl_ms=self.ttl_ms,
+            stopping=self._closing,
+            unfenced=True,
+        )
 
     def _spawn(
         self, lease: Lease, command: TaskCommand, inputs: TaskInputs, log_path: Path
@@ -302,27 +329,27 @@ class LocalProcessExecutor:
         """Record the exited process's outcome under its lease (its log stored first)."""
         exit_code = item.process.returncode
         if item.capture is not None:
-            item.capture.finish()
-        output: dict[str, Any] = {
-            "log_path": str(item.log_path),
+            self._store_log(item, item.capture)
+        execution: dict[str, Any] = {
             "exit_code": exit_code,
             "pid": item.process.pid,
+            "log_path": str(item.log_path),
+            "signal": signal_name(exit_code),
+            "stopped_by": item.stop_reason,
         }
-        ended_by = signal_name(exit_code)
-        if ended_by is not None:
-            output["signal"] = ended_by
-        if item.stop_reason is not None:
-            output["stopped_by"] = item.stop_reason
         outcome = "succeeded" if exit_code == 0 else "failed"
-        # A step the host stopped (drain over, host leaving) did not fail by itself.
+        # A step the host stopped (drain over, host leaving) did not fail by itself: it
+        # is interrupted and runs again, unless its Task says a stop is a failure.
         stopped_by_host = item.stop_reason in HOST_STOPS and item.term_sent_at is not None
         code = WORKER_SHUTDOWN if outcome == "failed" and stopped_by_host else None
-        try:  # what the task wrote to QLFLOW_OUTPUT is its output
+        if code is not None and item.on_interrupt == ON_INTERRUPT_DEFAULT:
+            outcome = INTERRUPTED
+        try:  # what the task wrote to QLFLOW_OUTPUT is its output, and nothing else is
             written = read_output(_io_paths(item.log_path)[1])
         except OutputInvalid as problem:
-            output["error"] = str(problem)
+            execution["error"] = str(problem)
             outcome, code, written = "failed", OUTPUT_INVALID, None
-        status, error = self._complete(item, outcome, code, written or output)
+        status, error = self._complete(item, outcome, code, written, execution)
         return report(
             item.lease,
             status,
@@ -333,8 +360,27 @@ class LocalProcessExecutor:
             error=error,
         )
 
+    def _store_log(self, held: Held, capture: LogCapture) -> None:
+        """The last of the log before the completion (a Run seen ended has its last
+        lines), tried again while the store cannot take it and the lease lives on."""
+        capture.finish()
+        if not capture.pending:
+            return
+        try:
+            until_recorded(
+                self._rt, held, "log", lambda _lease: capture.send(), ttl_ms=self.ttl_ms,
+                unfenced=True,
+            )  # fmt: skip
+        except QlflowError as error:  # the lease ended: the completion will say so
+            log.warning("attempt %s: log not stored: %s", held.lease.attempt_id, error)
+
     def _complete(
-        self, held: Held, outcome: str, result_code: str | None, output: dict[str, Any]
+        self,
+        held: Held,
+        outcome: str,
+        result_code: str | None,
+        output: dict[str, Any] | None,
+        execution: dict[str, Any],
     ) -> tuple[str | None, str | None]:
         """Record the outcome, trying again while the store cannot take it (a completion
         is idempotent: a retry after a lost answer is a replay). (status, None), or
@@ -345,7 +391,7 @@ class LocalProcessExecutor:
                 held,
                 "completion",
                 lambda lease: self._rt.complete(
-                    lease, outcome, result_code=result_code, output=output
+                    lease, outcome, result_code=result_code, output=output, execution=execution
                 ),
                 ttl_ms=self.ttl_ms,
             )
@@ -377,10 +423,12 @@ class LocalProcessExecutor:
     def _start_failed(
         self, held: Held, log_path: Path, reason: str, result_code: str
     ) -> AttemptReport:
-        """The Task cannot be found or started: complete `failed` with `result_code`."""
+        """The Task cannot be found or started: complete `failed` with `result_code` —
+        or, stopped by this host before it spawned anything, `interrupted`."""
         log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
-        output = {"log_path": str(log_path), "exit_code": None, "error": reason}
-        status, error = self._complete(held, "failed", result_code, output)
+        execution = {"log_path": str(log_path), "exit_code": None, "error": reason}
+        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else "failed"
+        status, error = self._complete(held, outcome, result_code, None, execution)
         if status is None:
             return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")
         return report(held.lease, status, None, None, log_path, error=reason)

@@ -12,7 +12,7 @@ from pathlib import Path
 from domain.errors import NotFound, QlflowError
 from domain.plan import task_ref
 from domain.revision import MaterializedRevision, revision_from_json
-from domain.tasks import TaskDefinition, task_source_digest
+from domain.tasks import ON_INTERRUPT_DEFAULT, TaskDefinition, task_source_digest
 from projections.published_revisions import published_revisions
 from qlflow.packages import TaskFileError, load_package, task_file_digest
 from qlflow.runtime import Lease, Runtime
@@ -41,6 +41,7 @@ class TaskCommand:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: Path
+    on_interrupt: str = ON_INTERRUPT_DEFAULT  # the Task's declaration: requeue | fail
 
 
 class PublishedTasks:
@@ -122,7 +123,9 @@ class PublishedTasks:
                 "give it with --package-dir"
             )
         _check_files(task, folder, revision, self._stopped.is_set)
-        return TaskCommand(argv=tuple(task.command), env=dict(task.env), cwd=folder)
+        return TaskCommand(
+            argv=tuple(task.command), env=dict(task.env), cwd=folder, on_interrupt=task.on_interrupt
+        )
 
     def _publication_of(self, run_id: str) -> str:
         with self._lock:

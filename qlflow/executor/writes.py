@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from domain.errors import QlflowError
+from domain.errors import FenceError, QlflowError
 from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Lease, Runtime
 from qlflow.transient import Backoff, transient_errors
@@ -40,12 +40,15 @@ def until_recorded(
     *,
     ttl_ms: int,
     stopping: threading.Event | None = None,
+    unfenced: bool = False,
 ) -> T:
     """`write(held.lease)` until the store records it. A transient store error is
     tried again after a capped backoff, and a renewal that falls due meanwhile is
     made (`held.lease` is then the renewed lease). FenceError and errors that are not
     the store's propagate. With `stopping` (before anything was spawned): NotStarted
-    once it is set, and the lease simply lapses."""
+    once it is set, and the lease simply lapses. `unfenced`: `write` is not fenced by
+    the lease itself (a read, a log piece), so a renewal refused with FenceError —
+    the lease really ended — ends the tries with that error."""
     transient = transient_errors()
     renewal_retried: tuple[type[BaseException], ...] = (QlflowError, *transient)
     backoff = Backoff()
@@ -66,9 +69,15 @@ def until_recorded(
         if held.lease.expires_at_ms - wall_clock_ms() <= renew_before_ms:
             try:
                 held.lease = rt.renew(held.lease, ttl_ms=ttl_ms)
-            except renewal_retried as error:
+            except FenceError:
+                if unfenced:
+                    raise
                 # a FenceError here may be a completion that did commit: the write
                 # itself, tried again, tells (replayed) or fails with its own fence
+                log.debug(
+                    "attempt %s: renewal refused; the write itself tells", held.lease.attempt_id
+                )
+            except renewal_retried as error:
                 log.debug("attempt %s: renewal failed: %s", held.lease.attempt_id, error)
 
 

@@ -107,8 +107,8 @@ def test_environment_output_and_exit_code_are_recorded(rt, tmp_path: Path):
     step = run.steps["only"]
     attempt = step.attempts[0]
     assert (run.status, step.status, step.result_code) == ("failed", "failed", "execution_failed")
-    assert attempt.output["exit_code"] == 3
-    log_path = Path(attempt.output["log_path"])
+    assert attempt.exit_code == 3
+    log_path = Path(attempt.log_path)
     assert log_path.parent.parent == tmp_path / "logs"
     greeting = (
         f"run={run.run_id} step=only attempt={attempt.attempt_id} greeting=hello "
@@ -133,8 +133,8 @@ def test_a_command_that_cannot_start_fails_with_start_failed(rt, tmp_path: Path)
 
     step = run.steps["only"]
     assert (step.status, step.result_code) == ("failed", "start_failed")
-    assert "cannot start './no-such-program'" in step.attempts[0].output["error"]
-    assert step.attempts[0].output["exit_code"] is None
+    assert "cannot start './no-such-program'" in step.attempts[0].error
+    assert step.attempts[0].exit_code is None
     assert run.steps["after"].status == "skipped"
     assert [r.pid for r in result.reports] == [None]
 
@@ -157,7 +157,7 @@ def test_a_package_folder_gone_since_publish_fails_to_start(rt, tmp_path: Path):
 
     step = run.steps["only"]
     assert (step.status, step.result_code) == ("failed", "start_failed")
-    assert "does not exist" in step.attempts[0].output["error"]
+    assert "does not exist" in step.attempts[0].error
 
 
 def test_a_folder_changed_since_publication_never_runs(rt, tmp_path: Path):
@@ -175,7 +175,7 @@ def test_a_folder_changed_since_publication_never_runs(rt, tmp_path: Path):
 
     step = run.steps["only"]
     assert (step.status, step.result_code) == ("failed", "start_failed")
-    assert "changed since probe generation 1 was published" in step.attempts[0].output["error"]
+    assert "changed since probe generation 1 was published" in step.attempts[0].error
     assert not (folder / "ran").exists()
 
 
@@ -210,7 +210,7 @@ def test_a_file_swapped_after_publishing_is_refused_at_execution(rt, tmp_path: P
 
     step = run.steps["only"]
     assert (step.status, step.result_code) == ("failed", TASK_FILE_REFUSED)
-    error = step.attempts[0].output["error"]
+    error = step.attempts[0].error
     expected = {
         "symlink to /dev/zero": "leads outside the package folder",
         "symlink out of the folder": "leads outside the package folder",
@@ -263,9 +263,9 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace_period(rt, tmp_path: 
     attempt = run.steps["only"].attempts[0]
     assert (run.status, run.cancel_reason) == ("cancelled", "user")
     assert attempt.status == "cancelled"
-    assert attempt.output["pid"] == pid
-    assert attempt.output["signal"] == "SIGKILL"  # SIGTERM was ignored
-    assert attempt.output["stopped_by"] == "stop_requested"
+    assert attempt.pid == pid
+    assert attempt.signal == "SIGKILL"  # SIGTERM was ignored
+    assert attempt.stopped_by == "stop_requested"
     assert not process_alive(pid)
     assert result.reports[0].recorded_status == "cancelled"
 

@@ -53,7 +53,8 @@ def test_run_nightly_succeeds_and_every_read_command_shows_it(tmp_path: Path):
         "fetch": "succeeded",
         "archive": "succeeded",
     }
-    fetch_output = shown["steps"]["fetch"]["attempts"][0]["output"]
+    fetch_output = shown["steps"]["fetch"]["attempts"][0]["execution"]
+    assert shown["steps"]["fetch"]["attempts"][0]["output"] is None  # it wrote none
     assert fetch_output["exit_code"] == 0
     log_text = Path(fetch_output["log_path"]).read_text(encoding="utf-8")
     assert "fetched data/fetched.txt" in log_text
@@ -121,10 +122,10 @@ def test_failing_diamond_exits_1_and_shows_the_skipped_step(tmp_path: Path):
         "d": "skipped",
     }
     assert steps["c"]["result_code"] == "execution_failed"
-    assert steps["c"]["attempts"][0]["output"]["exit_code"] == 1
+    assert steps["c"]["attempts"][0]["execution"]["exit_code"] == 1
     assert steps["d"]["result_code"] == "dependency_not_succeeded"
     assert steps["d"]["attempts"] == []  # never ran
-    c_log = Path(steps["c"]["attempts"][0]["output"]["log_path"]).read_text()
+    c_log = Path(steps["c"]["attempts"][0]["execution"]["log_path"]).read_text()
     assert "failing on purpose" in c_log
 
 
@@ -153,6 +154,6 @@ def test_run_past_its_timeout_is_stopped_and_exits_4(tmp_path: Path):
     assert shown["cancel_reason"] == "timeout"
     work = shown["steps"]["work"]
     assert work["status"] == "timed_out"
-    assert work["attempts"][0]["output"]["exit_code"] == 143  # it got SIGTERM
+    assert work["attempts"][0]["execution"]["exit_code"] == 143  # it got SIGTERM
     assert shown["steps"]["report"]["status"] == "cancelled"  # never ran
     assert wait_for(lambda: pid_file.exists(), 1, "the pid file")

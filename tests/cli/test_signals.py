@@ -75,7 +75,7 @@ def test_ctrl_c_cancels_the_run_stops_the_step_and_exits_3(tmp_path: Path):
     assert shown["cancel_reason"] == "user"
     work = shown["steps"]["work"]
     assert work["status"] == "cancelled"
-    output = work["attempts"][0]["output"]
+    output = work["attempts"][0]["execution"]
     assert output["pid"] == pid
     assert output["exit_code"] == 143  # work.py exits 143 on SIGTERM
     assert output["stopped_by"] == "stop_requested"
@@ -117,59 +117,126 @@ def test_second_ctrl_c_exits_at_once_and_kills_the_stubborn_step(tmp_path: Path)
     assert not process_alive(pid)
 
 
-def test_sigterm_stops_serve_within_its_grace_period(tmp_path: Path):
-    package = copy_example("long", tmp_path)
-    db = sqlite_url(tmp_path)
-    pid_file = tmp_path / "work.pid"
-    assert qlflow("publish", str(package), db=db, cwd=tmp_path).returncode == 0
-    drain_ms, kill_after_ms = 300, 2000
-    serve = Spawned(
-        "serve",
-        "--package-dir",
-        str(package),
-        "--interval-ms",
-        "100",
-        "--drain-ms",
-        str(drain_ms),
-        "--kill-after-ms",
-        str(kill_after_ms),
-        db=db,
-        cwd=tmp_path,
-        env={"LONG_PID_FILE": str(pid_file)},
-        name="serve",
-    )
-    try:
-        receipt = qlflow_json("start", "long", "long", db=db, cwd=tmp_path)
-        pid = wait_for(lambda: read_pid(pid_file), 30, "serve to start the long step")
+RESUMABLE = """
+[package]
+name = "resumable"
+publisher = "tests"
 
-        sent = time.monotonic()
-        serve.process.send_signal(signal.SIGTERM)
-        code = serve.wait(30)
-        took = time.monotonic() - sent
+[tasks.work]
+command = ["python3", "work.py"]
+files = ["work.py"]
+{on_interrupt}
+
+[tasks.report]
+command = ["python3", "-c", "print('reported')"]
+
+[workflows.flow]
+steps = [{{ key = "work", task = "work" }}, {{ key = "report", task = "report", needs = ["work"] }}]
+"""
+
+RESUMABLE_PY = """
+import os, pathlib, time
+runs = pathlib.Path("runs.txt")
+runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+with open("work.pid.tmp", "w") as handle:
+    handle.write(str(os.getpid()))
+os.replace("work.pid.tmp", "work.pid")
+if len(runs.read_text()) == 1:
+    time.sleep(600)  # the first time it outlives the drain; SIGTERM ends it (exit -15)
+print("done")
+"""
+
+
+def _serve(package: Path, db: str, tmp_path: Path, name: str, drain_ms: int = 300) -> Spawned:
+    return Spawned(
+        "serve", "--package-dir", str(package), "--interval-ms", "100",
+        "--drain-ms", str(drain_ms), "--kill-after-ms", "2000",
+        db=db, cwd=tmp_path, name=name,
+    )  # fmt: skip
+
+
+def _stop(serve: Spawned, pid: int, drain_ms: int = 300) -> float:
+    sent = time.monotonic()
+    serve.process.send_signal(signal.SIGTERM)
+    try:
+        assert serve.wait(30) == 0, serve.stderr
     finally:
         serve.kill()
-
-    assert code == 0, serve.stderr
-    assert took < (drain_ms + kill_after_ms) / 1000 + 3.0, took
+    took = time.monotonic() - sent
     assert not process_alive(pid)
+    return took
+
+
+def test_sigterm_interrupts_a_step_and_a_restarted_serve_finishes_the_run(tmp_path: Path):
+    package = write_package(
+        tmp_path / "resumable", RESUMABLE.format(on_interrupt=""), {"work.py": RESUMABLE_PY}
+    )
+    db = sqlite_url(tmp_path)
+    assert qlflow("publish", str(package), db=db, cwd=tmp_path).returncode == 0
+    serve = _serve(package, db, tmp_path, "serve")
+    try:
+        receipt = qlflow_json("start", "resumable", "flow", db=db, cwd=tmp_path)
+        pid = wait_for(lambda: read_pid(package / "work.pid"), 30, "serve to start the step")
+    finally:
+        took = _stop(serve, pid)
+    assert took < (300 + 2000) / 1000 + 3.0, took
     assert "0 of 1 running step(s) finished within the drain, 1 stopped" in serve.stderr
-    # A restart finds nothing half-done: the stopped step is recorded as the host's
-    # doing (not a failure of its own), and serve's last cycle settled the Run.
+    # The stop was the host's doing: the step waits to run again, no attempt used up.
     stopped = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)
-    assert stopped["status"] == "failed"
-    assert stopped["steps"]["work"]["result_code"] == "worker_shutdown"
-    assert qlflow_json("why", receipt["run_id"], db=db, cwd=tmp_path)["terminal"] is True
-    # Nothing runs between cycles: the next one (any host) settles the Run.
+    assert stopped["status"] == "running"
+    work = stopped["steps"]["work"]
+    assert work["status"] == "ready"
+    first = work["attempts"][0]
+    assert (first["status"], first["result_code"]) == ("interrupted", "worker_shutdown")
+    assert first["execution"]["stopped_by"] == "shutdown"
+    why = qlflow("why", receipt["run_id"], db=db, cwd=tmp_path)
+    assert "interrupted by a host shutdown, will run again" in why.stdout, why.stdout
+    events = qlflow_json(
+        "events", f"--run={receipt['run_id']}", "--type=attempt.interrupted", db=db, cwd=tmp_path
+    )
+    assert [e["type"] for e in events] == ["attempt.interrupted"]  # an event of its own
+
+    again = _serve(package, db, tmp_path, "serve-again")
+    try:
+        done = wait_for(
+            lambda: (
+                view
+                if (view := qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path))["status"]
+                != "running"
+                else None
+            ),
+            60,
+            "the restarted serve to finish the Run",
+        )
+    finally:
+        _stop(again, read_pid(package / "work.pid") or 0)
+    assert done["status"] == "succeeded", done
+    attempts = done["steps"]["work"]["attempts"]
+    assert [a["status"] for a in attempts] == ["interrupted", "succeeded"]
+    assert (package / "runs.txt").read_text() == "xx"  # twice, each time recorded
+    assert done["steps"]["report"]["status"] == "succeeded"
+
+
+def test_a_task_that_says_a_stop_is_a_failure_fails(tmp_path: Path):
+    package = write_package(
+        tmp_path / "resumable",
+        RESUMABLE.format(on_interrupt='on_interrupt = "fail"'),
+        {"work.py": RESUMABLE_PY},
+    )
+    db = sqlite_url(tmp_path)
+    assert qlflow("publish", str(package), db=db, cwd=tmp_path).returncode == 0
+    serve = _serve(package, db, tmp_path, "serve")
+    try:
+        receipt = qlflow_json("start", "resumable", "flow", db=db, cwd=tmp_path)
+        pid = wait_for(lambda: read_pid(package / "work.pid"), 30, "serve to start the step")
+    finally:
+        _stop(serve, pid)
     qlflow("cycle", db=db, cwd=tmp_path)
     settled = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)
     work = settled["steps"]["work"]["attempts"][0]
-    assert work["status"] == "failed"  # past the start barrier: recorded, never rerun
-    assert work["result_code"] == "worker_shutdown"
-    assert work["output"]["stopped_by"] == "shutdown"
-    assert work["output"]["exit_code"] == 143
+    assert (work["status"], work["result_code"]) == ("failed", "worker_shutdown")
     assert settled["status"] == "failed"
     assert settled["steps"]["report"]["status"] == "skipped"
-    assert settled["steps"]["report"]["attempts"] == []
 
 
 FINISHING = """
@@ -226,8 +293,8 @@ def test_sigterm_with_a_long_drain_lets_the_step_finish_and_the_run_succeed(tmp_
     shown = qlflow_json("show", receipt["run_id"], db=db, cwd=tmp_path)  # no cycle since
     assert shown["status"] == "succeeded", shown
     [attempt] = shown["steps"]["work"]["attempts"]
-    assert (attempt["status"], attempt["output"]["exit_code"]) == ("succeeded", 0)
-    assert "stopped_by" not in attempt["output"]
+    assert (attempt["status"], attempt["execution"]["exit_code"]) == ("succeeded", 0)
+    assert attempt["execution"]["stopped_by"] is None and attempt["output"] is None
 
 
 def test_a_host_killed_with_sigkill_leaves_no_step_process(tmp_path: Path):

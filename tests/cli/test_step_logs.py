@@ -253,7 +253,7 @@ def test_the_log_cap_keeps_the_head_and_the_tail(store_url, tmp_path: Path):
     whole_file = Path(
         json_of(qlflow("show", "talk-1", "--json", db=store_url, cwd=tmp_path))["steps"]["talk"][
             "attempts"
-        ][0]["output"]["log_path"]
+        ][0]["execution"]["log_path"]
     )
     assert len(whole_file.read_bytes()) == written  # the host's own file keeps everything
     why = qlflow("why", "talk-1", db=store_url, cwd=tmp_path)

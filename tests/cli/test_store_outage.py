@@ -167,8 +167,8 @@ def test_a_step_runs_through_a_store_outage_and_the_run_succeeds_with_one_attemp
     assert run.status == "succeeded", (run.status, step)
     [attempt] = step.attempts
     assert attempt.status == "succeeded"
-    assert attempt.output["exit_code"] == 0  # it ran to its end: never killed
-    assert attempt.output["pid"] == read_pid(folder / "work.pid")
+    assert attempt.exit_code == 0  # it ran to its end: never killed
+    assert attempt.pid == read_pid(folder / "work.pid")
     # each write that met the outage was tried again (and got through)
     assert counts["running.before_begin"] >= 2, counts
     assert counts["complete.before_begin"] >= 2, counts
@@ -211,7 +211,7 @@ def test_serve_keeps_going_through_an_outage_and_says_so(tmp_path: Path):
         serve.kill()
     assert shown["status"] == "succeeded", shown
     [attempt] = shown["steps"]["work"]["attempts"]
-    assert (attempt["status"], attempt["output"]["exit_code"]) == ("succeeded", 0)
+    assert (attempt["status"], attempt["execution"]["exit_code"]) == ("succeeded", 0)
     stderr = serve.stderr
     assert "the store is unavailable" in stderr, stderr
     assert "the store answers again" in stderr, stderr

@@ -269,6 +269,7 @@ def test_completion_mapping(intent, outcome, result_code):
         "result_code": code,
         "reported_outcome": outcome,
         "output": output,
+        "execution": None,  # how it ran: the executor gives it, never in the output
         "lease_id": grant.lease_id,
     }
     (completed,) = decision.events(lease_stream(grant.attempt_id))

@@ -26,7 +26,7 @@ def _back_to_the_flags(rt) -> None:
         tx.execute("DROP INDEX attempts_grant")
         for column in runs.WINDOW_COLUMNS:
             tx.execute(f"ALTER TABLE runs DROP COLUMN {column}")
-        for column in runs.GRANT_COLUMNS:
+        for column in (*runs.GRANT_COLUMNS, "execution"):  # steps 4 and 6
             tx.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
         for flag in ("frontier", "admission", "cancellation"):
             tx.execute(f"ALTER TABLE runs ADD COLUMN needs_{flag} INTEGER NOT NULL DEFAULT 0")
