@@ -195,7 +195,12 @@ class ReplaySession(Protocol):
 
     def read_log(self, after_position: int, limit: int | None = None) -> list[Any]:
         """Events after `after_position` in position order, each Record-like with
-        `data` and `metadata` decoded on first use."""
+        `data` decoded as read and `metadata` on first use."""
+        ...
+
+    def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
+        """The stored rows (EVENT_COLUMNS: position, event id, stream, version, type,
+        data text, metadata text) after `after_position`, in position order."""
         ...
 
     def head_position(self) -> int:

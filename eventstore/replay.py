@@ -44,12 +44,12 @@ _LIVE_ONLY_DDL = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TRIGGER|FUNCTION)\
 
 
 class LazyRecord:
-    """A Record as a replay reads it: `data` and `metadata` are decoded on first use,
-    as folds leave many unread (a steps record's fold reads only its version)."""
+    """A Record as a replay reads it: `data` decoded as it is read (every fold reads
+    it), `metadata` on first use (most records' folds never do)."""
 
     __slots__ = (
-        "_data",
         "_metadata",
+        "data",
         "event_id",
         "global_position",
         "stream_id",
@@ -57,23 +57,23 @@ class LazyRecord:
         "type",
     )
 
-    def __init__(self, row: Sequence[Any]) -> None:
+    def __init__(self, row: Sequence[Any], decoded: tuple[Any, Any] | None = None) -> None:
+        """`row`: the EVENT_COLUMNS of one event; `decoded`: its data and metadata where
+        the caller has decoded them already."""
         (
             self.global_position,
             self.event_id,
             self.stream_id,
             self.stream_version,
             self.type,
-            self._data,
-            self._metadata,
+            data,
+            metadata,
         ) = row
-
-    @property
-    def data(self) -> Any:
-        """The event's data, decoded on first use."""
-        if isinstance(self._data, str):
-            self._data = orjson.loads(self._data)
-        return self._data
+        if decoded is None:
+            self.data = orjson.loads(data)
+            self._metadata = metadata
+        else:
+            self.data, self._metadata = decoded
 
     @property
     def metadata(self) -> Any:
@@ -138,14 +138,16 @@ class BaseReplaySession(ABC):
                         self.tx.execute(_temporary(statement, component, number))
 
     def read_log(self, after_position: int, limit: int | None = None) -> list[LazyRecord]:
-        """The events after `after_position`, in position order, decoded lazily."""
+        """The events after `after_position`, in position order (see LazyRecord)."""
+        return [LazyRecord(row) for row in self.read_rows(after_position, limit)]
+
+    def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
+        """The stored rows (EVENT_COLUMNS) after `after_position`, in position order."""
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
         sql += " ORDER BY global_position"
         if limit is None:
-            rows = self.tx.query(sql, (after_position,))
-        else:
-            rows = self.tx.query(sql + " LIMIT ?", (after_position, limit))
-        return [LazyRecord(row) for row in rows]
+            return self.tx.query(sql, (after_position,))
+        return self.tx.query(sql + " LIMIT ?", (after_position, limit))
 
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""
