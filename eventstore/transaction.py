@@ -73,6 +73,10 @@ class BaseTransaction(ABC):
         self.failure: BaseException | None = None
         # (function, leading args) an append goes through instead of the plain one
         self._through: tuple[str, tuple[Any, ...]] | None = None
+        self.appended: list[Record] = []  # what this transaction wrote (not replays)
+        # how often it waited for the database, BEGIN and COMMIT included (each adapter
+        # counts its own: PostgreSQL pipelines several statements into one)
+        self.round_trips = 0
 
     # -- hooks each adapter implements -------------------------------------------------
 
@@ -143,10 +147,12 @@ class BaseTransaction(ABC):
         except BaseException as exc:
             self.failure = exc
             raise
-        return [
+        records = [
             record_from_event(event, position)
             for event, position in zip(batch.events, written, strict=True)
         ]
+        self.appended.extend(records)
+        return records
 
     def append_through(
         self, function: str, args: Sequence[Any], batch: EncodedBatch

@@ -37,7 +37,8 @@ from domain.intent import cancel_intent
 from domain.phases import PHASES
 from projections.views import RunView
 from qlflow.clock import wall_clock_ms
-from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
+from qlflow.executor import AttemptReport, RunningProcess
+from qlflow.executor.seam import Executor
 from qlflow.runtime import CycleResult, Runtime
 from qlflow.transient import Backoff, transient_errors
 from qlflow.worker_pool import WorkerPool
@@ -134,7 +135,7 @@ class Driver:
     def __init__(
         self,
         rt: Runtime,
-        executor: LocalProcessExecutor,
+        executor: Executor,
         *,
         worker_id: str,
         workers: int = 1,
