@@ -47,7 +47,14 @@ from eventstore.grants import (
     append_rights,
     store_grants,
 )
-from eventstore.pg_roles import RoleUrls, apply_roles, drop_roles, role_names, role_url
+from eventstore.pg_roles import (
+    IDLE_IN_TRANSACTION_MS,
+    RoleUrls,
+    apply_roles,
+    drop_roles,
+    role_names,
+    role_url,
+)
 from projections import registry
 
 __all__ = ["LOG_ACCESS", "RoleUrls", "drop_roles", "role_names", "role_url", "setup_roles"]
@@ -70,6 +77,7 @@ def setup_roles(
     *,
     migrate: Callable[[str], None] | None = None,
     passwords: Mapping[str, str] | None = None,
+    idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS,
 ) -> RoleUrls:
     """Create or repair the roles of `schema` and return their URLs. Idempotent.
 
@@ -78,8 +86,10 @@ def setup_roles(
     that opens the runtime, which migrates every component); without it the tables
     must exist already. `passwords` maps login kinds to passwords to set (and put in
     the URLs); kinds without one keep what the server's authentication expects.
-    Raises InvalidInput for a bad name or URL and SchemaError for a table no module
-    declares grants for, or a missing one.
+    `idle_in_transaction_ms` bounds how long a session may idle inside a
+    transaction (see `eventstore.pg_roles.apply_roles`). Raises InvalidInput for a
+    bad name or URL and SchemaError for a table no module declares grants for, or a
+    missing one.
     """
     table_grants, policies = store_grants(LOG_ACCESS)
     table_grants.update({table: dict(privileges) for table, privileges in logs.GRANTS.items()})
@@ -97,4 +107,5 @@ def setup_roles(
         append_rights=append_rights(LOG_ACCESS),
         migrate=migrate,
         passwords=passwords,
+        idle_in_transaction_ms=idle_in_transaction_ms,
     )

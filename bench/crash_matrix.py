@@ -1,7 +1,7 @@
 """SIGKILL at every commit point, recover, and compare with an uncrashed run (issue 8).
 
     python -m bench.crash_matrix --profile edge|standalone|cluster|all [--full] [--jobs N]
-                                 [--pg URL] [--no-limits]
+                                 [--pg URL] [--no-limits] [--smoke]
 
 The scenario. One package with four Workflows (a diamond, a pair, a single
 step, a retried step) and eight Runs (a full edge page), driven with explicit `now_ms` through
@@ -86,7 +86,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-RESULTS = Path(__file__).parent / "results" / "crash_matrix.json"
+from bench.output import results_path
+
+RESULTS = results_path("crash_matrix")
 PROFILES = ("edge", "standalone", "cluster")
 AS_LIMIT_MIB = {"edge": 128, "standalone": 256, "cluster": None}
 PG_ENV = "QLFLOW_TEST_PG_URL"
@@ -94,6 +96,8 @@ FAULT_ENV = "QLFLOW_FAULT"
 CHILD_TIMEOUT_S = 60.0
 BACKEND_GONE_TIMEOUT_S = 15.0
 MIN_POINTS = 64
+SMOKE_POINTS = (("publish.after_commit", 1),)  # every profile publishes first
+SMOKE_PROFILES = ("edge", "standalone")
 # Thread stack of limited children. glibc's default (8 MiB, from RLIMIT_STACK) is an
 # address-space reservation per thread: a page of 8 Workflow actors would reserve
 # 64 MiB of a 128 MiB limit without touching it. A memory-limited host sets its
@@ -1071,6 +1075,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="every hit of every point (default: first and last hit of each)",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one point per profile, edge and standalone unless --profile names one: does "
+        "the harness still run (the cluster profile's database per job takes a minute)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--pg", default=os.environ.get(PG_ENV))
     parser.add_argument("--no-limits", action="store_true", help="no address-space limits")
@@ -1086,6 +1096,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return child_main(args)
 
     profiles = PROFILES if args.profile == "all" else (args.profile,)
+    if args.smoke and args.profile == "all":
+        profiles = SMOKE_PROFILES
     reports = []
     for profile in profiles:
         if profile == "cluster" and not args.pg:
@@ -1098,6 +1110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 jobs=args.jobs,
                 pg_url=args.pg,
                 limits=not args.no_limits,
+                points=SMOKE_POINTS if args.smoke else None,
                 progress=Progress(profile),
             )
         )
@@ -1109,6 +1122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         orjson.dumps(
             {
                 "full": args.full,
+                "smoke": args.smoke,
                 "jobs": args.jobs,
                 "cpus": os.cpu_count(),
                 "load_average_1m_at_end": round(os.getloadavg()[0], 2),

@@ -1,6 +1,6 @@
 """The caller-driven cycle, measured (issue 5).
 
-    python -m bench.cycle [--pg URL] [--quick] [--profile]
+    python -m bench.cycle [--pg URL] [--quick | --smoke] [--profile]
 
 1. Cancellation convergence: N Workflows x 8 steps in mixed states (not started,
    claimed, leased, running; user cancel or deadline passed), converged by
@@ -61,13 +61,14 @@ from actors.authority import LocalUnits
 from actors.run_writes import RunWrite, write_runs
 from actors.supervisor import commit_page, converge
 from actors.workflow import WorkflowOutcome, prepare
+from bench.output import results_path
 from bench.units import InTransaction
 from domain.cancellation import request_cancel
 from eventstore import faults
 from eventstore.url import with_search_path
 from projections import candidates
 
-RESULTS = Path(__file__).parent / "results" / "cycle.json"
+RESULTS = results_path("cycle")
 ROOT = Path(__file__).resolve().parents[1]
 
 T0 = 1_700_000_000_000
@@ -107,6 +108,7 @@ class Sizes:
 
 FULL = Sizes(workflows=10_000, dormant=100_000, rss_workflows=1_000, dormant_rounds=7)
 QUICK = Sizes(workflows=500, dormant=2_000, rss_workflows=300, dormant_rounds=3)
+SMOKE = Sizes(workflows=24, dormant=200, rss_workflows=16, dormant_rounds=1)  # does it run
 
 
 # --- manifests ------------------------------------------------------------------
@@ -832,7 +834,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, bool | None]]:
 def render(results: dict, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"qlflow cycle ({'quick' if results['quick'] else 'full'} sizes)")
+    size = "smoke" if results.get("smoke") else "quick" if results["quick"] else "full"
+    table = Table(title=f"qlflow cycle ({size} sizes)")
     for column in ("benchmark", "store", "figure", "target", "met"):
         table.add_column(column)
     for name, store, figure, target, met in rows(results):
@@ -924,6 +927,7 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(prog="python -m bench.cycle", description=__doc__)
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"), help="PostgreSQL URL")
     parser.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
+    parser.add_argument("--smoke", action="store_true", help="smallest sizes: does it still run")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of 1. (SQLite)")
     parser.add_argument("--rss-child", nargs="+", metavar="DB", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -933,10 +937,11 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
 
     from rich.console import Console
 
-    sizes = QUICK if args.quick else FULL
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory(prefix="qlflow-bench-cycle-", dir="/var/tmp") as tmp:
         results = run(sizes, args.pg, Path(tmp), args.profile)
     results["quick"] = args.quick
+    results["smoke"] = args.smoke
     profile_text = results.pop("profile_sqlite", None)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))

@@ -22,12 +22,12 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
+from bench.output import results_path
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, extend, fold, lease_stream, run_stream, steps_stream
 from domain.attempts import decide_attempt_admission
@@ -39,7 +39,7 @@ from domain.plan import PLAN_SCHEMA, ExecutionPlan, PlanStep
 from domain.records import Record
 from domain.worker import complete, grant_lease, mark_running, mark_starting
 
-RESULTS = Path(__file__).parent / "results" / "domain.json"
+RESULTS = results_path("domain")
 CANCELLATION_TARGET_US = 2_000
 STEPS = 128
 TTL_MS = 30_000
@@ -234,7 +234,10 @@ def count_ids(call: Callable[[], object]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--smoke", action="store_true", help="one round: does it still run")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat = 1
 
     parts = ("wcs:", "run-1", START_MS, "step", derive_id(STEP_RUN_ID, "run-1", "s000"), 3)
     id_us, id_best = measure(lambda: derive_id(*parts), args.repeat)

@@ -23,13 +23,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from bench.output import results_path
 from domain.records import NewEvent, Record, StreamAppend
 from eventstore import open_store
 from eventstore.url import with_search_path
@@ -38,7 +38,7 @@ from eventstore.validation import encode_appends
 EVENTS_PER_STREAM = 10
 CHUNK = 50  # streams per turn: the sides alternate so the machine's noise hits both alike
 READ_PASSES = 5  # alternating full reads per side; the median counts
-RESULTS = Path(__file__).parent / "results" / "eventstore.json"
+RESULTS = results_path("eventstore")
 TARGETS = {
     ("sqlite", "append"): 0.9,
     ("sqlite", "read_all"): 0.8,
@@ -78,9 +78,13 @@ def workload(streams: int) -> list[StreamAppend]:
         events = tuple(
             NewEvent(
                 event_id=f"wbe:{s:06d}{v:04d}{'0' * 22}",
-                type="step.completed",
+                type="step.succeeded",  # a known type: the append checks its shape
                 data={
+                    "step_run_id": f"srn:{s:06d}{v:04d}",
                     "step_key": f"step-{v:03d}",
+                    "from": "running",
+                    "to": "succeeded",
+                    "epoch": v,
                     "attempt": v,
                     "output": "x" * 120,
                     "exit_code": 0,
@@ -358,7 +362,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"), help="PostgreSQL URL")
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--synchronous", default="FULL", help="SQLite synchronous level")
+    parser.add_argument("--smoke", action="store_true", help="20 streams: does it still run")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.streams = 20
     appends = workload(args.streams)
     results: dict = {
         "streams": args.streams,

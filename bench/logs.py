@@ -76,7 +76,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flushes", type=int, default=300)
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
+    parser.add_argument("--smoke", action="store_true", help="5 flushes: does it still run")
     args = parser.parse_args()
+    if args.smoke:
+        args.flushes = 5
     results = []
     with tempfile.TemporaryDirectory() as folder:
         for profile in ("edge", "standalone"):

@@ -64,8 +64,10 @@ from pathlib import Path
 
 import orjson
 
+from bench.output import results_path
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).parent / "results" / "peers.json"
+RESULTS = results_path("peers")
 STEPS = [("a", []), *((k, ["a"]) for k in "bcdefg"), ("h", list("bcdefg"))]
 PACKAGE, WORKFLOW = "peers", "dag"
 SIDES = ("qlflow", "qlflow_pool", "qlflow_procs", "dbos", "dbos_threads")
@@ -542,6 +544,12 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
     parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--quick", action="store_true", help="1 round, 20 workflows, 40 cancels")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="1 round, 2 workflows, 2 cancels, 1 worker, SQLite only (a DBOS database per "
+        "child on PostgreSQL takes most of a minute): does it still run",
+    )
     parser.add_argument("--profile", action="store_true", help="profile one qlflow round")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -564,6 +572,9 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         return None
     if args.quick:
         args.rounds, args.workflows, args.cancel = 1, 20, 40
+    if args.smoke:
+        args.rounds, args.workflows, args.cancel, args.workers = 1, 2, 2, 1
+        args.sqlite_only = True
     stores = ["sqlite"] if args.sqlite_only or not args.pg else ["sqlite", "postgresql"]
     sides = [s for s in args.sides.split(",") if s]
     raw: dict[str, dict[str, list[dict]]] = {store: {s: [] for s in sides} for store in stores}

@@ -25,7 +25,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import quote
 
 import orjson
@@ -33,6 +32,7 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from bench.output import results_path
 from domain import cancellation, worker
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, extend, fold
@@ -45,7 +45,7 @@ from projections import registry
 from projections.rebuild import rebuild
 from projections.verify import verify
 
-RESULTS = Path(__file__).parent / "results" / "rebuild.json"
+RESULTS = results_path("rebuild")
 TARGET = 0.5
 COHORT = 400  # Runs driven side by side (one transaction per tick over all of them)
 TICK_MS = 1000
@@ -182,10 +182,12 @@ def generate(store, events: int, seed: int = 7) -> dict:
     number = 0
     now = T0
     runs = 0
+    # a small log (--smoke) in a few Runs, not a whole cohort of ~58 events each
+    size = min(COHORT, max(1, events // 60))
     while store.head_position() < events:
         cohort: list[SimRun] = []
         with store.transaction() as tx:
-            for _ in range(COHORT):
+            for _ in range(size):
                 number += 1
                 shape = rng.choice(list(SHAPES))
                 keys = [k for k, _ in SHAPES[shape]]
@@ -302,7 +304,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--pg-events", type=int, default=200_000, help="PostgreSQL log size")
     parser.add_argument("--rounds", type=int, default=3, help="raw + rebuild rounds per store")
     parser.add_argument("--verify", action="store_true", help="also verify after the rebuilds")
+    parser.add_argument(
+        "--smoke", action="store_true", help="200 events, one round, verified: does it still run"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.events, args.pg_events, args.rounds, args.verify = 200, 200, 1, True
     console = Console()
     results: dict = {"target": TARGET, "dialects": {}}
     with tempfile.TemporaryDirectory() as scratch:

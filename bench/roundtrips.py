@@ -34,10 +34,11 @@ from rich.console import Console
 from rich.table import Table
 
 import qlflow
+from bench.output import results_dir
 from domain.records import NewEvent, StreamAppend
 from eventstore.url import with_search_path
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_dir()
 T0 = 1_700_000_000_000
 
 
@@ -131,7 +132,7 @@ def measure(url: str, steps: int) -> dict[str, float]:
                 counts = []
                 for _ in range(5):
                     appends = [
-                        StreamAppend(f"bench-{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))
+                        StreamAppend(f"run-bench{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))
                         for _ in range(streams)
                     ]
 
@@ -181,7 +182,10 @@ def main() -> None:
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
     parser.add_argument("--label", default="current")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--smoke", action="store_true", help="one step: does it still run")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps = 1
     if not args.pg:
         raise SystemExit("give --pg URL or set QLFLOW_TEST_PG_URL")
     figures = measure(args.pg, args.steps)

@@ -24,7 +24,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,11 +31,12 @@ from rich.console import Console
 from rich.table import Table
 
 import qlflow
+from bench.output import results_path
 from projections.run_search import RunCursor, RunFilter, list_sql
 from projections.runs import WINDOW_COLUMNS
 from projections.views import _RUN_COLUMNS
 
-RESULTS = Path(__file__).parent / "results" / "runs_search.json"
+RESULTS = results_path("runs_search")
 T0 = 1_700_000_000_000
 SPACING_MS = 600
 PACKAGES = ("backup", "etl", "reports")
@@ -202,8 +202,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
     parser.add_argument("--quick", action="store_true", help="10,000 Runs, 5 rounds")
+    parser.add_argument(
+        "--smoke", action="store_true", help="50 Runs, one round: does it still run"
+    )
     args = parser.parse_args()
     count, rounds = (10_000, 5) if args.quick else (args.runs, args.rounds)
+    if args.smoke:
+        count, rounds = 50, 1
     results = []
     with tempfile.TemporaryDirectory() as folder:
         results.append(_bench(f"sqlite:///{folder}/bench.db", count, rounds))

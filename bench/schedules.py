@@ -15,6 +15,7 @@ pg_stat_user_tables). Writes a table to stdout and JSON to bench/results/.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -28,8 +29,9 @@ import orjson
 
 import qlflow
 from actors.supervisor import Cycle
+from bench.output import results_dir
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = results_dir()
 MINUTE = 60_000
 PUBLISHED_AT = 1_714_521_600_000  # 2024-05-01T00:00Z; every cron below fires on 1 January
 PER_PACKAGE = 100
@@ -140,10 +142,19 @@ def measure(url: str, schedules: int, cycles: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", help="also measure on this PostgreSQL server URL")
+    parser.add_argument(
+        "--pg",
+        default=os.environ.get("QLFLOW_TEST_PG_URL"),
+        help="also measure on this PostgreSQL server URL",
+    )
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument(
+        "--smoke", action="store_true", help="20 schedules, 2 cycles: does it still run"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.schedules, args.cycles = 20, 2
     results = []
     with tempfile.TemporaryDirectory() as folder:
         for count in (10, args.schedules):

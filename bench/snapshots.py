@@ -19,7 +19,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 
 import orjson
 import psycopg
@@ -28,10 +27,11 @@ from rich.table import Table
 
 import qlflow
 from actors.loading import read_run_streams
+from bench.output import results_path
 from bench.rebuild import _pg_schema_url
 from projections import snapshots
 
-RESULTS = Path(__file__).parent / "results" / "snapshots.json"
+RESULTS = results_path("snapshots")
 T0 = 1_700_000_000_000
 NEVER = 10**12  # an interval no Run reaches: no snapshots
 
@@ -123,7 +123,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--every", type=int, nargs="+", default=[0, 16, 32, 64])
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
+    parser.add_argument(
+        "--smoke", action="store_true", help="an 8-step chain, never and every 4: does it still run"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.every = 8, [0, 4]
     results: dict = {"steps": args.steps, "dialects": {}}
     with tempfile.TemporaryDirectory() as scratch:
         results["dialects"]["sqlite"] = bench_store(

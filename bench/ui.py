@@ -42,7 +42,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-RESULTS = Path(__file__).parent / "results" / "ui.json"
+from bench.output import results_path
+
+RESULTS = results_path("ui")
 TARGET_MS = 200.0
 T0 = 1_700_000_000_000
 SPACING_MS = 600
@@ -356,9 +358,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--db", help="SQLite file to seed (kept, and reused if seeded)")
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
     parser.add_argument("--quick", action="store_true", help="5,000 Runs, 5 rounds")
+    parser.add_argument(
+        "--smoke", action="store_true", help="50 Runs, one round: does it still run"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.logged, args.rounds = 5_000, 1_000, 5
+    if args.smoke:
+        args.runs, args.logged, args.rounds = 50, 10, 1
     console = Console(width=150)
     from bench.cycle import PgSchemas
 

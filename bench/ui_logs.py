@@ -24,9 +24,10 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from bench.output import results_path
 from bench.ui import T0, _medians
 
-RESULTS = Path(__file__).parent / "results" / "ui_logs.json"
+RESULTS = results_path("ui_logs")
 PIECE = 4096
 LINE = 80
 
@@ -129,7 +130,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bytes", type=int, default=1024 * 1024)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
+    parser.add_argument(
+        "--smoke", action="store_true", help="4 KiB of log, one round: does it still run"
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.bytes, args.rounds = 4096, 1
     console = Console(width=150)
     from bench.cycle import PgSchemas
 

@@ -132,3 +132,8 @@ class StoreUnavailable(QlflowError):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class DurabilityWarning(UserWarning):
+    """A store was opened with a setting that may lose acknowledged writes on power
+    loss or an operating-system crash (SQLite `synchronous=NORMAL` or `OFF`)."""

@@ -17,7 +17,14 @@ from typing import Any
 
 from domain.errors import PlanError
 from domain.manifest_checks import NAME_RULE, describe, manifest_error, name_at, text_at
-from domain.params import MAX_PARAMS, PARAM_TYPES, ParamDefinition, type_problem
+from domain.params import (
+    MAX_PARAMS,
+    PARAM_TYPES,
+    ParamDefinition,
+    env_name,
+    env_name_clash,
+    type_problem,
+)
 from domain.retry import RetryPolicy, retry_problem
 
 PARAM_KEYS = ("type", "default", "description")
@@ -32,6 +39,16 @@ def params_at(source: str, table: str, raw: Any) -> tuple[ParamDefinition, ...]:
         )
     if len(raw) > MAX_PARAMS:
         raise manifest_error(source, table, "params", f"at most {MAX_PARAMS} parameters")
+    clash = env_name_clash([name for name in raw if isinstance(name, str)])
+    if clash is not None:
+        first, second = clash
+        raise manifest_error(
+            source,
+            table,
+            "params",
+            f"parameters {first!r} and {second!r} would both be {env_name(first)} to the "
+            "task: rename one",
+        )
     params = []
     for name in sorted(raw):
         name_at(source, table, f"params.{name}", name, "parameter name", NAME_RULE)

@@ -58,6 +58,22 @@ class ParamDefinition:
         return self.default is None
 
 
+def env_name(name: str) -> str:
+    """The environment variable a task reads a parameter from: QLFLOW_PARAM_<NAME>."""
+    return f"QLFLOW_PARAM_{name.upper()}"
+
+
+def env_name_clash(names: list[str] | tuple[str, ...]) -> tuple[str, str] | None:
+    """Two parameter names a task could not tell apart (one environment variable,
+    `foo` and `FOO`), or None."""
+    seen: dict[str, str] = {}
+    for name in sorted(names):
+        other = seen.setdefault(env_name(name), name)
+        if other != name:
+            return other, name
+    return None
+
+
 def type_problem(type_name: str, value: object) -> str | None:
     """Why `value` is not a `type_name` value, or None when it is one."""
     if type_name == "boolean":

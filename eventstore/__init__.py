@@ -10,9 +10,10 @@ contract's verbs (append, reads, locks, replay sessions) and `store.single_write
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
-from domain.errors import InvalidInput, LockTimeout, StoreUnavailable
+from domain.errors import DurabilityWarning, InvalidInput, LockTimeout, StoreUnavailable
 from eventstore.api import (
     EventStore,
     MigrationStep,
@@ -52,7 +53,8 @@ def open_store(url: str, *, read_only: bool = False, **options: Any) -> BaseStor
     a qlflow store (or is behind or ahead of this code) a SchemaError, and any
     transaction a StoreUsageError.
 
-    SQLite options: `synchronous` ("FULL" default, "NORMAL", "OFF", "EXTRA"),
+    SQLite options: `synchronous` ("FULL" default, "NORMAL", "OFF", "EXTRA"; NORMAL and
+    OFF may lose acknowledged writes on power loss: a DurabilityWarning says so),
     `busy_timeout_ms` (5000) — also accepted in the URL query string.
     PostgreSQL options: `pool_max_size` (10), `connect_timeout_s` (10),
     `lock_timeout_ms` (5000: the longest `lock` or a waiting `lock_heads` waits).
@@ -62,7 +64,7 @@ def open_store(url: str, *, read_only: bool = False, **options: Any) -> BaseStor
         raise InvalidInput("read_only", "bool", f"read_only must be a bool, got {read_only!r}")
     parsed = parse_store_url(url)
     if parsed.kind == SQLITE:
-        from eventstore.sqlite_store import SYNCHRONOUS_LEVELS, SqliteStore
+        from eventstore.sqlite_store import SYNCHRONOUS_LEVELS, SYNCHRONOUS_LOSSES, SqliteStore
 
         merged = {**parsed.options, **options}
         _reject_unknown(merged, ("synchronous", "busy_timeout_ms"), "sqlite")
@@ -72,6 +74,13 @@ def open_store(url: str, *, read_only: bool = False, **options: Any) -> BaseStor
                 "synchronous",
                 "choice",
                 f"synchronous must be one of {list(SYNCHRONOUS_LEVELS)}, got {synchronous!r}",
+            )
+        if synchronous in SYNCHRONOUS_LOSSES and not read_only:
+            warnings.warn(
+                f"SQLite synchronous={synchronous}: {SYNCHRONOUS_LOSSES[synchronous]}; "
+                "FULL (the default) keeps every acknowledged write",
+                DurabilityWarning,
+                stacklevel=2,
             )
         busy_timeout_ms = _positive_number(merged.get("busy_timeout_ms", 5000), "busy_timeout_ms")
         return SqliteStore(url, parsed.target, synchronous, int(busy_timeout_ms), read_only)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from eventstore.locks import LOCK_TABLE
 from eventstore.pg_append import RIGHTS_TABLE
 
 OWNER = "owner"
@@ -102,6 +103,7 @@ def store_grants(
         "streams": {},
         "qlflow_position": {},
         RIGHTS_TABLE: {},  # read by the append functions only (as the owner)
+        LOCK_TABLE: {},  # row locks: the writing roles only (eventstore.locks)
     }
     policies: list[Policy] = []
     for access in accesses:
@@ -109,6 +111,8 @@ def store_grants(
         reads = "true" if access.reads is None else streams_matching(access.reads)
         tables["events"][kind] = READ
         policies.append(Policy("events", f"{kind}_reads", "SELECT", kind, reads, None))
+        if access.appends or kind == ADMISSION:
+            tables[LOCK_TABLE][kind] = ("SELECT", "UPDATE (held)")
         if access.events_only:
             continue
         tables["schema_versions"][kind] = READ

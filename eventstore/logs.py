@@ -167,10 +167,18 @@ def marker_text(dropped: int, head_budget: int, tail_budget: int) -> bytes:
 # --- writing ---------------------------------------------------------------------------
 
 
-def append(tx: Writes, attempt_id: str, pieces: Sequence[Piece], cap_bytes: int) -> LogState:
+def append(
+    tx: Writes, attempt_id: str, pieces: Sequence[Piece], cap_bytes: int, *, left_out: int = 0
+) -> LogState:
     """Append `pieces` to the Attempt's log in `tx`, keeping it within `cap_bytes`
-    (half for the head, half for the tail); returns the log's state after it."""
+    (half for the head, half for the tail); returns the log's state after it.
+    `left_out` counts output the writer read but never sent (it could not keep up):
+    the marker counts it with what the cap drops, so it says all that is missing."""
     _check_append(attempt_id, pieces, cap_bytes)
+    if isinstance(left_out, bool) or not isinstance(left_out, int) or left_out < 0:
+        raise InvalidInput(
+            "left_out", "non_negative", f"left_out must be an int >= 0: {left_out!r}"
+        )
     tx.lock(LOCK_PREFIX + attempt_id)  # one writer of a log at a time (its seqs, its counts)
     head_budget = cap_bytes // 2
     tail_budget = cap_bytes - head_budget
@@ -178,7 +186,7 @@ def append(tx: Writes, attempt_id: str, pieces: Sequence[Piece], cap_bytes: int)
     first_at = min(at for _stream, at, _data in pieces) if pieces else 0
     if before is None:
         before = LogState(attempt_id, 1, 0, 0, 0, None, first_at, first_at)
-    if not pieces:
+    if not pieces and not left_out:
         return before
     seq, head, tail, marker = before.next_seq, before.head_bytes, before.tail_bytes, None
     marker_seq = before.marker_seq
@@ -199,7 +207,9 @@ def append(tx: Writes, attempt_id: str, pieces: Sequence[Piece], cap_bytes: int)
                 marker_seq, marker, seq = seq, at_ms, seq + 1  # the head is full
             tail_rows.append([seq, at_ms, stream, piece])
             tail, seq = tail + len(piece), seq + 1
-    dropped = before.dropped_bytes
+    dropped = before.dropped_bytes + left_out
+    if left_out and marker_seq is None:  # what was left out came after all that is here
+        marker_seq, marker, seq = seq, max(first_at, before.last_at_ms), seq + 1
     excess = tail - tail_budget
     if excess > 0:
         assert marker_seq is not None  # a tail exists only past a full head
@@ -215,7 +225,7 @@ def append(tx: Writes, attempt_id: str, pieces: Sequence[Piece], cap_bytes: int)
                 excess = 0
         dropped += tail - tail_budget
         tail = tail_budget
-    last_at = max(before.last_at_ms, max(at for _stream, at, _data in pieces))
+    last_at = max([before.last_at_ms, *(at for _stream, at, _data in pieces)])
     text = marker_text(dropped, head_budget, tail_budget)
     rows = [(attempt_id, *row) for row in head_rows]
     if marker is not None:

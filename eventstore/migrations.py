@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from domain.errors import InvalidInput, SchemaError
-from eventstore import pg_append
+from eventstore import locks, pg_append
 from eventstore.api import MigrationStep
 from eventstore.transaction import BaseTransaction
 
@@ -57,6 +57,10 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     {"sqlite": [], "postgresql": list(pg_append.MIGRATION)},
     # PostgreSQL: the append function's checks and compare-and-set, set-based
     {"sqlite": [], "postgresql": list(pg_append.SET_BASED)},
+    # PostgreSQL: the append function refuses an event its fold could not decode
+    {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
+    # PostgreSQL: named locks are row locks only the writing roles may take
+    {"sqlite": [], "postgresql": list(locks.LOCK_TABLE_MIGRATION)},
 )
 
 

@@ -25,6 +25,9 @@ migrated (`SET search_path = <schema>, pg_temp`).
 
 from __future__ import annotations
 
+from domain.event_shapes import SHAPES
+from domain.streams import CATEGORIES
+
 APPEND_FUNCTION = "qlflow_append"
 APPEND_CORE = "qlflow_append_core"
 RIGHTS_TABLE = "qlflow_append_rights"
@@ -213,6 +216,60 @@ BEGIN
     moved := true;
 {_INSERT}"""
 
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _sql_array(values: tuple[str, ...]) -> str:
+    return "ARRAY[" + ", ".join(map(_sql_text, values)) + "]::text[]"
+
+
+# domain.event_shapes, as a VALUES list: (type, category, required fields, entity path)
+_SHAPE_ROWS = ",\n        ".join(
+    f"({_sql_text(kind)}, {_sql_text(shape.category)}, {_sql_array(shape.fields)}, "
+    f"{_sql_array(shape.entity_field) if shape.entity_field else 'NULL::text[]'})"
+    for kind, shape in sorted(SHAPES.items())
+)
+# Schema step 4: every event decodes (no `?` operators: the store's statements use `?`
+# marks) (domain.event_shapes.stream_problem/shape_problem)
+_SHAPE_CHECKS = f"""\
+    SELECT format('stream %s is not <category>-<entity id> of a known category', s) INTO bad
+    FROM unnest(a_streams) s
+    WHERE NOT split_part(s, '-', 1) = ANY ({_sql_array(CATEGORIES)})
+       OR strpos(s, '-') = 0 OR substr(s, strpos(s, '-') + 1) = ''
+    LIMIT 1;
+    IF bad IS NULL THEN
+        WITH shapes (t, category, fields, entity) AS (VALUES
+        {_SHAPE_ROWS})
+        SELECT format('event %s (%s on %s): %s', u.i, u.t, u.s, CASE
+                   WHEN sh.t IS NULL THEN 'is not a type of docs/EVENTS.md'
+                   WHEN sh.category <> split_part(u.s, '-', 1)
+                       THEN format('is written to %s- streams', sh.category)
+                   WHEN NOT jsonb_exists_all(u.d::jsonb, sh.fields)
+                       THEN format('data lacks %s', (SELECT string_agg(f, ', ')
+                            FROM unnest(sh.fields) f WHERE NOT jsonb_exists(u.d::jsonb, f)))
+                   ELSE format('%s is not the entity of the stream',
+                               array_to_string(sh.entity, '.')) END)
+        INTO bad
+        FROM unnest(e_ids, e_streams, e_types, e_data) WITH ORDINALITY u(i, s, t, d, o)
+        LEFT JOIN shapes sh ON sh.t = u.t
+        WHERE (sh.t IS NULL AND rights IS NOT NULL)
+           OR sh.category <> split_part(u.s, '-', 1)
+           OR NOT jsonb_exists_all(u.d::jsonb, sh.fields)
+           OR (sh.entity IS NOT NULL AND (u.d::jsonb #> sh.entity)
+               IS DISTINCT FROM to_jsonb(substr(u.s, length(sh.category) + 2)))
+        ORDER BY u.o LIMIT 1;
+    END IF;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'qlflow_append: ' || bad;
+    END IF;"""
+
+_CORE_BODY_SHAPED = _CORE_BODY.replace(
+    _CONTENT_AND_RIGHTS_CHECKS, _CONTENT_AND_RIGHTS_CHECKS + "\n    bad := NULL;\n" + _SHAPE_CHECKS
+)
+
 _WRAPPER_BODY = f"""
 BEGIN
     SELECT c.positions, c.refused, c.moved INTO positions, refused, moved
@@ -282,6 +339,13 @@ SET_BASED: tuple[str, ...] = (
 )
 """The PostgreSQL statements of eventstore schema step 3: the append, set-based
 (`CREATE OR REPLACE` keeps the function's owner and grants)."""
+
+SHAPED: tuple[str, ...] = (
+    _create(APPEND_CORE, f"admitting boolean, {_BATCH_DECLARED}", CORE_TYPES, _CORE_BODY_SHAPED),
+)
+"""The PostgreSQL statements of eventstore schema step 4: the append refuses an event
+its fold could not decode (domain.event_shapes). A change to those shapes ships as a
+new step, like any other change to a shipped function."""
 
 # binary parameters: a text array in text format is quoted and escaped element by
 # element (a regular expression per JSON document), in binary it is copied as is

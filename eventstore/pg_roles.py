@@ -40,6 +40,7 @@ from eventstore.grants import (
     ServerFunction,
     TableGrants,
 )
+from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS
 from eventstore.pg_append import (
     APPEND_CORE,
     APPEND_FUNCTION,
@@ -52,6 +53,7 @@ from eventstore.url import with_search_path
 
 APPEND_ONLY_TRIGGER = "qlflow_events_append_only"
 
+IDLE_IN_TRANSACTION_MS = 30_000  # a session idle inside a transaction this long is cut off
 _SETUP_LOCK_KEY = 0x716C666C6F7752  # serialises concurrent role setups
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _MAX_PREFIX = 40  # leaves room for "_publisher" within PostgreSQL's 63-byte names
@@ -109,6 +111,7 @@ def apply_roles(
     append_rights: Mapping[str, Sequence[str]] | None = None,
     migrate: Callable[[str], None] | None = None,
     passwords: Mapping[str, str] | None = None,
+    idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS,
 ) -> RoleUrls:
     """Create or repair the roles of `schema`, grant `table_grants` (every table of
     the schema must be named there, and every one named must exist), replace the
@@ -119,11 +122,19 @@ def apply_roles(
     `admin_url` connects as a superuser. `migrate(owner_url)` is called to bring every
     table up to date as the owner before the grants; without it the tables must exist
     already. `passwords` maps login kinds to passwords to set (and put in the URLs);
-    kinds without one keep what the server's authentication expects. Raises
-    InvalidInput for a bad name or URL and SchemaError for a table the grants do not
-    name or a missing one.
+    kinds without one keep what the server's authentication expects. Every login
+    role gets `lock_timeout` (the store's default) and `idle_in_transaction_session_
+    timeout` (`idle_in_transaction_ms`): a session left idle inside a transaction is
+    cut off and its locks released. Raises InvalidInput for a bad name or URL and
+    SchemaError for a table the grants do not name or a missing one.
     """
     _check_name("schema", schema, 63)
+    if type(idle_in_transaction_ms) is not int or idle_in_transaction_ms < 1:
+        raise InvalidInput(
+            "idle_in_transaction_ms",
+            "positive",
+            f"idle_in_transaction_ms must be an int >= 1, got {idle_in_transaction_ms!r}",
+        )
     names = role_names(prefix)
     passwords = dict(passwords or {})
     unknown = sorted(set(passwords) - set(LOGIN_KINDS))
@@ -147,14 +158,22 @@ def apply_roles(
         _append_functions(conn, schema, names, dict(append_rights or {}))
         for function in functions:
             _install_function(conn, schema, names, function)
+        settings = {
+            "search_path": sql.Identifier(schema),
+            # no session may hold what others wait for by waiting or idling itself
+            "lock_timeout": sql.Literal(f"{DEFAULT_LOCK_TIMEOUT_MS}ms"),
+            "idle_in_transaction_session_timeout": sql.Literal(f"{idle_in_transaction_ms}ms"),
+        }
         for kind in LOGIN_KINDS:
-            conn.execute(
-                sql.SQL("ALTER ROLE {} IN DATABASE {} SET search_path = {}").format(
-                    sql.Identifier(names[kind]),
-                    sql.Identifier(conn.info.dbname),
-                    sql.Identifier(schema),
+            for setting, value in settings.items():
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} IN DATABASE {} SET {} = {}").format(
+                        sql.Identifier(names[kind]),
+                        sql.Identifier(conn.info.dbname),
+                        sql.Identifier(setting),
+                        value,
+                    )
                 )
-            )
     return RoleUrls(
         schema=schema,
         owner=urls["owner"],

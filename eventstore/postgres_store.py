@@ -57,7 +57,13 @@ from domain.errors import (
     StoreUnavailable,
 )
 from eventstore.api import Row
-from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS, MIGRATION_LOCK, advisory_key
+from eventstore.locks import (
+    DEFAULT_LOCK_TIMEOUT_MS,
+    LOCK_TABLE,
+    MIGRATION_LOCK,
+    advisory_key,
+    lock_bucket,
+)
 from eventstore.pg_append import APPEND_SQL, BATCH_MARKS, GUARD_SQLSTATE, LOCK_HEADS
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
@@ -290,13 +296,18 @@ class PostgresTransaction(BaseTransaction):
     # -- locks ---------------------------------------------------------------------------
 
     def _lock(self, key: str) -> None:
-        self._waiting(f"SELECT pg_advisory_xact_lock({advisory_key('%s')})", (key,), repr(key))
+        if key == MIGRATION_LOCK:  # taken before qlflow_locks exists (eventstore.locks)
+            sql = f"SELECT pg_advisory_xact_lock({advisory_key('%s')})"
+        else:
+            sql = f"SELECT 1 FROM {LOCK_TABLE} WHERE bucket = {lock_bucket('%s')} FOR UPDATE"
+        self._waiting(sql, (key,), repr(key))
 
     def _lock_all(self, keys: list[str]) -> None:
-        # the rows of unnest come in array order, and each is locked as it comes
+        # rows in bucket order, each locked as it comes: one order for every waiter
         self._waiting(
-            f"SELECT count(pg_advisory_xact_lock({advisory_key('k')})) "
-            "FROM unnest(%b::text[]) WITH ORDINALITY AS t(k, i)",
+            f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+            f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
+            "ORDER BY l.bucket FOR UPDATE OF l) x",
             (keys,),
             f"{len(keys)} lock(s)",
         )
@@ -304,8 +315,9 @@ class PostgresTransaction(BaseTransaction):
     def _try_lock(self, keys: list[str]) -> bool:
         [(acquired,)] = self._send(
             self._cursor,
-            f"SELECT bool_and(pg_try_advisory_xact_lock({advisory_key('k')})) "
-            "FROM unnest(%b::text[]) AS k",
+            f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
+            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+            "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)",
             (keys,),
         ).fetchall()
         return bool(acquired)

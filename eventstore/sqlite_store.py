@@ -34,6 +34,13 @@ from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
 from eventstore.validation import EncodedEvent
 
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+# what a level gives up on power loss or an OS crash (the store runs in WAL mode);
+# FULL (the default) and EXTRA keep every acknowledged COMMIT
+SYNCHRONOUS_LOSSES = {
+    "NORMAL": "the last acknowledged commits can be lost on power loss or an OS crash "
+    "(the file stays consistent; a process crash loses nothing)",
+    "OFF": "acknowledged commits can be lost, and the file corrupted, on power loss or an OS crash",
+}
 REPLAY_LOCK_TIMEOUT_S = 30.0  # how long a replay's swap waits for the write lock
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 CHECKPOINT_EVERY = 32  # committed transactions between checkpoints (~1,000 WAL pages)

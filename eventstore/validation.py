@@ -1,7 +1,10 @@
 """Input rules and byte-stable encoding shared by both store adapters.
 
 An append is validated and encoded completely before any statement runs, so bad
-input raises `InvalidInput` (naming the field and the rule) and writes nothing.
+input raises `InvalidInput` (naming the field and the rule) and writes nothing. That
+includes what the folds need (`domain.event_shapes`): a stream of a known category
+with an entity id, and for every type docs/EVENTS.md names its stream category, its
+required data fields and the id that must name the stream's entity.
 `data` and `metadata` are stored as the text of `orjson` with sorted keys: the same
 mapping always encodes to the same bytes, which is what makes an exact replay
 detectable by comparing stored text.
@@ -19,6 +22,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from domain.errors import IdempotencyConflict, InvalidInput
+from domain.event_shapes import shape_problem, stream_problem
 from domain.records import NewEvent, Record, StreamAppend
 
 EVENT_ID_PATTERN = re.compile(r"[A-Za-z0-9:._-]{1,36}")
@@ -115,6 +119,13 @@ def encode_appends(appends: Sequence[StreamAppend]) -> EncodedBatch:
             encoded_event = _encode_event(event, stream_id, version) or _encode_event_slowly(
                 event, stream_id, version, f"appends[{index}].events[{offset}]"
             )
+            problem = shape_problem(stream_id, event.type, event.data)
+            if problem is not None:
+                raise InvalidInput(
+                    "data",
+                    "shape",
+                    f"appends[{index}].events[{offset}] ({encoded_event.event_id!r}): {problem}",
+                )
             if encoded_event.event_id in seen_events:
                 raise InvalidInput(
                     "event_id",
@@ -138,6 +149,9 @@ def _check_stream(
             "format",
             f"{where}.stream_id must be 1..200 characters of [A-Za-z0-9:._@/+-], got {stream_id!r}",
         )
+    problem = stream_problem(stream_id)
+    if problem is not None:
+        raise InvalidInput("stream_id", "category", f"{where}: {problem}")
     if stream_id in seen_streams:
         raise InvalidInput(
             "stream_id",

@@ -10,7 +10,8 @@ DEFINER, owned by the admission role) takes the publisher's lock — the one
 `qlflow_admission_source` and revocation take — reads the publication, its
 publisher's trust and its published revision, refuses (SQLSTATE `QLSG1`, the reason
 as the message's first word) what the guard refuses or a batch whose
-`workflow.admitted` records bind another publication or Workflow, and otherwise
+`workflow.admitted` plan is not the one the revision gives (`plan_mismatch`,
+projections.admitted_plans), and otherwise
 appends the batch through `qlflow_append_core`, the one caller allowed to write
 `workflow.admitted` for a restricted role (eventstore.pg_append).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from domain.values import ACTIVE, QUARANTINED, REVOKED, WITHDRAWN
 from eventstore.grants import ADMISSION, OWNER, RUNTIME, ServerFunction
-from eventstore.locks import advisory_key
+from eventstore.locks import LOCK_TABLE, lock_bucket
 from eventstore.pg_append import (
     ADMITTED_TYPE,
     APPEND_CORE,
@@ -27,11 +28,12 @@ from eventstore.pg_append import (
     BATCH_PARAMETERS,
     GUARD_SQLSTATE,
 )
+from projections.admitted_plans import PLAN_REFUSAL, PLAN_REFUSED
 from projections.publications import PUBLISHER_LOCK_PREFIX
 
 START_REFUSAL = "qlflow_start_refusal"
 ADMIT = "qlflow_admit"
-_VERSION = "qlflow admission guard v1"
+_VERSION = "qlflow admission guard v2 (the plan is the revision's; qlflow_locks row)"
 
 # domain.start_guard.start_refusal, rule for rule
 _START_REFUSAL_BODY = f"""
@@ -59,37 +61,42 @@ _ADMIT_BODY = f"""
 DECLARE
     chosen publications%ROWTYPE;
     trust text;
-    revision jsonb;
+    published jsonb;
     refusal text;
+    admitted text;
 BEGIN
     SELECT * INTO chosen FROM publications WHERE publication_id = publication;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '{GUARD_SQLSTATE}',
             MESSAGE = format('unknown_publication: no publication %s', publication);
     END IF;
-    PERFORM pg_advisory_xact_lock(
-        {advisory_key(f"'{PUBLISHER_LOCK_PREFIX}' || chosen.publisher")});
+    PERFORM 1 FROM {LOCK_TABLE}
+    WHERE bucket = {lock_bucket(f"'{PUBLISHER_LOCK_PREFIX}' || chosen.publisher")} FOR UPDATE;
     -- under the lock: what a revocation, withdrawal or newer generation committed counts
     SELECT * INTO chosen FROM publications WHERE publication_id = publication;
     SELECT status INTO trust FROM publishers WHERE publisher = chosen.publisher;
-    SELECT data::jsonb -> 'revision' INTO revision FROM events
+    SELECT data::jsonb INTO published FROM events
     WHERE stream_id = 'publication-' || publication ORDER BY stream_version LIMIT 1;
-    refusal := {START_REFUSAL}(trust, chosen.status, chosen.head = 1, revision, workflow_key);
+    refusal := {START_REFUSAL}(trust, chosen.status, chosen.head = 1, published -> 'revision',
+                               workflow_key);
     IF refusal IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = '{GUARD_SQLSTATE}',
             MESSAGE = format('%s: the database refuses to start %s of publication %s',
                              refusal, workflow_key, publication);
     END IF;
-    IF NOT '{ADMITTED_TYPE}' = ANY (e_types) OR EXISTS (
-        SELECT 1 FROM unnest(e_types, e_data) u(t, d)
-        WHERE t = '{ADMITTED_TYPE}'
-          AND ((d::jsonb -> 'plan' ->> 'publication_id') IS DISTINCT FROM publication
-               OR (d::jsonb -> 'plan' ->> 'workflow_key') IS DISTINCT FROM workflow_key))
-    THEN
+    IF NOT '{ADMITTED_TYPE}' = ANY (e_types) THEN
         RAISE EXCEPTION USING ERRCODE = '{GUARD_SQLSTATE}',
-            MESSAGE = format('plan_mismatch: the batch does not admit %s of publication %s',
+            MESSAGE = format('{PLAN_REFUSED}: the batch does not admit %s of publication %s',
                              workflow_key, publication);
     END IF;
+    -- every plan is the one the published revision gives (projections.admitted_plans)
+    FOR admitted IN SELECT u.d FROM unnest(e_types, e_data) u(t, d) WHERE t = '{ADMITTED_TYPE}'
+    LOOP
+        refusal := {PLAN_REFUSAL}(published, workflow_key, admitted::json -> 'plan');
+        IF refusal IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '{GUARD_SQLSTATE}', MESSAGE = refusal;
+        END IF;
+    END LOOP;
     RETURN QUERY SELECT c.positions, c.refused, c.moved
                  FROM {APPEND_CORE}(true, {BATCH_NAMES}) c;
 END

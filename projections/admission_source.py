@@ -22,7 +22,7 @@ from domain.records import Record
 from domain.values import Publication
 from eventstore.api import Transaction
 from eventstore.grants import ADMISSION, OWNER, RUNTIME, ServerFunction
-from eventstore.locks import advisory_key
+from eventstore.locks import LOCK_TABLE, lock_bucket
 from eventstore.validation import record_from_row
 from projections.publications import (
     PUBLICATION_COLUMNS,
@@ -32,7 +32,7 @@ from projections.publications import (
 
 ADMISSION_SOURCE = "qlflow_admission_source"
 _ADMISSION_SOURCE_VERSION = (
-    "qlflow admission source v3 (publisher lock: schema-scoped store.lock key; qlflow_admit)"
+    "qlflow admission source v4 (publisher lock: a qlflow_locks row, as store.lock)"
 )
 _PUBLISHED_PREFIX = "publication-"
 # What admission may know about the publication a request names, read under the
@@ -68,8 +68,8 @@ BEGIN
         publisher_name := matches -> 0 ->> 'publisher';
         EXIT WHEN publisher_name = ANY (locked);
         -- lock, then resolve again: a publish or revocation may have committed meanwhile
-        PERFORM pg_advisory_xact_lock(
-            {advisory_key(f"'{PUBLISHER_LOCK_PREFIX}' || publisher_name")});
+        PERFORM 1 FROM {LOCK_TABLE}
+        WHERE bucket = {lock_bucket(f"'{PUBLISHER_LOCK_PREFIX}' || publisher_name")} FOR UPDATE;
         locked := locked || publisher_name;
     END LOOP;
     chosen := matches -> 0;

@@ -8,7 +8,10 @@ head, and names each problem by stream, version and position:
 - within a stream, positions increase with the version;
 - a stream's head equals its last version (a head moved back or forward), every
   stream with events has a head and every head has events;
-- every event has a type, and its data and metadata decode to JSON objects.
+- every event has a type, and its data and metadata decode to JSON objects;
+- every event decodes for its fold (`domain.event_shapes`): its stream is of a known
+  category and names an entity, its type is one docs/EVENTS.md names for that
+  category, its data has the fields the fold needs and names the stream's entity.
 
 It never raises for what it finds: a broken row is a problem in the list.
 """
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from domain.event_shapes import SHAPES, shape_problem, stream_problem
 
 DOCUMENT = "document"  # the kind of a problem with an event's own fields
 BATCH = 5000
@@ -121,6 +126,7 @@ def _document_problems(
     found = []
     if not isinstance(type_, str) or not type_:
         found.append(LogProblem(stream, version, position, "has no type", DOCUMENT))
+    decoded: dict[str, Any] = {}
     for name, text in (("data", data), ("metadata", metadata)):
         try:
             value = orjson.loads(text)
@@ -139,4 +145,14 @@ def _document_problems(
                     DOCUMENT,
                 )
             )
+            continue
+        decoded[name] = value
+    problem = stream_problem(stream)
+    if problem is None and isinstance(type_, str) and type_ and "data" in decoded:
+        if type_ not in SHAPES:
+            problem = f"type {type_!r} is not one docs/EVENTS.md names"
+        else:
+            problem = shape_problem(stream, type_, decoded["data"])
+    if problem is not None:
+        found.append(LogProblem(stream, version, position, problem, DOCUMENT))
     return found

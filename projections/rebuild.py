@@ -74,7 +74,9 @@ def rebuild(
     with ReplayCopy.open(store) as copy:
         try:
             copy.replay(progress, batch)
-        except ValueError as exc:  # an undecodable record (orjson's error is a ValueError)
+        # a record no fold can read: undecodable JSON (orjson's error is a ValueError),
+        # or a document without what its type needs (a KeyError or TypeError in a fold)
+        except (ValueError, KeyError, TypeError, CorruptionError) as exc:
             raise _broken_log(copy, exc) from exc
         replayed = copy.events
         with copy.exclusive():
@@ -91,7 +93,7 @@ def rebuild(
     )
 
 
-def _broken_log(copy: ReplayCopy, error: ValueError) -> Exception:
+def _broken_log(copy: ReplayCopy, error: Exception) -> Exception:
     """CorruptionError naming the records the replay could not read (or `error` itself
     when the log check finds none)."""
     with copy.snapshot():
@@ -99,10 +101,11 @@ def _broken_log(copy: ReplayCopy, error: ValueError) -> Exception:
     broken = [problem for problem in problems if problem.kind == DOCUMENT]
     if not broken:
         return error
-    more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+    shown = 10
+    more = f" and {len(broken) - shown} more" if len(broken) > shown else ""
     return CorruptionError(
-        "the log has records no replay can read, nothing was rebuilt: "
-        + "; ".join(problem.line() for problem in broken[:3])
+        f"the log has {len(broken)} record(s) no replay can read, nothing was rebuilt: "
+        + "; ".join(problem.line() for problem in broken[:shown])
         + more
         + " (qlflow verify lists every problem)"
     )

@@ -44,10 +44,16 @@ def modules() -> tuple[ModuleType, ...]:
 def functions() -> tuple[ServerFunction, ...]:
     """The server-side functions the projection layer needs installed where
     least-privilege roles are set up (see `actors.roles`)."""
-    from projections import admission_guard, admission_source, published_revisions
+    from projections import (
+        admission_guard,
+        admission_source,
+        admitted_plans,
+        published_revisions,
+    )
 
     return (
         *admission_source.FUNCTIONS,
+        *admitted_plans.FUNCTIONS,
         *admission_guard.FUNCTIONS,
         *published_revisions.FUNCTIONS,
     )

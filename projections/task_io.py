@@ -36,7 +36,8 @@ class TaskDefinitionView:
 
 
 def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
-    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication."""
+    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication;
+    NotFound for a Task it has not, or has disabled (a plan never names one)."""
     publication_id = views.get_run(store, run_id).publication_id
     found = published_revisions(store, publication_id=publication_id)
     if not found:
@@ -45,6 +46,11 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
     revision = revision_from_json(published["revision"])
     for task_id, task in revision.tasks.items():
         if task_ref(revision.package, revision.generation, task_id) == ref:
+            if not task.enabled:
+                raise NotFound(
+                    f"publication {publication_id} has Task {task_id!r} disabled: "
+                    "no Run of it may execute it"
+                )
             source = published.get("source_path")
             return TaskDefinitionView(
                 task_ref=ref,

@@ -7,6 +7,7 @@ Every method has the signature and docstring of the `Runtime` method it runs."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -296,12 +297,17 @@ class AsyncRuntime:
         return await asyncio.to_thread(self.runtime.step_history, run_id, step_key)
 
     # -- finding out what happened (qlflow.inspection) ---------------------------------
-    async def append_log(self, attempt_id: str, pieces: Sequence[Piece]) -> LogState:
+    async def append_log(
+        self, attempt_id: str, pieces: Sequence[Piece], *, left_out: int = 0
+    ) -> LogState:
         """Append output of a running Attempt to its log in the store: pieces of
         `(stream, at_ms, bytes)`, stream stdout | stderr | qlflow (a note of the
         executor). The log keeps the first and the last `log_cap_bytes / 2` bytes and
-        marks what it dropped between them. Returns what the log now holds."""
-        return await asyncio.to_thread(self.runtime.append_log, attempt_id, pieces)
+        marks what it dropped between them, counting `left_out` bytes the writer read
+        but could not send. Returns what the log now holds."""
+        return await asyncio.to_thread(
+            functools.partial(self.runtime.append_log, left_out=left_out), attempt_id, pieces
+        )
 
     async def log_attempts(
         self, run_id: str, step_key: str | None = None, attempt: int | str | None = None

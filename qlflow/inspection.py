@@ -31,16 +31,20 @@ class Inspection:
     log_cap_bytes: int  # how much of one Attempt's output the store keeps (head and tail)
 
     # -- step logs ---------------------------------------------------------------------
-    def append_log(self, attempt_id: str, pieces: Sequence[Piece]) -> LogState:
+    def append_log(
+        self, attempt_id: str, pieces: Sequence[Piece], *, left_out: int = 0
+    ) -> LogState:
         """Append output of a running Attempt to its log in the store: pieces of
         `(stream, at_ms, bytes)`, stream stdout | stderr | qlflow (a note of the
         executor). The log keeps the first and the last `log_cap_bytes / 2` bytes and
-        marks what it dropped between them. Returns what the log now holds."""
+        marks what it dropped between them, counting `left_out` bytes the writer read
+        but could not send. Returns what the log now holds."""
         attempt_id = text("attempt_id", attempt_id)
         cap = self.log_cap_bytes
         chunks = list(pieces) if isinstance(pieces, Sequence) else pieces
         return self._authority.execute(
-            lambda tx: log_store.append(tx, attempt_id, chunks, cap), name="log"
+            lambda tx: log_store.append(tx, attempt_id, chunks, cap, left_out=left_out),
+            name="log",
         )
 
     def log_attempts(

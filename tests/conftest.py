@@ -5,6 +5,10 @@
   dropped afterwards. Needs QLFLOW_TEST_PG_URL; without it the test is skipped, and
   if it is set but the server cannot be reached the test fails (never a silent skip).
 - `store_url`: each test runs once per dialect ("sqlite", "postgresql").
+
+Also here, once for the whole suite: the hypothesis profile (tests/hypothesis_budget.py),
+the `pg` mark on every test that reaches PostgreSQL through these fixtures, and the
+run report CI checks (tests/run_report.py, written when QLFLOW_TEST_REPORT is set).
 """
 
 from __future__ import annotations
@@ -17,8 +21,36 @@ import psycopg
 import pytest
 
 from eventstore.url import with_search_path
+from tests import hypothesis_budget, run_report
 
 PG_ENV = "QLFLOW_TEST_PG_URL"
+hypothesis_budget.load_profile()
+_report = run_report.RunReport(run_report.TRACKED_MARKS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # a test that asks for the server is a PostgreSQL test, marked or not: CI counts them
+    fuzzing = hypothesis_budget.fuzz_examples() is not None
+    for item in items:
+        if "pg_server_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.pg)
+        if fuzzing:  # a long hunt is long by design: no per-test timeout
+            item.add_marker(pytest.mark.timeout(0), append=False)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _report.collected(session.items)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _report.record(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = os.environ.get(run_report.REPORT_ENV)
+    if path:
+        _report.write(path, int(exitstatus))
 
 
 @pytest.fixture

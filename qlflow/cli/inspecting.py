@@ -293,7 +293,7 @@ def why(
 @app.command(
     rich_help_panel=INSPECT,
     epilog="Example: [bold]qlflow ui[/bold], then open the address it prints; "
-    "[bold]qlflow ui --host 0.0.0.0 --token s3cret[/bold] to serve other machines",
+    "[bold]qlflow ui --host 0.0.0.0[/bold] to serve other machines (prints a token)",
 )
 def ui(
     ctx: typer.Context,

@@ -6,7 +6,7 @@ The store keeps a capped log per Attempt (`eventstore.logs`: head and tail); the
 file keeps everything, uncapped, for the host's own operator and for when the store
 could not be reached. A burst is sent as soon as a quarter MiB (or half the cap)
 waits; while the store cannot be reached (or keep up), what waits is bounded too:
-its first and last parts, with a note of what was left out.
+its first and last parts; the store's marker counts what was left out.
 """
 
 from __future__ import annotations
@@ -108,12 +108,13 @@ class LogCapture:
         with self._send_lock:
             with self._lock:
                 pieces, self._pending, self._pending_bytes = self._pending, [], 0
-            if not pieces:
+                left_out, self._left_out = self._left_out, 0
+            if not pieces and not left_out:
                 return
             try:
-                self._rt.append_log(self.attempt_id, pieces)
+                self._rt.append_log(self.attempt_id, pieces, left_out=left_out)
             except BaseException:
-                self._keep(pieces)
+                self._keep(pieces, left_out)
                 raise
 
     def close(self) -> None:
@@ -206,35 +207,37 @@ class LogCapture:
         left_out = self._pending_bytes - size - size_tail
         if left_out <= 0:
             return
+        # counted, not noted: the store's marker says it with what its cap drops (a
+        # note in the middle would itself fall to the cap)
         self._left_out += left_out
-        note = f"qlflow: {self._left_out} bytes not stored (the store could not keep up)\n"
-        middle: Piece = (NOTE, wall_clock_ms(), note.encode())
-        self._pending = [*head, middle, *tail]
-        self._pending_bytes = size + size_tail + len(middle[2])
+        self._pending = [*head, *tail]
+        self._pending_bytes = size + size_tail
 
     def _send(self) -> bool:
         """Send what is pending; on failure keep it for the next try. True when done."""
         with self._send_lock:
             with self._lock:
                 pieces, self._pending, self._pending_bytes = self._pending, [], 0
-            if not pieces:
+                left_out, self._left_out = self._left_out, 0
+            if not pieces and not left_out:
                 return True
             retryable: tuple[type[BaseException], ...] = (QlflowError, *transient_errors())
             try:
-                self._rt.append_log(self.attempt_id, pieces)
+                self._rt.append_log(self.attempt_id, pieces, left_out=left_out)
                 return True
             except retryable as error:
                 log.warning("attempt %s: log not stored yet: %s", self.attempt_id, error)
-                self._keep(pieces)
+                self._keep(pieces, left_out)
                 return False
             except Exception as error:  # a step's log is never worth a worker's life
                 log.exception("attempt %s: log not stored: %s", self.attempt_id, error)
-                self._keep(pieces)
+                self._keep(pieces, left_out)
                 return False
 
-    def _keep(self, pieces: list[Piece]) -> None:
+    def _keep(self, pieces: list[Piece], left_out: int) -> None:
         """Put back what could not be sent, before anything read since."""
         with self._lock:
+            self._left_out += left_out
             self._pending = pieces + self._pending
             self._pending_bytes += sum(len(p[2]) for p in pieces)
             if self._pending_bytes > self._limit:

@@ -5,6 +5,7 @@ parameter."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import orjson
 
 from domain.errors import InvalidInput
 from domain.json_values import MAX_OUTPUT_BYTES, check_finite, check_output_size
+from domain.params import env_name
 from projections.task_io import TaskInputs
 
 OUTPUT_INVALID = "output_invalid"  # the task wrote an output that is not a JSON object
@@ -30,8 +32,18 @@ def task_environment(inputs: TaskInputs, inputs_path: Path, output_path: Path) -
     env = {"QLFLOW_INPUTS": str(inputs_path), "QLFLOW_OUTPUT": str(output_path)}
     for name, value in inputs["params"].items():
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        env[f"QLFLOW_PARAM_{name.upper()}"] = text
+        env[env_name(name)] = text
     return env
+
+
+_MIN_INTEGER, _MAX_INTEGER = -(2**63), 2**64 - 1  # what the store's JSON encoder can hold
+
+
+def _integer(text: str) -> int:
+    value = int(text)
+    if not _MIN_INTEGER <= value <= _MAX_INTEGER:
+        raise ValueError(f"the integer {text[:40]} does not fit in 64 bits")
+    return value
 
 
 def read_output(path: Path) -> dict[str, Any] | None:
@@ -49,8 +61,11 @@ def read_output(path: Path) -> dict[str, Any] | None:
         raise OutputInvalid(f"QLFLOW_OUTPUT is {size} bytes; at most {MAX_OUTPUT_BYTES}")
     try:
         with open(path, "rb") as handle:
-            value = orjson.loads(handle.read(MAX_OUTPUT_BYTES + 1))
-    except (OSError, orjson.JSONDecodeError) as error:
+            data = handle.read(MAX_OUTPUT_BYTES + 1)
+        # the stdlib parser, for its integer hook: orjson would read an integer past
+        # 64 bits as a float, silently, where the API refuses the same value
+        value = json.loads(data, parse_int=_integer)
+    except (OSError, ValueError) as error:
         raise OutputInvalid(f"QLFLOW_OUTPUT is not JSON: {error}") from None
     if not isinstance(value, dict):
         raise OutputInvalid("QLFLOW_OUTPUT must hold a JSON object")

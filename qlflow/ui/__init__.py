@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from qlflow.runtime import Runtime
 from qlflow.ui.app import build
 from qlflow.ui.data import Dashboard
-from qlflow.ui.security import is_loopback, new_token
+from qlflow.ui.security import check_access_token, is_loopback, new_token
 from qlflow.ui.templating import store_label
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "create_app", "serve"]
@@ -41,8 +41,7 @@ def create_app(
     `token`: when set, every request must present it. `allow_remote`: serve Host names
     other than loopback; that needs a token. `clock`: epoch ms for actions and relative
     times (tests pin it; default the wall clock)."""
-    if allow_remote and not token:
-        raise ValueError("a dashboard reachable from other hosts needs an access token")
+    check_access_token(token, allow_remote)
     if isinstance(url_or_runtime, Runtime):
         runtime, owned = url_or_runtime, False
     else:
@@ -69,8 +68,9 @@ def serve(
     else ./qlflow.db; opened here and closed on exit) or an opened Runtime (left open:
     a command line that opened it with its own options and errors passes it).
 
-    Bound to anything but loopback, every request needs an access token: `token`, or
-    one generated here and printed with the address."""
+    Bound to anything but loopback, every request needs an access token: `token` (at
+    least 32 characters; InvalidInput otherwise), or one generated here and printed
+    with the address."""
     import uvicorn
 
     import qlflow
@@ -80,6 +80,7 @@ def serve(
     generated = remote and token is None
     if generated:
         token = new_token()
+    check_access_token(token, remote)  # before the store is opened
     owned = not isinstance(url_or_runtime, Runtime)
     if isinstance(url_or_runtime, Runtime):
         runtime = url_or_runtime

@@ -52,7 +52,10 @@ SECURITY_HEADERS = {
         "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     ),
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # not no-referrer: under it a browser sends `Origin: null` with its own forms, and
+    # the CSRF check refuses null (docs/DESIGN.md, "The dashboard"); no referrer ever
+    # leaves for another origin
+    "referrer-policy": "same-origin",
     "x-frame-options": "DENY",
 }
 

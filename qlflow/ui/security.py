@@ -6,13 +6,20 @@
 - Bound to loopback, a request whose Host is not a loopback name is refused (403):
   a page of another site that rebinds its own name to 127.0.0.1 must not read or
   drive the dashboard.
-- Every POST carries a CSRF token: a random value in a cookie and the same value in
-  the form's hidden field (double submit); a cross-site form cannot read the cookie,
-  so it cannot send a matching field. A POST whose Origin is another host is refused.
+- Every POST carries a CSRF token: a value this process issued (a random nonce and
+  its HMAC under a per-process secret) in a cookie and the same value in the form's
+  hidden field (signed double submit). A cross-site form cannot read the cookie, so
+  it cannot send a matching field, and a cookie the server never issued (one planted
+  by a sibling site) does not verify. A POST whose Origin is another host, or the
+  opaque `null` (a sandboxed frame, a `data:` page), is refused.
+- Off loopback the access token has at least MIN_TOKEN_CHARS characters.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import html
 import ipaddress
 import re
@@ -25,18 +32,66 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from domain.errors import InvalidInput
+
 TOKEN_COOKIE = "qlflow_token"
 TOKEN_HEADER = "x-qlflow-token"
 CSRF_COOKIE = "qlflow_csrf"
 CSRF_FIELD = "csrf"
 LOGIN_PATH = "/login"
 _TOKEN_BYTES = 24
-_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,128}")
+MIN_TOKEN_CHARS = 32  # what new_token gives: 192 random bits
+_CSRF_SHAPE = re.compile(r"[A-Za-z0-9_-]{32}\.[A-Za-z0-9_-]{43}")
+_CSRF_SECRET = secrets.token_bytes(32)  # per process: a restart asks forms to reload
 
 
 def new_token() -> str:
-    """A fresh access or CSRF token (URL-safe, 32 characters)."""
+    """A fresh access token or nonce (URL-safe, 32 characters)."""
     return secrets.token_urlsafe(_TOKEN_BYTES)
+
+
+def check_access_token(token: str | None, remote: bool) -> None:
+    """InvalidInput unless `token` may guard a dashboard (`remote`: reachable from
+    other hosts, so it needs one of at least MIN_TOKEN_CHARS characters)."""
+    if token is None:
+        if remote:
+            raise InvalidInput(
+                "token", "required", "a dashboard reachable from other hosts needs an access token"
+            )
+        return
+    if not isinstance(token, str) or not token.strip():
+        raise InvalidInput(
+            "token",
+            "non_empty",
+            "the access token is empty: give one of at least "
+            f"{MIN_TOKEN_CHARS} characters, or leave --token out to have one generated",
+        )
+    if remote and len(token) < MIN_TOKEN_CHARS:
+        raise InvalidInput(
+            "token",
+            "min_length",
+            f"the access token has {len(token)} characters; a dashboard reachable from other "
+            f"hosts needs at least {MIN_TOKEN_CHARS} (leave --token out to have one generated)",
+        )
+
+
+def _csrf_signature(nonce: str) -> str:
+    digest = hmac.new(_CSRF_SECRET, nonce.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def new_csrf_token() -> str:
+    """A CSRF token this process can verify: `<nonce>.<HMAC of the nonce>`."""
+    nonce = new_token()
+    return f"{nonce}.{_csrf_signature(nonce)}"
+
+
+def issued_csrf_token(token: object) -> bool:
+    """Whether `token` is one this process issued (its signature verifies)."""
+    if not isinstance(token, str) or not _CSRF_SHAPE.fullmatch(token):
+        return False
+    nonce, _, signature = token.partition(".")
+    return hmac.compare_digest(signature, _csrf_signature(nonce))
 
 
 def is_loopback(host: str) -> bool:
@@ -140,8 +195,8 @@ def csrf_token(request: Request) -> str:
     if existing is not None:
         return str(existing)
     token = request.cookies.get(CSRF_COOKIE, "")
-    if not _TOKEN_SHAPE.fullmatch(token):
-        token = new_token()
+    if not issued_csrf_token(token):
+        token = new_csrf_token()
         request.state.csrf_new = True
     request.state.csrf = token
     return token
@@ -157,11 +212,15 @@ def csrf_refusal(request: Request, form_value: object) -> str | None:
     """Why this POST fails the CSRF check, or None if it passes."""
     origin = request.headers.get("origin")
     host = request.headers.get("host", "").lower()
-    if origin not in (None, "null") and urlsplit(origin).netloc.lower() != host:
+    if origin == "null":
+        return "the form was sent from an opaque origin (Origin: null)"
+    if origin is not None and urlsplit(origin).netloc.lower() != host:
         return "the form was sent from another site"
     cookie = request.cookies.get(CSRF_COOKIE)
     if not cookie:
         return "no CSRF cookie: reload the page and try again"
+    if not issued_csrf_token(cookie):
+        return "the CSRF cookie is not one this server issued: reload the page and try again"
     if not isinstance(form_value, str) or not same_token(form_value, cookie):
         return "the form's CSRF token does not match: reload the page and try again"
     return None

@@ -14,6 +14,7 @@ from domain.values import (
     receipt_from_document,
     receipt_stream_id,
 )
+from tests.hypothesis_budget import examples
 
 ids = st.text("abcdefghijklmnopqrstuvwxyz0123456789:", min_size=1, max_size=36)
 digests = st.binary(min_size=32, max_size=32).map(lambda raw: "sha256:" + raw.hex())
@@ -39,7 +40,7 @@ documents = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(documents)
 def test_document_round_trips_through_the_receipt(fields) -> None:
     document = receipt_document(**fields)
@@ -49,7 +50,7 @@ def test_document_round_trips_through_the_receipt(fields) -> None:
     assert receipt_document(**fields) == document  # deterministic
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(documents, st.data())
 def test_any_changed_field_breaks_the_digest(fields, data) -> None:
     document = receipt_document(**fields)
@@ -70,7 +71,7 @@ def test_malformed_document_is_corruption() -> None:
         receipt_from_document({"run_id": "r"}, "existing")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.text(min_size=1), st.text(min_size=1))
 def test_receipt_streams_separate_keys(one, two) -> None:
     stream = receipt_stream_id(one)

@@ -13,6 +13,7 @@ import qlflow
 from projections.views import cursor_of
 from qlflow.errors import AmbiguousId, InvalidInput, NotFound
 from tests.cycle.helpers import T0, manifest, work
+from tests.hypothesis_budget import examples
 
 
 @pytest.fixture
@@ -76,7 +77,9 @@ def test_short_ids_resolve_and_an_ambiguous_prefix_lists_its_matches(rt):
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(keys=st.lists(st.text("ab", min_size=1, max_size=6), min_size=1, max_size=12, unique=True))
 def test_every_short_id_names_its_run(sqlite_url, keys):

@@ -11,13 +11,13 @@ random cancels and Run timeouts. Before every cycle, for the Run's aggregate
   is not so again at the next cycle (no Run is rescanned forever);
 - **liveness**: the Run is terminal within 4 × steps + 8 cycles.
 
-Examples: `QLFLOW_FUZZ_EXAMPLES` per store (at least 300, the CI budget).
+Examples: 300 per store (the CI budget), scaled by `QLFLOW_FUZZ_EXAMPLES`
+(tests/hypothesis_budget.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import random
 
 import pytest
@@ -28,8 +28,9 @@ import qlflow
 from domain.work import DECISIONS
 from projections import candidates
 from tests.cycle.helpers import DIAMOND, T0, manifest, statuses
+from tests.hypothesis_budget import examples
 
-EXAMPLES = max(300, int(os.environ.get("QLFLOW_FUZZ_EXAMPLES", "300")))
+EXAMPLES = examples(300)
 TTL_MS = 5_000
 _packages = itertools.count()
 
@@ -127,6 +128,7 @@ def work(rt, now_ms: int, rng: random.Random, misbehaved: set[str]) -> bool:
     return abandoned
 
 
+@pytest.mark.timeout(900)  # 300 stateful Runs a store: 213 s on PostgreSQL on a loaded host
 @settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -55,6 +55,7 @@ def worker(url: str, name: str, stop, seed: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(DEADLINE_S + 180)  # its own deadline, then the report and the teardown
 def test_replicas_and_workers_converge_every_run(pg_url):
     from tests.cycle.helpers import manifest
 

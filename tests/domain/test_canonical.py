@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from domain.canonical import canonical_bytes, domain_digest, is_digest
 from domain.errors import PlanError
+from tests.hypothesis_budget import examples
 
-QUICK = settings(max_examples=100, deadline=None)
+QUICK = settings(max_examples=examples(100), deadline=None)
 
 # JSON values canonical JSON accepts: no floats, integers in the I-JSON range.
 safe_ints = st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)

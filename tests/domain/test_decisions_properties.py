@@ -31,9 +31,10 @@ from tests.domain.strategies import (
     plans,
     reachable_worlds,
 )
+from tests.hypothesis_budget import examples
 
 PROPERTY = settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -212,7 +213,7 @@ def test_a_failure_skips_every_descendant_in_one_decision(needs, data):
     check_history(world)
 
 
-@settings(PROPERTY, max_examples=50)
+@settings(PROPERTY, max_examples=examples(50))
 @given(plans(1, 128), st.integers(0, 2**32))
 def test_random_workloads_finish_and_never_start_a_step_twice(plan, seed):
     world = World(plan)

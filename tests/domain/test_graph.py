@@ -15,6 +15,7 @@ from domain.graph import DependencyCycle, UnknownNeed, find_cycle, topological_o
 from domain.manifest import validate_manifest
 from domain.workflows import check_step_graph
 from tests.domain.strategies import World, make_plan
+from tests.hypothesis_budget import examples
 
 NAMES = [f"s{i}" for i in range(7)]
 
@@ -50,7 +51,7 @@ def smallest_free_order(graph: dict[str, list[str]]) -> tuple[str, ...]:
     return tuple(placed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dags())
 def test_every_step_comes_after_its_needs_and_ties_go_to_the_smallest_key(graph) -> None:
     order = topological_order(graph)
@@ -60,7 +61,7 @@ def test_every_step_comes_after_its_needs_and_ties_go_to_the_smallest_key(graph)
     assert order == smallest_free_order(graph)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(dags(), st.randoms(use_true_random=False))
 def test_the_order_does_not_depend_on_how_the_steps_are_written(graph, rnd: random.Random) -> None:
     keys = list(graph)
@@ -93,7 +94,7 @@ def test_the_first_problem_as_written_is_the_one_reported() -> None:
     assert longer.value.path == ("c", "b", "c")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(graphs())
 def test_a_graph_is_refused_exactly_when_it_has_a_problem_and_the_problem_is_real(
     graph,
@@ -152,7 +153,7 @@ def _problem(graph: dict[str, list[str]]) -> str | None:
     return None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(graphs())
 def test_definitions_manifests_and_the_fold_refuse_the_same_graphs(graph) -> None:
     # Problems are reported in the order Steps and needs are given: a manifest

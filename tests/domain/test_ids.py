@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from domain import ids
 from domain.fields import ID_PATTERN
 from domain.ids import STEP_RUN_ID, TASK_ATTEMPT, derive_id
+from tests.hypothesis_budget import examples
 
 PREFIXES = sorted(
     value
@@ -29,7 +30,7 @@ def test_spec_prefixes_are_present_and_distinct():
     assert len(prefixes) == len(set(prefixes))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(prefix=st.sampled_from(PREFIXES), inputs=parts)
 def test_id_is_36_characters_of_prefix_and_lowercase_hex(prefix, inputs):
     derived = derive_id(prefix, *inputs)
@@ -40,13 +41,13 @@ def test_id_is_36_characters_of_prefix_and_lowercase_hex(prefix, inputs):
     assert ID_PATTERN.fullmatch(derived)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(prefix=st.sampled_from(PREFIXES), inputs=parts)
 def test_same_inputs_give_the_same_id(prefix, inputs):
     assert derive_id(prefix, *inputs) == derive_id(prefix, *list(inputs))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(first=parts, second=parts)
 def test_distinct_inputs_give_distinct_ids(first, second):
     if first == second and [type(p) for p in first] == [type(p) for p in second]:

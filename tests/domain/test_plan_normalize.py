@@ -14,9 +14,12 @@ from domain.canonical import canonical_bytes
 from domain.errors import PlanError
 from domain.plan import MAX_PLAN_BYTES, ExecutionPlan, normalize, plan_to_dict
 from tests.domain.test_plan import plan_for
+from tests.hypothesis_budget import examples
 
 DIAMOND = {"fetch": [], "left": ["fetch"], "right": ["fetch"], "archive": ["left", "right"]}
-QUICK = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+QUICK = settings(
+    max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +294,7 @@ def dags(draw: st.DrawFn) -> dict[str, list[str]]:
     return steps
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=dags(), timeout=st.none() | st.integers(1, 2**53 - 1))
 def test_random_dags_build_and_round_trip(steps, timeout):
     plan = plan_for(steps, timeout_ms=timeout)

@@ -28,6 +28,7 @@ from domain.revision import (
 from domain.tasks import TaskDefinition, define_task, task_source_digest
 from domain.workflows import WorkflowDefinition, WorkflowStepDefinition, workflow_semantic_digest
 from tests.domain.test_plan import task, workflow
+from tests.hypothesis_budget import examples
 
 DIAMOND = {"fetch": [], "left": ["fetch"], "right": ["fetch"], "archive": ["left", "right"]}
 HEX_A, HEX_B = "a" * 64, "b" * 64
@@ -185,7 +186,7 @@ def test_malformed_step_is_refused():
     assert rule_of(WorkflowStepDefinition, "a", "t", "b") == "type"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(edges=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=16))
 def test_find_cycle_reports_a_real_cycle_exactly_when_there_is_one(edges):
     graph: dict[str, list[str]] = {f"n{i}": [] for i in range(8)}

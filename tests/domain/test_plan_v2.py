@@ -15,8 +15,11 @@ from domain.manifest import revision_from_manifest, validate_manifest
 from domain.plan import build_plan, normalize, plan_to_dict, step_run_ids_for
 from domain.plan_v2 import PLAN_SCHEMA_V1, PLAN_SCHEMA_V2
 from domain.publication import publication_for
+from tests.hypothesis_budget import examples
 
-QUICK = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+QUICK = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 DIAMOND: dict[str, Any] = {
     "package": {"name": "backup", "publisher": "acme"},
@@ -190,6 +193,21 @@ def test_bad_params_tables_name_the_key(params, key):
         validate_manifest(with_v2(SINGLE, params=params))
     assert caught.value.key == key, caught.value
     assert "params.d" in str(caught.value)
+
+
+@pytest.mark.parametrize("names", [("foo", "FOO"), ("Day", "dAY"), ("a-b", "A-b")])
+def test_params_a_task_could_not_tell_apart_are_refused_at_publish(names):
+    params = {name: {"type": "string", "default": "x"} for name in names}
+    with pytest.raises(ManifestError) as caught:
+        validate_manifest(with_v2(SINGLE, params=params))
+    assert caught.value.key == "params", caught.value
+    message = str(caught.value)
+    assert all(repr(name) in message for name in names) and "QLFLOW_PARAM_" in message
+
+
+def test_params_with_distinct_variables_are_accepted():
+    params = {name: {"type": "string", "default": "x"} for name in ("foo", "foo_2", "bar")}
+    validate_manifest(with_v2(SINGLE, params=params))
 
 
 def v2_document() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from domain.retries import next_retry_at_ms, reported_failures, retry_number, wa
 from domain.retry import MAX_BACKOFF_MS, RetryPolicy, backoff_after
 from domain.worker import complete, grant_lease, mark_running, mark_starting
 from tests.domain.strategies import START_MS, TTL_MS, World, dag_needs, drive, make_plan
+from tests.hypothesis_budget import examples
 
 CHAIN = {"a": [], "b": ["a"]}
 
@@ -149,7 +150,7 @@ def test_backoff_doubles_and_is_capped(backoff, failures):
     assert backoff_after(policy, failures + 1) >= wait
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     needs=dag_needs(1, 12),
     limits=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3_000)), min_size=12, max_size=12),

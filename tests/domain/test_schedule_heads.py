@@ -11,6 +11,7 @@ from domain.occurrences import next_after
 from domain.schedule_heads import Declaration, decide_turn, work_at_ms
 from domain.schedules import ACTIVE, PAUSED, pause, resume
 from tests.domain.schedule_log import HOUR, MINUTE, ScheduleLog, make_spec, ms
+from tests.hypothesis_budget import examples
 
 T0 = ms("2024-03-30T00:00:00Z")
 CRONS = ["*/7 * * * *", "0 * * * *", "30 2 * * *", "15 1,2,3 * * *", "0 0 * * MON"]
@@ -42,7 +43,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     cron=st.sampled_from(CRONS),
     zone=st.sampled_from(ZONES),

@@ -40,6 +40,7 @@ from tests.domain.schedule_log import (
     make_spec,
     ms,
 )
+from tests.hypothesis_budget import examples
 
 MIDNIGHT = ms("2026-06-01T00:00Z")
 
@@ -405,7 +406,7 @@ ACTIONS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     cron=st.sampled_from(["*/15 * * * *", "* * * * *", "0 * * * *", "30 2 * * *"]),
     zone_name=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"]),
@@ -442,7 +443,7 @@ def test_random_drives_never_fire_an_occurrence_twice(cron, zone_name, misfire, 
         assert next_after(cron, zone_name, fired - 1) == fired
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     cron=st.sampled_from(["*/15 * * * *", "* * * * *", "0 * * * *", "0 1 * * *"]),
     zone_name=st.sampled_from(["Europe/Berlin", "America/New_York"]),

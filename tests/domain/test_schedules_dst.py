@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from domain.errors import InvalidInput
 from domain.occurrences import EPOCH, MS, next_after, parse_cron, wall_time, wall_to_ms, zone
 from tests.domain.schedule_log import DAY, HOUR, MINUTE, ScheduleLog, local, make_spec, ms
+from tests.hypothesis_budget import examples
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
@@ -219,7 +220,7 @@ def transitions(zone_name: str) -> list[int]:
 TRANSITIONS = [(name, day) for name in ZONE_NAMES for day in transitions(name)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     near=st.sampled_from(TRANSITIONS),
     cron=SOME_CRONS,
@@ -232,7 +233,7 @@ def test_two_days_around_any_transition_match_the_rule_by_brute_force(near, cron
     assert occurrences(cron, zone_name, start, end) == brute_force(cron, zone_name, start, end)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(zone_name=ZONES, cron=SOME_CRONS, after=st.integers(0, ms("2100-01-01T00:00Z")))
 def test_next_after_is_strictly_later_and_nothing_fires_in_between(zone_name, cron, after):
     found = next_after(cron, zone_name, after)

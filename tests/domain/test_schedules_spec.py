@@ -18,6 +18,7 @@ from domain.schedule_spec import (
     validate_schedule,
     validate_schedules,
 )
+from tests.hypothesis_budget import examples
 
 TABLE = "workflows.nightly"
 
@@ -148,7 +149,7 @@ def test_without_a_table_the_message_names_file_and_key():
     assert str(caught.value).startswith("<manifest dict>: schedule.cron: ")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     cron=st.text(alphabet="0123456789*/,-LW#?@ MONSUNJAFEB\t", max_size=40)
     | st.lists(

@@ -14,6 +14,7 @@ from domain.aggregate import extend, lease_stream, run_stream, steps_stream
 from domain.errors import CorruptionError
 from domain.snapshot import aggregate_from_snapshot, snapshot_document, snapshot_versions
 from tests.domain.strategies import World, chain_needs, claim, finish, make_plan, reachable_worlds
+from tests.hypothesis_budget import examples
 
 
 def stored(aggregate):
@@ -40,7 +41,7 @@ def resume_from(world: World, document):
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reachable_worlds(max_steps=12, max_actions=80), st.data())
 def test_snapshot_round_trips_and_the_fold_resumes_from_it(world, data):
     whole = world.refold()

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from domain.records import NewEvent, StreamAppend
 from eventstore.validation import encode_appends
+from tests.hypothesis_budget import examples
 
 json_scalars = (
     st.none()
@@ -39,7 +40,7 @@ def reversed_keys(value):
     return value
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(json_objects)
 def test_encoding_round_trips_and_ignores_key_order(data):
     text = encoded_data(data)

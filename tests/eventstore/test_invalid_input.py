@@ -65,6 +65,64 @@ CASES = {
     "stream id of 201 characters": ([stream("s" * 201, 0, OK)], "stream_id", "format"),
     "stream id with a space": ([stream("run a", 0, OK)], "stream_id", "format"),
     "empty type": ([stream("run-a", 0, NewEvent("e1", "", {}))], "type", "format"),
+    "a bare run- stream": ([stream("run-", 0, OK)], "stream_id", "category"),
+    "a stream of no known category": ([stream("thing-a", 0, OK)], "stream_id", "category"),
+    "a stream without a category": ([stream("runa", 0, OK)], "stream_id", "category"),
+    "step.created missing what its fold needs": (
+        [stream("run-a", 0, NewEvent("e1", "step.created", {}))],
+        "data",
+        "shape",
+    ),
+    "a known type on another category's stream": (
+        [
+            stream(
+                "steps-a",
+                0,
+                NewEvent(
+                    "e1", "workflow.cancel_requested", {"reason": "user", "requested_at_ms": 1}
+                ),
+            )
+        ],
+        "data",
+        "shape",
+    ),
+    "a lease granted for another Attempt": (
+        [
+            stream(
+                "lease-a",
+                0,
+                NewEvent(
+                    "e1",
+                    "lease.granted",
+                    {
+                        "lease_id": "l",
+                        "attempt_id": "b",
+                        "worker_id": "w",
+                        "granted_at_ms": 1,
+                        "ttl_ms": 1,
+                        "expires_at_ms": 2,
+                    },
+                ),
+            )
+        ],
+        "data",
+        "shape",
+    ),
+    "a plan for another Run": (
+        [
+            stream(
+                "run-a",
+                0,
+                NewEvent(
+                    "e1",
+                    "workflow.admitted",
+                    {"plan": {"run_id": "b"}, "admission_key": "k", "admitted_at_ms": 1},
+                ),
+            )
+        ],
+        "data",
+        "shape",
+    ),
     "type of 101 characters": (
         [stream("run-a", 0, NewEvent("e1", "t" * 101, {}))],
         "type",

@@ -172,7 +172,8 @@ def test_a_lock_is_granted_when_its_holder_commits(pg_url, pg_server_url):
             with psycopg.connect(pg_server_url, autocommit=True) as probe:
                 while time.monotonic() < deadline and not release.is_set():
                     waiting = probe.execute(
-                        "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'advisory'"
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%qlflow_locks%'"
                     ).fetchone()
                     if waiting:
                         release.set()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from domain.errors import InvalidInput
 from eventstore import logs, open_store
 from tests.eventstore.builders import event, stream
+from tests.hypothesis_budget import examples
 
 CAP = 64
 
@@ -134,7 +135,9 @@ def sqlite_store(tmp_path_factory):
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     cap=st.integers(2, 200),
@@ -162,3 +165,23 @@ def test_a_capped_log_is_its_first_and_last_bytes(sqlite_store, cap, appends):
         assert state.dropped_bytes == max(0, len(written) - cap)
         stored = sum(len(c.data) for c in logs.chunks(sqlite_store, attempt_id))
         assert stored - len(logs.marker_text(state.dropped_bytes, head, tail)) <= cap
+
+
+def test_bytes_the_writer_left_out_are_counted_in_the_marker(store):
+    append(store, "wta:lo", [("stdout", 1, b"a" * 40)])
+    with store.transaction() as tx:
+        state = logs.append(tx, "wta:lo", [("stdout", 2, b"b" * 40)], CAP, left_out=1000)
+
+    # 80 written and 1,000 never sent: all but the 64 kept are missing, and the marker says so
+    assert state.stored_bytes + state.dropped_bytes == 80 + 1000
+    [marker] = [c for c in logs.chunks(store, "wta:lo") if c.stream == logs.DROPPED]
+    assert b"1016 bytes of output dropped" in marker.data
+
+
+def test_left_out_bytes_alone_still_get_a_marker(store):
+    append(store, "wta:lo2", [("stdout", 1, b"x" * 10)])
+    with store.transaction() as tx:
+        state = logs.append(tx, "wta:lo2", [], CAP, left_out=7)
+    assert state.dropped_bytes == 7
+    [marker] = [c for c in logs.chunks(store, "wta:lo2") if c.stream == logs.DROPPED]
+    assert b"7 bytes of output dropped" in marker.data

@@ -58,15 +58,15 @@ def test_iter_all_refuses_a_bad_batch(store):
 
 
 def test_streams_with_prefix_is_exact_and_sorted(store):
-    for stream_id in ["run-b", "run-a", "run_x", "runx", "ru", "steps-a", "run-"]:
+    ids = ["run-b", "run-a", "run-a-x", "schedule-x", "steps-a", "steps-b-1", "lease-r"]
+    for stream_id in ids:
         store.append([stream(stream_id, 0, event(f"e-{stream_id}"))])
 
-    assert store.streams_with_prefix("run-") == ["run-", "run-a", "run-b"]
-    assert store.streams_with_prefix("run") == ["run-", "run-a", "run-b", "run_x", "runx"]
+    assert store.streams_with_prefix("run-") == ["run-a", "run-a-x", "run-b"]
+    assert store.streams_with_prefix("run-a") == ["run-a", "run-a-x"]
+    assert store.streams_with_prefix("s") == ["schedule-x", "steps-a", "steps-b-1"]
     assert store.streams_with_prefix("zzz") == []
-    assert store.streams_with_prefix("") == sorted(
-        ["run-b", "run-a", "run_x", "runx", "ru", "steps-a", "run-"]
-    )
+    assert store.streams_with_prefix("") == sorted(ids)
 
 
 def test_empty_store(store):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 
-from domain.errors import VersionConflict
+from domain.errors import DurabilityWarning, VersionConflict
 from domain.records import NewEvent, StreamAppend
 from eventstore import open_store
 from tests.eventstore.builders import event, stream
@@ -28,10 +29,11 @@ def test_defaults_are_wal_and_full_sync(sqlite_url):
 
 @pytest.mark.parametrize("how", ["option", "url"])
 def test_synchronous_and_busy_timeout_are_configurable(sqlite_url, how):
-    if how == "option":
-        store = open_store(sqlite_url, synchronous="normal", busy_timeout_ms=1500)
-    else:
-        store = open_store(f"{sqlite_url}?synchronous=NORMAL&busy_timeout_ms=1500")
+    with pytest.warns(DurabilityWarning):
+        if how == "option":
+            store = open_store(sqlite_url, synchronous="normal", busy_timeout_ms=1500)
+        else:
+            store = open_store(f"{sqlite_url}?synchronous=NORMAL&busy_timeout_ms=1500")
     try:
         assert pragma(store, "synchronous") == 1  # NORMAL
         assert pragma(store, "busy_timeout") == 1500
@@ -121,3 +123,17 @@ def test_checkpoints_run_between_transactions_and_keep_the_wal_bounded(tmp_path)
         assert len(store.read_all()) == 10 * CHECKPOINT_EVERY
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("level", ["NORMAL", "OFF", "normal"])
+def test_a_level_that_may_lose_acknowledged_writes_warns(sqlite_url, level):
+    with pytest.warns(DurabilityWarning, match="power loss") as caught:
+        open_store(f"{sqlite_url}?synchronous={level}").close()
+    assert f"synchronous={level.upper()}" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("level", ["FULL", "EXTRA"])
+def test_a_durable_level_does_not_warn(sqlite_url, level):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DurabilityWarning)
+        open_store(f"{sqlite_url}?synchronous={level}").close()

@@ -1,21 +1,23 @@
 """What the fuzzers share: the example budget, hostile values, structural mutation
 of a valid document, and a small TOML writer for manifests.
 
-Budget: `QLFLOW_FUZZ_EXAMPLES` examples per fuzzer (default 100, the CI budget);
-set it higher for a longer hunt, e.g. `QLFLOW_FUZZ_EXAMPLES=5000`.
+Budget: 100 examples per fuzzer (the CI budget), scaled like every property's by
+`QLFLOW_FUZZ_EXAMPLES` for a longer hunt (tests/hypothesis_budget.py), e.g.
+`QLFLOW_FUZZ_EXAMPLES=5000`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-EXAMPLES = int(os.environ.get("QLFLOW_FUZZ_EXAMPLES", "100"))
+from tests.hypothesis_budget import examples
+
+EXAMPLES = examples(100)
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -17,6 +17,7 @@ from domain.manifest import (
     revision_from_manifest,
     validate_manifest,
 )
+from tests.hypothesis_budget import examples
 
 GOOD = """
 [package]
@@ -351,7 +352,7 @@ def _raw(steps, tasks=None) -> dict:
     }
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(dags())
 def test_every_dag_is_accepted_with_sorted_needs(steps) -> None:
     manifest = validate_manifest(_raw(steps))
@@ -362,7 +363,7 @@ def test_every_dag_is_accepted_with_sorted_needs(steps) -> None:
     revision_from_manifest(manifest)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(dags(), st.data())
 def test_a_back_edge_is_reported_as_a_cycle(steps, data) -> None:
     if len(steps) < 2:
@@ -383,7 +384,7 @@ def test_a_back_edge_is_reported_as_a_cycle(steps, data) -> None:
         assert following in needs[current]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.dictionaries(
         st.from_regex(r"x[a-z]{0,4}", fullmatch=True),

@@ -215,13 +215,16 @@ def test_the_audit_role_cannot_call_the_append_function(roles, published_run):
     [
         ('{"plan": {"ru', 0, pg_errors.InvalidTextRepresentation),
         ("[1, 2]", 0, pg_errors.InvalidParameterValue),
-        ("{}", 5, None),  # expected 5 of a stream that does not exist: a refusal
+        # expected 5 of a stream that does not exist: a refusal
+        ('{"reason": "user", "requested_at_ms": 1}', 5, None),
     ],
 )
 def test_a_malformed_or_misplaced_batch_writes_nothing(roles, published_run, data, expected, error):
     before = event_count(roles)
     if error is None:
-        [(positions, refused, moved)] = append_as(roles.runtime, "run-new", ["x.y"], data, expected)
+        [(positions, refused, moved)] = append_as(
+            roles.runtime, "run-new", ["workflow.cancel_requested"], data, expected
+        )
         assert (positions, refused, moved) == (None, "run-new", False)
     else:
         with pytest.raises(error):
@@ -328,8 +331,19 @@ def hold_advisory_lock(url: str, name: str) -> psycopg.Connection:
     return conn
 
 
-def test_an_audit_held_publisher_lock_bounds_a_start(roles, published_run):
-    holder = hold_advisory_lock(roles.audit, "qlflow-publisher:acme")
+def hold_lock(url: str, name: str) -> psycopg.Connection:
+    """A session of a writing role holding the named lock (its qlflow_locks row)."""
+    conn = psycopg.connect(url)
+    conn.execute(
+        "SELECT 1 FROM qlflow_locks WHERE bucket = (hashtextextended(%s, 0) & 16383)::integer "
+        "FOR UPDATE",
+        (name,),
+    )
+    return conn
+
+
+def test_a_held_publisher_lock_bounds_a_start(roles, published_run):
+    holder = hold_lock(roles.publisher, "qlflow-publisher:acme")
     try:
         with qlflow.open(roles.runtime, lock_timeout_ms=300) as rt:
             began = time.monotonic()
@@ -357,13 +371,13 @@ def test_an_audit_held_migration_lock_bounds_an_open(pg_url):
     open_store(pg_url).close()  # and once it is released the open goes through
 
 
-def test_an_audit_held_lock_on_an_attempt_bounds_the_worker(roles, rt):
+def test_a_held_lock_on_an_attempt_bounds_the_worker(roles, rt):
     rt.publish(manifest(DIAMOND), now_ms=T0)
     rt.start("demo", "flow", admission_key="k1", now_ms=T0)
     rt.cycle(now_ms=T0)
     [lease] = rt.lease_attempts("w1", limit=1, now_ms=T0)
     with qlflow.open(roles.runtime, lock_timeout_ms=300) as worker:
-        holder = hold_advisory_lock(roles.audit, attempt_lock(lease.attempt_id))
+        holder = hold_lock(roles.runtime, attempt_lock(lease.attempt_id))
         try:
             began = time.monotonic()
             with pytest.raises((LockTimeout, StoreUnavailable)) as caught:
@@ -379,7 +393,8 @@ def test_an_audit_held_lock_on_an_attempt_bounds_the_worker(roles, rt):
 
 def test_a_lock_name_in_one_schema_does_not_block_another(roles, published_run, pg_url):
     # the same lock name held in another schema of the same database
-    holder = hold_advisory_lock(pg_url, "qlflow-publisher:acme")
+    open_store(pg_url).close()
+    holder = hold_lock(pg_url, "qlflow-publisher:acme")
     try:
         with qlflow.open(roles.runtime, lock_timeout_ms=300) as rt:
             receipt = rt.start("demo", "flow", admission_key="other-schema", now_ms=T0)

@@ -227,20 +227,20 @@ def test_admission_waits_for_a_revocation_holding_the_publisher_lock(rt, roles, 
         publishing.revoke_publisher_in_tx(tx, "acme", T0 + 1)
         admission = threading.Thread(target=admit)
         admission.start()
-        _wait_for_advisory_lock_wait(pg_server_url, roles.roles["runtime"])
+        _wait_for_lock_wait(pg_server_url, roles.roles["runtime"])
         assert admission.is_alive(), "admission must wait for the revocation to end"
     admission.join(timeout=30)
     assert isinstance(outcome.get("error"), StartGuardError)
     assert outcome["error"].reason == "publisher_revoked"
 
 
-def _wait_for_advisory_lock_wait(admin_url: str, role: str) -> None:
+def _wait_for_lock_wait(admin_url: str, role: str) -> None:
     deadline = time.monotonic() + 20
     with psycopg.connect(admin_url, autocommit=True) as conn:
         while time.monotonic() < deadline:
             waiting = conn.execute(
                 """SELECT 1 FROM pg_stat_activity WHERE usename = %s
-                   AND wait_event_type = 'Lock' AND wait_event = 'advisory'""",
+                   AND wait_event_type = 'Lock'""",
                 (role,),
             ).fetchone()
             if waiting:

@@ -319,7 +319,7 @@ def test_follow_sees_every_event_exactly_once_under_concurrent_writers(store_url
     def write(index: int, writer) -> None:
         for version in range(EVENTS_PER_WRITER):
             event = NewEvent(f"w{index}-e{version}", "test.event", {"n": version}, {"at_ms": T0})
-            writer.append([StreamAppend(f"test-{index}", version, (event,))])
+            writer.append([StreamAppend(f"run-test{index}", version, (event,))])
 
     threads = [threading.Thread(target=write, args=(i, w)) for i, w in enumerate(writers)]
     try:

@@ -132,3 +132,48 @@ def test_rebuild_names_a_broken_document_and_changes_nothing(rt):
 
     assert f"stream {stream}, version {version}, position {position}" in str(caught.value)
     assert rt.store.query("SELECT * FROM runs ORDER BY run_id") == runs_before
+
+
+def two_step_created_events(store) -> list[tuple[str, int]]:
+    """(stream, position) of the first step.created of two Runs."""
+    rows = store.query(
+        "SELECT stream_id, global_position FROM events WHERE type = 'step.created' "
+        "AND stream_version = 2 ORDER BY stream_id LIMIT 2"
+    )
+    assert len(rows) == 2
+    return [(stream, position) for stream, position in rows]
+
+
+def emptied(store) -> list[tuple[str, int]]:
+    """Two step.created documents emptied (as a store written before the append's
+    shape check could hold them)."""
+    chosen = two_step_created_events(store)
+    for _stream, position in chosen:
+        execute(store, "UPDATE events SET data = '{}' WHERE global_position = ?", (position,))
+    return chosen
+
+
+def test_every_event_its_fold_cannot_read_is_named(rt):
+    chosen = emptied(rt.store)
+
+    report = verify(rt.store)
+
+    assert not report.ok
+    named = {(p.stream, p.version, p.position): p.problem for p in report.log_problems}
+    for stream, position in chosen:
+        assert named[(stream, 2, position)] == (
+            "step.created data lacks step_run_id, step_key, status, epoch"
+        )
+
+
+def test_rebuild_names_every_event_its_fold_cannot_read(rt):
+    chosen = emptied(rt.store)
+    runs_before = rt.store.query("SELECT * FROM runs ORDER BY run_id")
+
+    with pytest.raises(CorruptionError) as caught:
+        rebuild(rt.store)
+
+    assert "2 record(s)" in str(caught.value)
+    for stream, position in chosen:
+        assert f"stream {stream}, version 2, position {position}" in str(caught.value)
+    assert rt.store.query("SELECT * FROM runs ORDER BY run_id") == runs_before

@@ -165,3 +165,30 @@ def test_serve_leaves_a_runtime_it_was_given_open(rt, monkeypatch):
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: None)
     qlflow.ui.serve(rt, host="127.0.0.1", port=8399, out=io.StringIO())
     assert rt.runs() == []  # still open: the caller closes it
+
+
+@pytest.mark.parametrize(
+    ("token", "remote", "rule"),
+    [("", True, "non_empty"), ("", False, "non_empty"), ("a", True, "min_length"),
+     ("x" * 31, True, "min_length"), (None, True, "required")],
+)  # fmt: skip
+def test_a_missing_empty_or_short_token_is_refused_with_a_clear_message(rt, token, remote, rule):
+    with pytest.raises(qlflow.errors.InvalidInput) as caught:
+        create_app(rt, token=token, allow_remote=remote)
+    assert caught.value.rule == rule
+    assert "token" in str(caught.value)
+
+
+def test_a_short_token_on_loopback_is_allowed(rt):
+    create_app(rt, token="a", allow_remote=False)
+
+
+@pytest.mark.parametrize(("token", "says"), [("", "is empty"), ("a", "at least 32")])
+def test_qlflow_ui_refuses_an_empty_or_short_token_off_loopback(sqlite_url, tmp_path, token, says):
+    from tests.cli.helpers import qlflow as run_cli
+
+    qlflow.open(sqlite_url).close()
+    done = run_cli("ui", "--host", "0.0.0.0", "--token", token, db=sqlite_url, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr
+    assert "internal error" not in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
+from qlflow.ui import create_app, security
 from tests.ui.conftest import LOOPBACK, csrf_of
 from tests.ui.support import T0, manifest, scenario, work
 
@@ -103,3 +104,39 @@ def test_start_without_csrf_is_refused(rt, client, ids):
     response = client.post("/start", data={"package": "demo", "workflow": "flow"})
     assert response.status_code == 403
     assert len(rt.runs()) == before
+
+
+@pytest.mark.parametrize(
+    "case", ["origin null, a cookie never issued", "a cookie never issued", "origin null"]
+)
+def test_start_with_a_csrf_token_the_server_never_issued_or_from_origin_null_is_refused(
+    rt, ids, case
+):
+    before = len(rt.runs())
+    app = create_app(rt, token=None, allow_remote=False, clock=lambda: T0)
+    with TestClient(app, base_url=LOOPBACK, follow_redirects=False) as sender:
+        if case == "origin null":  # a real token of this server, posted by an opaque origin
+            token = csrf_of(sender.get("/packages").text)
+        else:  # the attack: any 40 characters, in the cookie and the field alike
+            token = "A" * 40
+            sender.cookies.set(security.CSRF_COOKIE, token)
+        headers = {"origin": "null"} if "null" in case else {}
+        response = sender.post(
+            "/start",
+            data={"csrf": token, "package": "demo", "workflow": "flow"},
+            headers=headers,
+        )
+    assert response.status_code == 403
+    assert "CSRF" in response.text or "origin" in response.text
+    assert len(rt.runs()) == before
+
+
+def test_a_token_of_this_server_still_starts_a_run_from_the_same_origin(rt, client, ids):
+    token = csrf_of(client.get("/packages").text)
+    assert security.issued_csrf_token(token)
+    response = client.post(
+        "/start",
+        data={"csrf": token, "package": "demo", "workflow": "flow"},
+        headers={"origin": LOOPBACK},
+    )
+    assert response.status_code == 303
