@@ -14,6 +14,8 @@ transaction: a turn is short and admission serializes on the publisher anyway.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pykka
@@ -172,12 +174,19 @@ class Cycle:
         self._schedule_page_size = schedule_page_size
         self._schedule_grace_ms = schedule_grace_ms
         self._cursor: dict[str, candidates.Cursor | None] = dict.fromkeys(candidates.PHASES)
+        # called with (phase, seconds) after each phase (metrics; docs/DESIGN.md,
+        # "Observability")
+        self.on_phase: Callable[[str, float], None] | None = None
 
     def run(self, now_ms: int) -> CycleResult:
-        results = {
-            phase: self._schedules(now_ms) if phase == SCHEDULE else self._phase(phase, now_ms)
-            for phase in PHASES
-        }
+        results = {}
+        for phase in PHASES:
+            began = time.perf_counter()
+            results[phase] = (
+                self._schedules(now_ms) if phase == SCHEDULE else self._phase(phase, now_ms)
+            )
+            if self.on_phase is not None:
+                self.on_phase(phase, time.perf_counter() - began)
         result = CycleResult(**results)
         for phase in PHASES:
             phase_result = results[phase]

@@ -1,30 +1,45 @@
-"""Projection rebuild throughput beside a raw read of the log, in the same run (issue 7).
+"""Projection rebuild (and verify) throughput beside a raw read of the log, in the same
+run, at several log sizes, on SQLite and PostgreSQL, with each one's peak memory.
 
-    python -m bench.rebuild [--events 1000000] [--pg URL] [--pg-events 200000] [--db PATH]
+    python -m bench.rebuild [--sizes 200000,1000000] [--pg URL | --no-pg] [--rounds 3]
+                            [--verify] [--profile] [--dir DIR]
 
-Generates a log of about `--events` events by driving the pure domain decisions
-(admission, frontier, attempt admission, lease / start / renew / complete,
-recovery, cancellation) over many Runs, appended through the store in large
-transactions: DAGs of 3-6 steps; most Runs succeed; some fail a step (skips
-follow), some are cancelled while a worker holds a started Attempt, some have a
-lease expire before start (lost, requeued), some time out. Then times, in the
-same process, `--rounds` rounds of: a raw `iter_all` over the whole log, then
-`rebuild` (the first round's fills the empty live tables, later ones replace full
-ones); the best round of each is compared. Target: rebuild >= 0.5x raw events/s.
-Prints a table and writes bench/results/rebuild.json. PostgreSQL runs when --pg (or
-QLFLOW_TEST_PG_URL) is given, in a fresh schema dropped afterwards.
+Generates a log by driving the pure domain decisions (admission, frontier, attempt
+admission, lease / start / renew / complete, recovery, cancellation) over many Runs,
+appended through the store in large transactions: DAGs of 3-6 steps; most Runs
+succeed; some fail a step (skips follow), some are cancelled while a worker holds a
+started Attempt, some have a lease expire before start (lost, requeued), some time
+out. Each size has a log of its own. At each size, `--rounds` rounds, each
+in fresh processes one after the other (interleaved): a raw `iter_all` over the
+whole log, then `rebuild` (the first round's fills the empty live tables, later ones
+replace full ones), then `verify` with `--verify`. The best round of each is compared
+(noise on a shared machine only ever slows a round): target rebuild >= 0.8x raw.
+Each process reports its peak RSS, which must not grow with the log's size.
+`--profile` adds one rebuild under cProfile per size: its top lines and
+`orjson.loads` calls per event. Prints a table and writes bench/results/rebuild.json.
+PostgreSQL runs when --pg (or QLFLOW_TEST_PG_URL) is given, in a fresh schema dropped
+afterwards; `--dir` keeps the SQLite files and `--pg-schema` the PostgreSQL schemas
+(one per size), and a later run reuses them.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import random
+import resource
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import quote
 
 import orjson
@@ -46,7 +61,7 @@ from projections.rebuild import rebuild
 from projections.verify import verify
 
 RESULTS = results_path("rebuild")
-TARGET = 0.5
+TARGET = 0.8
 COHORT = 400  # Runs driven side by side (one transaction per tick over all of them)
 TICK_MS = 1000
 TTL_MS = 5000
@@ -179,8 +194,9 @@ def _tick(tx, sim: SimRun, now: int) -> None:
 def generate(store, events: int, seed: int = 7) -> dict:
     """Append Runs until the log holds at least `events` events; returns counts."""
     rng = random.Random(seed)
-    number = 0
-    now = T0
+    # a log grown from a smaller one goes on where it stopped: new Runs, later times
+    [(number, latest)] = store.query("SELECT COUNT(*), MAX(admitted_at_ms) FROM runs")
+    now = T0 if latest is None else latest + 3600 * TICK_MS
     runs = 0
     # a small log (--smoke) in a few Runs, not a whole cohort of ~58 events each
     size = min(COHORT, max(1, events // 60))
@@ -219,75 +235,158 @@ def generate(store, events: int, seed: int = 7) -> dict:
     return {"runs": runs, "events": store.head_position()}
 
 
-# --- timing ------------------------------------------------------------------------------
+# --- timing: each measurement in a process of its own ------------------------------------
 
 
-def time_raw(store) -> dict:
-    started = time.perf_counter()
-    count = sum(1 for _ in store.iter_all())
-    seconds = time.perf_counter() - started
-    return {"events": count, "seconds": seconds, "events_per_s": count / seconds}
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def time_rebuild(store) -> dict:
-    summary = rebuild(store)
+def measure(kind: str, url: str) -> dict:
+    """One measurement in this process: `raw` (iter_all), `rebuild`, `verify` or
+    `profile` (a rebuild under cProfile)."""
+    store = open_store(url)
+    try:
+        started = time.perf_counter()
+        result: dict = {}
+        if kind == "raw":
+            events = sum(1 for _ in store.iter_all())
+        elif kind == "rebuild":
+            events = rebuild(store).events
+        elif kind == "verify":
+            report = verify(store)
+            events, result["ok"] = report.position, report.ok
+        else:
+            profile = cProfile.Profile()
+            profile.enable()
+            events = rebuild(store).events
+            profile.disable()
+            result.update(_profile_lines(profile, events))
+        seconds = time.perf_counter() - started
+    finally:
+        store.close()
     return {
-        "events": summary.events,
-        "seconds": summary.seconds,
-        "events_per_s": summary.events_per_second,
-        "rows": summary.tables,
+        **result,
+        "events": events,
+        "seconds": seconds,
+        "events_per_s": events / seconds if seconds else 0.0,
+        "peak_rss_mb": _peak_rss_mb(),
     }
 
 
-def bench_store(url: str, events: int, rounds: int, console: Console, check: bool) -> dict:
-    """Generate (or reuse) the log, then `rounds` rounds of raw read + rebuild; the best
-    round of each counts (the machine may be shared: noise only ever slows a round)."""
+def _profile_lines(profile: cProfile.Profile, events: int) -> dict:
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("cumulative").print_stats(PROFILE_LINES)
+    loads = sum(
+        calls
+        for (_file, _line, name), (calls, *_rest) in stats.stats.items()  # type: ignore[attr-defined]
+        if "orjson" in name and "loads" in name
+    )
+    return {
+        "profile": text.getvalue().split("\n"),
+        "orjson_loads": loads,
+        "loads_per_event": loads / events if events else 0.0,
+    }
+
+
+PROFILE_LINES = 20
+
+
+BEFORE = "_before"  # a kind's suffix: measured with the code of `--before DIR`
+
+
+def _child(kind: str, url: str, before: str | None = None) -> dict:
+    env = dict(os.environ)
+    if kind.endswith(BEFORE):
+        assert before is not None
+        kind = kind.removesuffix(BEFORE)
+        env["PYTHONPATH"] = before  # that tree's qlflow, and this very bench copied there
+        shutil.copy(__file__, os.path.join(before, "bench", "rebuild.py"))
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.rebuild", "--child", kind, "--url", url],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=before if env.get("PYTHONPATH") == before else None,
+    )
+    return orjson.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_size(
+    url: str,
+    size: int,
+    rounds: int,
+    console: Console,
+    extra: Sequence[str],
+    before: str | None = None,
+) -> dict:
+    """Grow the log to `size` events, then `rounds` interleaved rounds of raw read,
+    rebuild (and whatever `extra` names), each in a process of its own; with `before`
+    (a source tree), its rebuild (and verify) too, in the same rounds."""
     store = open_store(url)
     try:
         registry.migrate_all(store)
         started = time.perf_counter()
         existing = store.head_position()
-        generated = generate(store, events) if existing < events else {"reused": existing}
+        generated = generate(store, size) if existing < size else {"reused": existing}
         generated["seconds"] = time.perf_counter() - started
-        console.print(f"{store.dialect}: log ready, {store.head_position():,} events {generated}")
-        raws, rebuilds = [], []
-        for number in range(rounds):
-            raws.append(time_raw(store))
-            rebuilds.append(time_rebuild(store))
-            console.print(
-                f"  round {number + 1}: raw {raws[-1]['events_per_s']:,.0f} events/s, "
-                f"rebuild {rebuilds[-1]['events_per_s']:,.0f} events/s"
-            )
-        raw = max(raws, key=lambda r: r["events_per_s"])
-        best = max(rebuilds, key=lambda r: r["events_per_s"])
-        result = {
-            "events": store.head_position(),
-            "generated": generated,
-            "raw_iter_all": raw,
-            "rebuild": best,
-            "rounds": {"raw_iter_all": raws, "rebuild": rebuilds},
-            "ratio": best["events_per_s"] / raw["events_per_s"],
-        }
-        if check:
-            result["verify_ok"] = verify(store).ok
-        return result
+        events = store.head_position()
+        dialect = store.dialect
     finally:
         store.close()
+    console.print(f"{dialect}: log ready, {events:,} events {generated}")
+    kinds = ["raw", "rebuild", *(k for k in extra if k != "profile")]
+    if before is not None:
+        kinds += [kind + BEFORE for kind in kinds if kind != "raw"]
+    found: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    for number in range(rounds):
+        for kind in kinds:
+            found[kind].append(_child(kind, url, before))
+        console.print(
+            f"  round {number + 1}: "
+            + ", ".join(f"{k} {found[k][-1]['events_per_s']:,.0f} events/s" for k in kinds)
+        )
+    best = {kind: max(found[kind], key=lambda r: r["events_per_s"]) for kind in kinds}
+    result: dict = {
+        "events": events,
+        "generated": generated,
+        "best": best,
+        "rounds": found,
+        "ratio": best["rebuild"]["events_per_s"] / best["raw"]["events_per_s"],
+        "peak_rss_mb": {kind: max(r["peak_rss_mb"] for r in found[kind]) for kind in kinds},
+    }
+    for kind in kinds[1:]:
+        result[f"{kind}_ratio"] = best[kind]["events_per_s"] / best["raw"]["events_per_s"]
+    if "profile" in extra:
+        result["profile"] = _child("profile", url)
+        console.print("\n".join(result["profile"]["profile"]))
+        if before is not None:
+            result["profile" + BEFORE] = _child("profile" + BEFORE, url, before)
+            console.print("\n".join(result["profile" + BEFORE]["profile"]))
+    return result
 
 
 def render(results: dict, console: Console) -> None:
-    table = Table(title="projection rebuild vs raw iter_all (same run, best round of each)")
-    for column in ("store", "events", "raw events/s", "rebuild events/s", "rebuild s", "ratio"):
+    table = Table(title="rebuild and verify vs raw iter_all (same run, best round of each)")
+    for column in ("store", "events", "what", "events/s", "x raw", "peak RSS MB", "loads/event"):
         table.add_column(column, justify="right")
-    for dialect, r in results["dialects"].items():
-        table.add_row(
-            dialect,
-            f"{r['events']:,}",
-            f"{r['raw_iter_all']['events_per_s']:,.0f}",
-            f"{r['rebuild']['events_per_s']:,.0f}",
-            f"{r['rebuild']['seconds']:.1f}",
-            f"{r['ratio']:.2f} (target {TARGET})",
-        )
+    for dialect, sizes in results["dialects"].items():
+        for r in sizes.values():
+            for kind, best in r["best"].items():
+                profile = r.get("profile" + (BEFORE if kind.endswith(BEFORE) else ""))
+                table.add_row(
+                    dialect,
+                    f"{r['events']:,}",
+                    kind,
+                    f"{best['events_per_s']:,.0f}",
+                    f"{best['events_per_s'] / r['best']['raw']['events_per_s']:.2f}",
+                    f"{r['peak_rss_mb'][kind]:.0f}",
+                    f"{profile['loads_per_event']:.2f}"
+                    if profile and kind.startswith("rebuild")
+                    else "",
+                )
     console.print(table)
 
 
@@ -297,39 +396,81 @@ def _pg_schema_url(url: str, schema: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m bench.rebuild", description=__doc__)
-    parser.add_argument("--events", type=int, default=1_000_000, help="SQLite log size")
-    parser.add_argument("--db", help="SQLite file to use (reused if it already holds the log)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.rebuild",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sizes", default="200000,1000000", help="log sizes, comma-separated")
+    parser.add_argument("--dir", help="keep (and reuse) the SQLite log files here")
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
-    parser.add_argument("--pg-events", type=int, default=200_000, help="PostgreSQL log size")
-    parser.add_argument("--rounds", type=int, default=3, help="raw + rebuild rounds per store")
-    parser.add_argument("--verify", action="store_true", help="also verify after the rebuilds")
+    parser.add_argument("--no-pg", action="store_true", help="SQLite only")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per store and size")
+    parser.add_argument("--verify", action="store_true", help="also time verify")
+    parser.add_argument("--profile", action="store_true", help="one rebuild under cProfile")
+    parser.add_argument("--before", help="a source tree whose rebuild to measure alongside")
+    parser.add_argument("--pg-schema", help="keep (and reuse) the PostgreSQL log in this schema")
+    parser.add_argument("--out", default=str(RESULTS), help="where the JSON goes")
+    parser.add_argument("--child", choices=("raw", "rebuild", "verify", "profile"))
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument(
         "--smoke", action="store_true", help="200 events, one round, verified: does it still run"
     )
     args = parser.parse_args(argv)
     if args.smoke:
-        args.events, args.pg_events, args.rounds, args.verify = 200, 200, 1, True
-    console = Console()
-    results: dict = {"target": TARGET, "dialects": {}}
-    with tempfile.TemporaryDirectory() as scratch:
-        path = args.db or os.path.join(scratch, "rebuild.db")
-        results["dialects"]["sqlite"] = bench_store(
-            f"sqlite:///{os.path.abspath(path)}", args.events, args.rounds, console, args.verify
-        )
-    if args.pg:
-        schema = f"bench_rebuild_{uuid.uuid4().hex[:8]}"
+        args.sizes, args.rounds, args.verify = "200", 1, True
+    if args.child:
+        result = measure(args.child, args.url)
+        print(orjson.dumps(result).decode())
+        return result
+    sizes = sorted(int(size) for size in args.sizes.split(","))
+    extra = [k for k in ("verify", "profile") if getattr(args, k)]
+    console = Console(width=120)
+    before = os.path.abspath(args.before) if args.before else None
+    results: dict = {"target": TARGET, "sizes": sizes, "dialects": {}}
+    if not args.no_sqlite:
+        with tempfile.TemporaryDirectory() as scratch:
+            if args.dir:
+                os.makedirs(args.dir, exist_ok=True)
+            folder = os.path.abspath(args.dir or scratch)
+            results["dialects"]["sqlite"] = {
+                str(size): bench_size(
+                    f"sqlite:///{folder}/rebuild-{size}.db",
+                    size,
+                    args.rounds,
+                    console,
+                    extra,
+                    before,
+                )
+                for size in sizes
+            }
+    if args.pg and not args.no_pg:
+        prefix = args.pg_schema or f"bench_rebuild_{uuid.uuid4().hex[:8]}"
+        schemas = {size: f"{prefix}_{size}" for size in sizes}
         with psycopg.connect(args.pg, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
+            for schema in schemas.values():
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         try:
-            results["dialects"]["postgresql"] = bench_store(
-                _pg_schema_url(args.pg, schema), args.pg_events, args.rounds, console, args.verify
-            )
+            results["dialects"]["postgresql"] = {
+                str(size): bench_size(
+                    _pg_schema_url(args.pg, schemas[size]),
+                    size,
+                    args.rounds,
+                    console,
+                    extra,
+                    before,
+                )
+                for size in sizes
+            }
         finally:
-            with psycopg.connect(args.pg, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+            if not args.pg_schema:
+                with psycopg.connect(args.pg, autocommit=True) as conn:
+                    for schema in schemas.values():
+                        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     render(results, console)
     return results
 

@@ -42,6 +42,7 @@ from domain.manifest_checks import (
 )
 from domain.manifest_v2 import params_at, retry_at
 from domain.params import ParamDefinition, bind_params
+from domain.python_tasks import files_problem, isolation_problem, parse_target, target_problem
 from domain.retry import RetryPolicy
 from domain.revision import MaterializedRevision, materialize_revision
 from domain.schedule_spec import ScheduleSpec, validate_schedules
@@ -55,7 +56,7 @@ DICT_SOURCE = "<manifest dict>"
 
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
-TASK_KEYS = ("command", "env", "files", "enabled", "on_interrupt")
+TASK_KEYS = ("command", "python", "isolation", "env", "files", "enabled", "on_interrupt")
 WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params")
 STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
@@ -74,7 +75,8 @@ class PackageInfo:
 @dataclass(frozen=True, slots=True)
 class TaskSpec:
     """One `[tasks.<id>]` table. `files` is sorted; `file_digests` maps each to its
-    digest when the manifest gave them (manifest dict), else is empty."""
+    digest when the manifest gave them (manifest dict), else is empty. A python
+    Task has `python` ("module:function") and an empty `command`."""
 
     task_id: str
     command: tuple[str, ...]
@@ -82,6 +84,8 @@ class TaskSpec:
     files: tuple[str, ...]
     file_digests: tuple[tuple[str, str], ...]
     enabled: bool
+    python: str | None = None
+    isolation: str | None = None
     on_interrupt: str = ON_INTERRUPT_DEFAULT
 
 
@@ -200,6 +204,8 @@ def revision_from_manifest(
                     env=dict(task.env),
                     files=task.files,
                     enabled=task.enabled,
+                    python=task.python,
+                    isolation=task.isolation,
                     on_interrupt=task.on_interrupt,
                 )
             )
@@ -248,9 +254,28 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     if not isinstance(raw, Mapping):
         raise manifest_error(source, None, table, f"must be a table, not {kind_of(raw)}")
     refuse_unknown_keys(source, table, raw, TASK_KEYS, "key")
+    env = _env(source, table, raw.get("env", {}))
+    files, digests = _files(source, table, raw.get("files"), folder)
+    enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
+    on_interrupt = raw.get("on_interrupt", ON_INTERRUPT_DEFAULT)
+    if on_interrupt not in ON_INTERRUPT:
+        raise manifest_error(
+            source,
+            table,
+            "on_interrupt",
+            f"must be one of {', '.join(map(repr, ON_INTERRUPT))}, not {describe(on_interrupt)}",
+        )
+    if "python" in raw:
+        return _python_task(source, task_id, raw, env, files, digests, enabled, on_interrupt)
+    if "isolation" in raw:
+        raise manifest_error(source, table, "isolation", "applies only to a python Task")
     if "command" not in raw:
         raise manifest_error(
-            source, table, "command", 'missing: a Task needs a command, e.g. ["python3", "x.py"]'
+            source,
+            table,
+            "command",
+            'missing: a Task needs a command, e.g. ["python3", "x.py"], '
+            'or python = "module:function"',
         )
     command = raw["command"]
     if not isinstance(command, list) or not command:
@@ -264,17 +289,6 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
         text_at(source, table, f"command[{index}]", part)
     if not command[0]:
         raise manifest_error(source, table, "command[0]", "the program must not be empty")
-    env = _env(source, table, raw.get("env", {}))
-    files, digests = _files(source, table, raw.get("files"), folder)
-    enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
-    on_interrupt = raw.get("on_interrupt", ON_INTERRUPT_DEFAULT)
-    if on_interrupt not in ON_INTERRUPT:
-        raise manifest_error(
-            source,
-            table,
-            "on_interrupt",
-            f"must be one of {', '.join(map(repr, ON_INTERRUPT))}, not {describe(on_interrupt)}",
-        )
     return TaskSpec(
         task_id=task_id,
         command=tuple(command),
@@ -282,6 +296,52 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
         files=files,
         file_digests=digests,
         enabled=enabled,
+        on_interrupt=on_interrupt,
+    )
+
+
+def _python_task(
+    source: str,
+    task_id: str,
+    raw: Mapping[str, Any],
+    env: tuple[tuple[str, str], ...],
+    files: tuple[str, ...],
+    digests: tuple[tuple[str, str], ...],
+    enabled: bool,
+    on_interrupt: str,
+) -> TaskSpec:
+    """A `[tasks.<id>]` table with `python = "module:function"` (nothing imported)."""
+    table = f"tasks.{task_id}"
+    if "command" in raw:
+        raise manifest_error(source, table, "python", "a Task has a command or python, not both")
+    if env:
+        raise manifest_error(
+            source,
+            table,
+            "env",
+            "applies to a command Task; a python function is given ctx.params instead",
+        )
+    problem = target_problem(raw["python"])
+    if problem is not None:
+        raise manifest_error(source, table, "python", problem)
+    target = parse_target(raw["python"])
+    problem = files_problem(target, files)
+    if problem is not None:
+        raise manifest_error(source, table, "files", problem)
+    isolation = raw.get("isolation")
+    if isolation is not None:
+        problem = isolation_problem(isolation)
+        if problem is not None:
+            raise manifest_error(source, table, "isolation", problem)
+    return TaskSpec(
+        task_id=task_id,
+        command=(),
+        env=env,
+        files=files,
+        file_digests=digests,
+        enabled=enabled,
+        python=target.text,
+        isolation=isolation,
         on_interrupt=on_interrupt,
     )
 

@@ -144,6 +144,11 @@ def _task_document(task: TaskDefinition) -> dict[str, Any]:
         "files": list(task.files),
         "source_digest": task.source_digest,
     }
+    # only where declared: a command Task's revision keeps its digest
+    if task.python is not None:
+        document["python"] = task.python
+    if task.isolation is not None:
+        document["isolation"] = task.isolation
     if task.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared: digests stay
         document["on_interrupt"] = task.on_interrupt
     return document
@@ -237,7 +242,7 @@ _REVISION_FIELDS = (
     "revision_id", "revision_digest", "tasks", "workflows",
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
-_TASK_OPTIONAL_FIELDS = ("on_interrupt",)
+_TASK_OPTIONAL_FIELDS = ("python", "isolation", "on_interrupt")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
 _WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params")
 _STEP_FIELDS = ("key", "task", "needs")
@@ -281,6 +286,8 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 enabled=task["enabled"],
                 env=tuple(check_mapping(task["env"], f"{what} env").items()),
                 files=task["files"],
+                python=task.get("python"),
+                isolation=task.get("isolation"),
                 on_interrupt=task.get("on_interrupt", ON_INTERRUPT_DEFAULT),
             )
         )

@@ -1,8 +1,10 @@
 """A package's Tasks: what each runs, and the digest of its source.
 
-A Task's source digest covers its command, environment and the contents of the
-files it names, so two Tasks that run the same thing from the same bytes have the
-same source, whatever they are called.
+A Task's source digest covers its command (or the Python function it names), its
+environment and the contents of the files it names, so two Tasks that run the same
+thing from the same bytes have the same source, whatever they are called. `python`
+and `isolation` enter the digested definition only when declared, so a command
+Task's digest is what it always was.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from domain.fields import (
     check_name,
     refuse_type,
 )
+from domain.python_tasks import ISOLATION_PROCESS, files_problem, isolation_problem, parse_target
 
 TASK_SOURCE_DOMAIN = "qlflow/task-source@v1"
 # What an interruption by the step's host does (docs/DESIGN.md, "Interruptions"):
@@ -42,7 +45,9 @@ class TaskDefinition:
     covers the definition and those files' contents (see `task_source_digest`).
 
     The constructor checks every field and normalizes `command` and `files` (any
-    list or tuple) and `env` (a mapping or (name, value) pairs)."""
+    list or tuple) and `env` (a mapping or (name, value) pairs). A Task runs either a
+    command or, with `python` ("module.path:function", its module among `files`),
+    a function; then `command` is empty and `isolation` is "process" or "thread"."""
 
     task_id: str
     command: tuple[str, ...]
@@ -50,6 +55,8 @@ class TaskDefinition:
     enabled: bool
     env: tuple[tuple[str, str], ...]
     files: tuple[str, ...]
+    python: str | None
+    isolation: str | None
     on_interrupt: str
 
     def __init__(
@@ -60,17 +67,34 @@ class TaskDefinition:
         enabled: bool = True,
         env: Mapping[str, str] | Sequence[tuple[str, str]] = (),
         files: Sequence[str] = (),
+        python: str | None = None,
+        isolation: str | None = None,
         on_interrupt: str = ON_INTERRUPT_DEFAULT,
     ) -> None:
         what = f"Task {task_id!r}"
         check_name(task_id, "task_id", "Task id")
-        checked_command = _command(command, what)
+        if python is None:
+            checked_command = _command(command, what)
+            if isolation is not None:
+                raise PlanError("task_isolation", f"{what} isolation applies to python Tasks")
+        elif list(check_list(command, f"{what} command")):
+            raise PlanError("task_python", f"{what} has both a command and python")
+        else:
+            checked_command = ()
         check_digest(source_digest, "source_digest", f"{what} source_digest")
         check_bool(enabled, f"{what} enabled")
         checked_env = _env_pairs(env, what)
         checked_files = tuple(check_file_path(p, f"{what} file") for p in check_list(files, what))
         if len(set(checked_files)) != len(checked_files):
             raise PlanError("task_files", f"{what} names a file twice")
+        if python is not None:
+            problem = files_problem(parse_target(python, f"{what} python"), checked_files)
+            if problem is not None:
+                raise PlanError("task_files", f"{what} python: {problem}")
+            if isolation is not None and isolation_problem(isolation) is not None:
+                raise PlanError(
+                    "task_isolation", f"{what} isolation {isolation_problem(isolation)}"
+                )
         if on_interrupt not in ON_INTERRUPT:
             raise PlanError(
                 "on_interrupt",
@@ -82,7 +106,19 @@ class TaskDefinition:
         object.__setattr__(self, "enabled", enabled)
         object.__setattr__(self, "env", checked_env)
         object.__setattr__(self, "files", tuple(sorted(checked_files)))
+        object.__setattr__(self, "python", python)
+        object.__setattr__(self, "isolation", isolation)
         object.__setattr__(self, "on_interrupt", on_interrupt)
+
+    @property
+    def runs_python(self) -> bool:
+        """Whether the Task is a Python function (else a command)."""
+        return self.python is not None
+
+    @property
+    def isolation_mode(self) -> str:
+        """Where a python Task runs: its declared isolation, else a pool process."""
+        return self.isolation or ISOLATION_PROCESS
 
     @property
     def environment(self) -> Mapping[str, str]:
@@ -91,12 +127,17 @@ class TaskDefinition:
 
     def definition(self) -> dict[str, Any]:
         """The definition document `task_source_digest` hashes (no id, no enabled flag:
-        two Tasks that run the same thing from the same files have the same source)."""
+        two Tasks that run the same thing from the same files have the same source).
+        `python`, `isolation` and `on_interrupt` appear only when declared."""
         document: dict[str, Any] = {
             "command": list(self.command),
             "env": dict(self.env),
             "files": list(self.files),
         }
+        if self.python is not None:
+            document["python"] = self.python
+        if self.isolation is not None:
+            document["isolation"] = self.isolation
         if self.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared
             document["on_interrupt"] = self.on_interrupt
         return document
@@ -175,10 +216,13 @@ def define_task(
     env: Mapping[str, str] | None = None,
     files: Sequence[str] = (),
     enabled: bool = True,
+    python: str | None = None,
+    isolation: str | None = None,
     on_interrupt: str = ON_INTERRUPT_DEFAULT,
 ) -> TaskDefinition:
-    """Build a TaskDefinition whose source digest covers `command`, `env`, `files`
-    and `file_digests` (path -> SHA-256 hex of the file's bytes)."""
+    """Build a TaskDefinition whose source digest covers `command` (or `python` and
+    `isolation`), `env`, `files` and `file_digests` (path -> SHA-256 hex of the
+    file's bytes)."""
     draft = TaskDefinition(
         task_id=task_id,
         command=command,
@@ -186,6 +230,8 @@ def define_task(
         enabled=enabled,
         env=env if env is not None else (),
         files=files,
+        python=python,
+        isolation=isolation,
         on_interrupt=on_interrupt,
     )
     digest = task_source_digest(draft.definition(), file_digests or {})

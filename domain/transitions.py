@@ -47,6 +47,7 @@ STEP_NOT_SUCCEEDED = frozenset({"failed", "cancelled", "timed_out", "skipped"})
 ATTEMPT_CLAIMED = "claimed"
 ATTEMPT_STARTING = "starting"
 ATTEMPT_RUNNING = "running"
+ATTEMPT_SUCCEEDED = "succeeded"
 ATTEMPT_INTERRUPTED = "interrupted"  # its host stopped it: the step runs again
 ATTEMPT_TERMINAL = frozenset(
     {"succeeded", "failed", "cancelled", "timed_out", "lost", ATTEMPT_INTERRUPTED}

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from domain.errors import QlflowError
 from domain.records import Record, StreamAppend
+from eventstore.observers import Observers
 from eventstore.validation import EncodedBatch
 
 MigrationStep = Mapping[str, str | Sequence[str]]
@@ -200,7 +201,12 @@ class ReplaySession(Protocol):
 
     def read_log(self, after_position: int, limit: int | None = None) -> list[Any]:
         """Events after `after_position` in position order, each Record-like with
-        `data` and `metadata` decoded on first use."""
+        `data` decoded as read and `metadata` on first use."""
+        ...
+
+    def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
+        """The stored rows (EVENT_COLUMNS: position, event id, stream, version, type,
+        data text, metadata text) after `after_position`, in position order."""
         ...
 
     def head_position(self) -> int:
@@ -229,6 +235,7 @@ class EventStore(Reads, Protocol):
     """An append-only event store with per-stream version CAS."""
 
     url: str
+    observers: Observers  # told of each commit and each StoreUnavailable
 
     @property
     def single_writer(self) -> bool:

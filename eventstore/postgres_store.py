@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import select
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -145,6 +146,7 @@ class PostgresTransaction(BaseTransaction):
             return [self._rows(sql, params) for sql, params in queries]
         cursors = []
         conn = self._conn
+        self.round_trips += 1
         # BEGIN (if due), what waits, and every query in one round trip
         with conn.pipeline():
             begins = self._begin_pending
@@ -170,6 +172,8 @@ class PostgresTransaction(BaseTransaction):
         with self._conn.cursor() as cursor:
             if self._begin_pending:
                 self._send_begin()
+                self.round_trips += 1
+            self.round_trips += 1
             cursor.executemany(_native(sql), seq_of_params)
 
     def _upsert(
@@ -194,12 +198,15 @@ class PostgresTransaction(BaseTransaction):
         with self._conn.cursor() as cursor:
             if self._begin_pending:
                 self._send_begin()
+                self.round_trips += 1
+            self.round_trips += 1
             cursor.execute(sql, params)
 
     def _types_of(self, table: str) -> dict[str, str]:
         """Each column's type, from the catalog (once per table and store)."""
         found = self._column_types.get(table)
         if found is None:
+            self.round_trips += 1
             rows = self._conn.execute(
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                 "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
@@ -229,9 +236,11 @@ class PostgresTransaction(BaseTransaction):
     ) -> psycopg.Cursor:
         prepare = None if prepared else False
         conn = self._conn
+        self.round_trips += 1
         if self._begin_pending or self._queued:
             if not _PIPELINE:
                 self._send_begin()
+                self.round_trips += 1
                 return cursor.execute(sql, params, prepare=prepare)
             # BEGIN, what waits and this statement in one round trip
             with conn.pipeline():
@@ -249,6 +258,8 @@ class PostgresTransaction(BaseTransaction):
     def finish(self, commit: bool) -> None:
         """COMMIT (with what is still queued, in one round trip) or ROLLBACK."""
         conn = self._conn
+        if self.begun or self._queued:
+            self.round_trips += 1  # COMMIT (with what waits) or ROLLBACK
         if commit and self._queued:
             with conn.pipeline():
                 self._send_prelude()
@@ -491,9 +502,12 @@ class PostgresStore(BaseStore):
         conn = self._take()
         try:
             conn.autocommit = True  # the transaction sends its own BEGIN (see _send)
-            return PostgresTransaction(
+            tx = PostgresTransaction(
                 conn, self.lock_timeout_ms, explicit_begin=True, column_types=self._column_types
             )
+            # the pool's check of this connection, if it had to ask the server
+            tx.round_trips = _CHECKED.pop(conn, 0)
+            return tx
         except BaseException:
             self._give_back(conn)
             raise
@@ -645,6 +659,11 @@ def _check_when_spoken_to(conn: psycopg.Connection) -> None:
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable:
         psycopg_pool.ConnectionPool.check_connection(conn)
+        _CHECKED[conn] = 1  # a round trip the next transaction on it counts
+
+
+# connections whose last check asked the server (eventstore.observers: round trips)
+_CHECKED: weakref.WeakKeyDictionary[psycopg.Connection, int] = weakref.WeakKeyDictionary()
 
 
 def _describe(url: str) -> str:

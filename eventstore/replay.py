@@ -37,16 +37,19 @@ from eventstore.transaction import EVENT_COLUMNS, BaseTransaction
 
 _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+", re.IGNORECASE)
 # Statements that would create objects outside the connection-private temp schema.
-_UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|TRIGGER|MATERIALIZED)\b", re.IGNORECASE)
+_UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|MATERIALIZED)\b", re.IGNORECASE)
+# A live table's triggers (and their functions) are not copied: the copy's rows enter
+# the live table through `swap_in`, which fires them there.
+_LIVE_ONLY_DDL = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TRIGGER|FUNCTION)\b", re.IGNORECASE)
 
 
 class LazyRecord:
-    """A Record as a replay reads it: `data` and `metadata` are decoded on first use,
-    as folds leave many unread (a steps record's fold reads only its version)."""
+    """A Record as a replay reads it: `data` decoded as it is read (every fold reads
+    it), `metadata` on first use (most records' folds never do)."""
 
     __slots__ = (
-        "_data",
         "_metadata",
+        "data",
         "event_id",
         "global_position",
         "stream_id",
@@ -54,23 +57,23 @@ class LazyRecord:
         "type",
     )
 
-    def __init__(self, row: Sequence[Any]) -> None:
+    def __init__(self, row: Sequence[Any], decoded: tuple[Any, Any] | None = None) -> None:
+        """`row`: the EVENT_COLUMNS of one event; `decoded`: its data and metadata where
+        the caller has decoded them already."""
         (
             self.global_position,
             self.event_id,
             self.stream_id,
             self.stream_version,
             self.type,
-            self._data,
-            self._metadata,
+            data,
+            metadata,
         ) = row
-
-    @property
-    def data(self) -> Any:
-        """The event's data, decoded on first use."""
-        if isinstance(self._data, str):
-            self._data = orjson.loads(self._data)
-        return self._data
+        if decoded is None:
+            self.data = orjson.loads(data)
+            self._metadata = metadata
+        else:
+            self.data, self._metadata = decoded
 
     @property
     def metadata(self) -> Any:
@@ -131,17 +134,20 @@ class BaseReplaySession(ABC):
         with self.reading():
             for number, step in enumerate(steps, start=1):
                 for statement in statements_for(step, self.tx.dialect, component, number):
-                    self.tx.execute(_temporary(statement, component, number))
+                    if not _LIVE_ONLY_DDL.match(statement):
+                        self.tx.execute(_temporary(statement, component, number))
 
     def read_log(self, after_position: int, limit: int | None = None) -> list[LazyRecord]:
-        """The events after `after_position`, in position order, decoded lazily."""
+        """The events after `after_position`, in position order (see LazyRecord)."""
+        return [LazyRecord(row) for row in self.read_rows(after_position, limit)]
+
+    def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
+        """The stored rows (EVENT_COLUMNS) after `after_position`, in position order."""
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
         sql += " ORDER BY global_position"
         if limit is None:
-            rows = self.tx.query(sql, (after_position,))
-        else:
-            rows = self.tx.query(sql + " LIMIT ?", (after_position, limit))
-        return [LazyRecord(row) for row in rows]
+            return self.tx.query(sql, (after_position,))
+        return self.tx.query(sql + " LIMIT ?", (after_position, limit))
 
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""
@@ -177,7 +183,7 @@ def _listed(alias: str, columns: Sequence[str]) -> str:
 def _temporary(statement: str, component: str, number: int) -> str:
     if _UNSAFE_DDL.match(statement):
         raise SchemaError(
-            f"schema step {component} v{number} creates a view or trigger; rebuild can only "
+            f"schema step {component} v{number} creates a view; rebuild can only "
             "copy tables and indexes into its private namespace"
         )
     return _CREATE_TABLE.sub("CREATE TEMP TABLE ", statement, count=1)

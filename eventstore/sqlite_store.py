@@ -61,13 +61,16 @@ class SqliteTransaction(BaseTransaction):
         self._conn = conn
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        self.round_trips += 1  # in process: a statement is SQLite's round trip
         return self._conn.execute(sql, params).fetchall()
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> sqlite3.Cursor:
         # sqlite3 caches every statement it compiles; `prepared` matters to PostgreSQL only
+        self.round_trips += 1
         return self._conn.execute(sql, params)
 
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        self.round_trips += 1
         self._conn.executemany(sql, seq_of_params)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
@@ -83,6 +86,7 @@ class SqliteTransaction(BaseTransaction):
         return self._rows_in("SELECT stream_id, version FROM streams WHERE stream_id", stream_ids)
 
     def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
+        self.round_trips += 2
         last = self._conn.execute("SELECT COALESCE(MAX(global_position), 0) FROM events")
         first = last.fetchone()[0] + 1
         positions = range(first, first + len(events))
@@ -119,6 +123,7 @@ class SqliteTransaction(BaseTransaction):
         for start in range(0, len(values), _ID_CHUNK):
             chunk = values[start : start + _ID_CHUNK]
             marks = ", ".join("?" * len(chunk))
+            self.round_trips += 1
             rows.extend(self._conn.execute(f"{select} IN ({marks})", chunk).fetchall())
         return rows
 
@@ -168,12 +173,15 @@ class SqliteStore(BaseStore):
         except BaseException:
             self._lock.release()
             raise
-        return SqliteTransaction(self._conn)
+        tx = SqliteTransaction(self._conn)
+        tx.round_trips = 1  # BEGIN
+        return tx
 
     def _finish(self, tx: BaseTransaction, commit: bool) -> None:
         tx.ended = True
         try:
             if commit:
+                tx.round_trips += 1
                 try:
                     self._conn.execute("COMMIT")
                 except BaseException:

@@ -4,6 +4,7 @@ rule, store-level conveniences and migrations. Adapters supply connections and S
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -20,6 +21,7 @@ from eventstore.migrations import (
     apply_steps,
     check_version,
 )
+from eventstore.observers import Commit, Observers
 from eventstore.replay import BaseReplaySession
 from eventstore.transaction import BaseTransaction
 from eventstore.validation import encode_appends
@@ -36,6 +38,7 @@ class BaseStore(ABC):
         self.read_only = read_only  # opened for reads only: no transaction, no migration
         self._closed = False
         self._thread = threading.local()
+        self.observers = Observers()  # metrics, logs, traces (eventstore.observers)
         self.host_clock: HostClock = host_ms  # this host's clock (tests give a skewed one)
         self._offset_ms = 0  # the store's clock minus the host's, as last read
 
@@ -100,6 +103,7 @@ class BaseStore(ABC):
             typed = self._unavailable(error)
             if typed is None:
                 raise
+            self.observers.failed(typed.reason)
             raise typed from error
 
     # -- transactions ------------------------------------------------------------------
@@ -117,6 +121,8 @@ class BaseStore(ABC):
                 "transaction; open it again without read_only to write"
             )
         self._thread.in_transaction = True
+        observers = self.observers
+        began = time.perf_counter() if observers.active else 0.0
         try:
             with self._typed_errors():
                 tx = self._begin()
@@ -135,6 +141,10 @@ class BaseStore(ABC):
                 self._finish(tx, commit=True)
         finally:
             self._thread.in_transaction = False
+        if began:
+            observers.committed(
+                Commit(tx.appended, time.perf_counter() - began, tx.round_trips)
+            )
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
         """Append in a transaction of its own (see Transaction.append)."""

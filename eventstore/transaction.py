@@ -75,6 +75,10 @@ class BaseTransaction(ABC):
         self.clock_of: Any = None  # the store whose time this transaction tells
         # (function, leading args) an append goes through instead of the plain one
         self._through: tuple[str, tuple[Any, ...]] | None = None
+        self.appended: list[Record] = []  # what this transaction wrote (not replays)
+        # how often it waited for the database, BEGIN and COMMIT included (each adapter
+        # counts its own: PostgreSQL pipelines several statements into one)
+        self.round_trips = 0
 
     # -- hooks each adapter implements -------------------------------------------------
 
@@ -145,10 +149,12 @@ class BaseTransaction(ABC):
         except BaseException as exc:
             self.failure = exc
             raise
-        return [
+        records = [
             record_from_event(event, position)
             for event, position in zip(batch.events, written, strict=True)
         ]
+        self.appended.extend(records)
+        return records
 
     def append_through(
         self, function: str, args: Sequence[Any], batch: EncodedBatch

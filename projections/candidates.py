@@ -14,13 +14,21 @@ from __future__ import annotations
 from domain.phases import RUN_PHASES as PHASES
 from domain.transitions import ATTEMPT_ACTIVE
 
-__all__ = ["PHASES", "active_attempt_ids", "claimable_attempts", "page"]
+__all__ = [
+    "PHASES", "active_attempt_ids", "claimable_attempts", "claimable_condition", "page",
+]  # fmt: skip
 
 
 def _open_at(prefix: str) -> str:
     """The condition "the window `<prefix>_opens_ms`..`<prefix>_closes_ms` holds the
     instant bound twice after it"."""
     return f"{prefix}_opens_ms <= ? AND ({prefix}_closes_ms IS NULL OR {prefix}_closes_ms > ?)"
+
+
+def claimable_condition() -> str:
+    """The SQL condition on `attempts` "a worker may lease it at the instant bound
+    twice after it" (what `claimable_attempts` reads), for a query of its own."""
+    return _open_at("grant")
 
 
 Cursor = tuple[int, str]
@@ -67,7 +75,7 @@ def claimable_attempts(
     grant window holds `now_ms` (`domain.work.grant_windows`): the window that opened
     first first, then the oldest claim (an Attempt whose lease expires later is past
     the range the query reads)."""
-    where = [_open_at("grant")]
+    where = [claimable_condition()]
     params: list = [now_ms, now_ms]
     if run_id is not None:
         where.append("run_id = ?")

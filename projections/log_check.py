@@ -1,8 +1,8 @@
 """`verify`'s check of the log itself, before it trusts a replay of it.
 
-A replay proves the read models equal the log; it cannot say the log is sound. So in
-one snapshot this reads every event in position order (in batches) and every stream
-head, and names each problem by stream, version and position:
+A replay proves the read models equal the log; it cannot say the log is sound. So
+every event is looked at in position order, and every stream head, and each problem
+is named by stream, version and position:
 
 - a stream's versions are contiguous from 1 (a deleted event leaves a gap);
 - within a stream, positions increase with the version;
@@ -13,18 +13,23 @@ head, and names each problem by stream, version and position:
   category and names an entity, its type is one docs/EVENTS.md names for that
   category, its data has the fields the fold needs and names the stream's entity.
 
-It never raises for what it finds: a broken row is a problem in the list.
+`LogCheck` looks at the events batch by batch as the replay reads them, and decodes
+each document once for both (`records`); `check_log` reads the log on its own, in
+one snapshot the caller holds. Neither raises for what it finds: a broken row is a
+problem in the list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from domain.event_shapes import SHAPES, shape_problem, stream_problem
+from eventstore.replay import LazyRecord
+from eventstore.transaction import EVENT_COLUMNS
 
 DOCUMENT = "document"  # the kind of a problem with an event's own fields
 BATCH = 5000
@@ -51,108 +56,159 @@ class LogProblem:
         return f"log: {', '.join(where)}: {self.problem}"
 
 
+class LogCheck:
+    """The log check over events handed in position order, batch by batch (`records`),
+    then the stream heads (`finish`). It holds each stream's last version and position."""
+
+    def __init__(self) -> None:
+        self.problems: list[LogProblem] = []
+        self.broken_at: int | None = None  # the position of the first undecodable document
+        self._last: dict[str, tuple[int, int]] = {}  # stream -> (version, position)
+
+    def records(self, rows: Iterable[Sequence[Any]]) -> list[LazyRecord]:
+        """Check stored rows (EVENT_COLUMNS); each as a record with its documents
+        decoded here (a document that does not decode is None)."""
+        found = []
+        last, problems = self._last, self.problems
+        for row in rows:
+            position, _event_id, stream, version, type_, data, metadata = row
+            try:
+                decoded = (orjson.loads(data), orjson.loads(metadata))
+                sound = type(decoded[0]) is dict and type(decoded[1]) is dict and type_
+            except (orjson.JSONDecodeError, TypeError):
+                sound = False
+            if (
+                not sound
+                or not isinstance(type_, str)
+                or type_ not in SHAPES
+                or stream_problem(stream) is not None
+                or shape_problem(stream, type_, decoded[0]) is not None
+            ):
+                decoded = self._documents(stream, version, position, type_, data, metadata)
+            previous = last.get(stream)
+            expected = 1 if previous is None else previous[0] + 1
+            if version != expected:
+                problems.append(_gap(stream, version, position, expected))
+            if previous is not None and version < previous[0]:
+                problems.append(_backwards(stream, version, position, previous))
+            if previous is None or version > previous[0]:
+                last[stream] = (version, position)
+            found.append(LazyRecord(row, decoded))
+        del problems[MAX_PROBLEMS:]
+        return found
+
+    def finish(self, tx: Any, streams: str) -> list[LogProblem]:
+        """Every problem, the stream heads in the table `streams` (a qualified name)
+        compared with the events checked, read through `tx`."""
+        problems = self.problems
+        heads = dict(tx.query(f"SELECT stream_id, version FROM {streams}"))
+        last = self._last
+        for stream in sorted(last.keys() | heads.keys()):
+            head = heads.get(stream)
+            event = last.get(stream)
+            if head is None:
+                problems.append(
+                    LogProblem(stream, event[0] if event else None, None, "has events but no head")
+                )
+            elif event is None:
+                problems.append(
+                    LogProblem(stream, head, None, f"head says {head} but it has no events")
+                )
+            elif head != event[0]:
+                problems.append(
+                    LogProblem(
+                        stream,
+                        event[0],
+                        event[1],
+                        f"head says {head}, the last event is version {event[0]}",
+                    )
+                )
+        return problems[:MAX_PROBLEMS]
+
+    def _documents(
+        self, stream: str, version: int, position: int, type_: Any, data: Any, metadata: Any
+    ) -> tuple[Any, Any]:
+        """Note each problem of an event's own fields; its documents, decoded (None:
+        does not decode)."""
+        found = []
+        if not isinstance(type_, str) or not type_:
+            found.append(LogProblem(stream, version, position, "has no type", DOCUMENT))
+        decoded = []
+        for name, text in (("data", data), ("metadata", metadata)):
+            try:
+                value = orjson.loads(text)
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                found.append(
+                    LogProblem(
+                        stream, version, position, f"{name} is not valid JSON ({exc})", DOCUMENT
+                    )
+                )
+                value = None
+            else:
+                if not isinstance(value, dict):
+                    found.append(
+                        LogProblem(
+                            stream,
+                            version,
+                            position,
+                            f"{name} is {type(value).__name__}, not an object",
+                            DOCUMENT,
+                        )
+                    )
+            decoded.append(value)
+        problem = stream_problem(stream)
+        data_value = decoded[0]
+        if problem is None and isinstance(type_, str) and type_ and isinstance(data_value, dict):
+            if type_ not in SHAPES:
+                problem = f"type {type_!r} is not one docs/EVENTS.md names"
+            else:
+                problem = shape_problem(stream, type_, data_value)
+        if problem is not None:
+            found.append(LogProblem(stream, version, position, problem, DOCUMENT))
+        if found and self.broken_at is None:
+            self.broken_at = position
+        self.problems += found
+        return decoded[0], decoded[1]
+
+
 def check_log(tx: Any, events: str, streams: str) -> list[LogProblem]:
     """Every problem of the log in the tables `events` and `streams` (qualified names),
     read through `tx` inside one snapshot the caller holds."""
-    problems: list[LogProblem] = []
-    last: dict[str, tuple[int, int]] = {}  # stream -> (version, position) of its last event
-    for position, stream, version, type_, data, metadata in _events(tx, events):
-        problems += _document_problems(stream, version, position, type_, data, metadata)
-        previous = last.get(stream)
-        expected = 1 if previous is None else previous[0] + 1
-        if version != expected:
-            gap = (
-                f"versions {expected} to {version - 1} are missing"
-                if version > expected
-                else f"version {version} comes after version {expected - 1}"
-            )
-            problems.append(LogProblem(stream, version, position, f"not contiguous: {gap}"))
-        if previous is not None and version < previous[0]:
-            problems.append(
-                LogProblem(
-                    stream,
-                    version,
-                    position,
-                    f"positions do not increase with versions (version {previous[0]} is at "
-                    f"position {previous[1]})",
-                )
-            )
-        if previous is None or version > previous[0]:
-            last[stream] = (version, position)
-        if len(problems) >= MAX_PROBLEMS:
-            return problems[:MAX_PROBLEMS]
-    heads = dict(tx.query(f"SELECT stream_id, version FROM {streams}"))
-    for stream in sorted(last.keys() | heads.keys()):
-        head = heads.get(stream)
-        event = last.get(stream)
-        if head is None:
-            problems.append(
-                LogProblem(stream, event[0] if event else None, None, "has events but no head")
-            )
-        elif event is None:
-            problems.append(
-                LogProblem(stream, head, None, f"head says {head} but it has no events")
-            )
-        elif head != event[0]:
-            problems.append(
-                LogProblem(
-                    stream,
-                    event[0],
-                    event[1],
-                    f"head says {head}, the last event is version {event[0]}",
-                )
-            )
-    return problems[:MAX_PROBLEMS]
+    check = LogCheck()
+    for rows in _events(tx, events):
+        check.records(rows)
+    return check.finish(tx, streams)
 
 
-def _events(tx: Any, events: str) -> Iterator[tuple[Any, ...]]:
+def _gap(stream: str, version: int, position: int, expected: int) -> LogProblem:
+    gap = (
+        f"versions {expected} to {version - 1} are missing"
+        if version > expected
+        else f"version {version} comes after version {expected - 1}"
+    )
+    return LogProblem(stream, version, position, f"not contiguous: {gap}")
+
+
+def _backwards(stream: str, version: int, position: int, previous: tuple[int, int]) -> LogProblem:
+    return LogProblem(
+        stream,
+        version,
+        position,
+        f"positions do not increase with versions (version {previous[0]} is at "
+        f"position {previous[1]})",
+    )
+
+
+def _events(tx: Any, events: str) -> Iterator[list[Any]]:
+    """The rows (EVENT_COLUMNS) of `events` in position order, a batch at a time."""
     after = None
     while True:
         where, params = ("", ()) if after is None else ("WHERE global_position > ?", (after,))
         rows = tx.query(
-            f"SELECT global_position, stream_id, stream_version, type, data, metadata "
-            f"FROM {events} {where} ORDER BY global_position LIMIT {BATCH}",
+            f"SELECT {EVENT_COLUMNS} FROM {events} {where} ORDER BY global_position LIMIT {BATCH}",
             params,
         )
-        yield from rows
+        yield rows
         if len(rows) < BATCH:
             return
         after = rows[-1][0]
-
-
-def _document_problems(
-    stream: str, version: int, position: int, type_: Any, data: Any, metadata: Any
-) -> list[LogProblem]:
-    found = []
-    if not isinstance(type_, str) or not type_:
-        found.append(LogProblem(stream, version, position, "has no type", DOCUMENT))
-    decoded: dict[str, Any] = {}
-    for name, text in (("data", data), ("metadata", metadata)):
-        try:
-            value = orjson.loads(text)
-        except (orjson.JSONDecodeError, TypeError) as exc:
-            found.append(
-                LogProblem(stream, version, position, f"{name} is not valid JSON ({exc})", DOCUMENT)
-            )
-            continue
-        if not isinstance(value, dict):
-            found.append(
-                LogProblem(
-                    stream,
-                    version,
-                    position,
-                    f"{name} is {type(value).__name__}, not an object",
-                    DOCUMENT,
-                )
-            )
-            continue
-        decoded[name] = value
-    problem = stream_problem(stream)
-    if problem is None and isinstance(type_, str) and type_ and "data" in decoded:
-        if type_ not in SHAPES:
-            problem = f"type {type_!r} is not one docs/EVENTS.md names"
-        else:
-            problem = shape_problem(stream, type_, decoded["data"])
-    if problem is not None:
-        found.append(LogProblem(stream, version, position, problem, DOCUMENT))
-    return found

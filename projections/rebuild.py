@@ -10,8 +10,10 @@ only the live tables.
 A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`. A
 `Replay` folds batch after batch (`apply(records)`) like `apply` does, but may hold
 rows in memory between batches as long as it writes them all by `flush()`; `insert`
-adds new rows to a copy in bulk (the session's `insert`). Records reach the folds
-with `data` and `metadata` decoded on first use only.
+adds new rows to a copy in bulk (the session's `insert`). The log is read once and
+each document decoded once: a batch reaches the folds with `data` decoded and
+`metadata` decoded on first use, sorted out to them in one pass (docs/DESIGN.md,
+"Rebuild").
 
 Replay runs in batches, one short read transaction each, holding no write lock, so
 the runtime keeps working meanwhile. A failure or a kill at any point before the swap
@@ -34,10 +36,11 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
-from domain.errors import CorruptionError, InvalidInput
+from domain import streams
+from domain.errors import CorruptionError, InvalidInput, SchemaError
 from eventstore.api import EventStore, ReplaySession, Transaction
 from projections import registry, snapshots
-from projections.log_check import DOCUMENT, check_log
+from projections.log_check import DOCUMENT, LogCheck, check_log
 
 Progress = Callable[[int, int], None]
 """`progress(events_done, events_total)`, called after each replayed batch."""
@@ -132,10 +135,18 @@ class ReplayCopy:
         self.tables = projection_tables()
         self.position = 0
         self.events = 0
+        self.check: LogCheck | None = None  # verify's: the log checked as it is read
+        self.failure: Exception | None = None  # what stopped the folds, under a check
         self._folds = [
             (module.STREAM_PREFIXES, _replayer(module, session.tx, session.insert))
             for module in registry.modules()
         ]
+        # category prefix -> the folds its streams go to (every prefix is a category's)
+        self._routes: dict[str, tuple[int, ...]] = {}
+        for prefixes, _fold in self._folds:
+            for found in prefixes:
+                if found != streams.prefix(streams.category(found)):
+                    raise SchemaError(f"stream prefix {found!r} is not a whole category's")
 
     @classmethod
     @contextmanager
@@ -208,19 +219,66 @@ class ReplayCopy:
         """Column names of the live table, in table order."""
         return self._session.columns(table)
 
+    def checked(self) -> LogCheck:
+        """Check the log as the replay reads it (verify): each event read and decoded
+        once for both. A fold that fails, or the first undecodable document, stops the
+        folds (`failure`; `check.broken_at`) but not the reading or the check."""
+        self.check = LogCheck()
+        return self.check
+
     def _read(self, limit: int | None = None) -> list[Any]:
-        """The events after the copy's position, in order (decoded lazily)."""
-        return self._session.read_log(self.position, limit)
+        """The events after the copy's position, in order (see LazyRecord)."""
+        if self.check is None:
+            return self._session.read_log(self.position, limit)
+        return self.check.records(self._session.read_rows(self.position, limit))
 
     def _apply(self, records: list) -> None:
-        for prefixes, fold in self._folds:
-            mine = [r for r in records if r.stream_id.startswith(prefixes)]
-            if mine:
-                fold.apply(mine)
+        check = self.check
+        if check is None:
+            self._route(records)
+            return
+        if self.failure is not None:
+            return
+        if check.broken_at is not None:
+            records = [r for r in records if r.global_position < check.broken_at]
+        try:
+            self._route(records)
+            if check.broken_at is not None:
+                self.failure = CorruptionError("the log has a document no replay can read")
+        except Exception as exc:  # the report names it beside the log's problems
+            self.failure = exc
+
+    def _route(self, records: list) -> None:
+        """Hand each module its records of the batch, in log order, sorted out in one
+        pass: a stream's category decides which modules fold it."""
+        mine: list[list] = [[] for _ in self._folds]
+        routes = self._routes
+        for record in records:
+            stream = record.stream_id
+            category = stream[: stream.find("-") + 1]
+            route = routes.get(category)
+            if route is None:
+                route = routes[category] = tuple(
+                    number
+                    for number, (prefixes, _fold) in enumerate(self._folds)
+                    if stream.startswith(prefixes)
+                )
+            for number in route:
+                mine[number].append(record)
+        for (_prefixes, fold), found in zip(self._folds, mine, strict=True):
+            if found:
+                fold.apply(found)
 
     def _flush(self) -> None:
-        for _prefixes, fold in self._folds:
-            fold.flush()
+        if self.check is not None and self.failure is not None:
+            return
+        try:
+            for _prefixes, fold in self._folds:
+                fold.flush()
+        except Exception as exc:
+            if self.check is None:
+                raise
+            self.failure = exc
 
 
 class _Apply:

@@ -24,26 +24,23 @@ until COMMIT (actors.loading), so no one else changes these rows meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 
 from domain import execution as execution_rules
-from domain.aggregate import RunAggregate, extend, fold
-from domain.errors import CorruptionError
+from domain.aggregate import RunAggregate
 from domain.phases import RUN_PHASES
 from domain.records import Record
 from domain.streams import run_stream
 from projections.runs_fold import (
-    _created,
     _fold,
     _json,
     _load,
-    _named,
     _query_in,
     _Rows,
-    _select_steps_with_live_attempts,
 )
+from projections.runs_replay import Replay  # the rebuild's fold (projections.registry)
 from projections.runs_schema import (  # the module's contract (projections.registry)
     ATTEMPTS,
     COMPONENT,
@@ -61,10 +58,8 @@ from projections.runs_schema import (  # the module's contract (projections.regi
 )
 from projections.runs_windows import (
     _after,
-    _by_run,
     _folded_runs,
     _refresh_work,
-    _run_streams,
 )
 
 __all__ = [
@@ -147,135 +142,3 @@ def _split_executions(store) -> None:
             tx.executemany(
                 "UPDATE attempts SET output = ?, execution = ? WHERE attempt_id = ?", split
             )
-
-
-# --- replay: the rebuild's path ----------------------------------------------------------
-
-REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
-
-Insert = Callable[[str, Sequence[str], list[tuple]], None]
-"""`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""
-
-
-class Replay:
-    """`apply` for a rebuild, batch after batch into tables that start empty.
-
-    Each batch goes through `apply`'s load, fold and work windows (from aggregates it
-    holds beside the rows and extends batch by batch), but the rows stay
-    in memory between batches and are written only when they leave: once more than
-    `capacity` Runs are held, the least recently named half leave, and `flush` empties
-    the lot. So a Run's rows are loaded at most once while they stay (never, if the
-    replay admitted it), and most rows are written once, as new rows, by `insert`. A
-    Run leaves with all its StepRuns and Attempts, so any row not in memory has its
-    newest values in the table."""
-
-    capacity = REPLAY_RUNS
-
-    def __init__(self, tx, insert: Insert) -> None:
-        self._tx = tx
-        self._insert = insert
-        self._rows = _Rows()
-        self._recent: dict[str, None] = {}  # Runs in memory, least recently named first
-        self._aggregates: dict[str, RunAggregate] = {}  # the Runs in memory, folded
-        self._unfolded: set[str] = set()  # Runs in memory whose last batch ended mid-append
-        self._last = 0  # the position of the last record folded
-
-    def apply(self, records: Sequence[Record]) -> None:
-        """Fold one batch, in log order; past capacity, write out the older half."""
-        rows = self._rows
-        self._load_missing(records)
-        touched: set[str] = set()
-        for record in records:
-            run_id = _fold(rows, record)
-            if run_id is not None:
-                touched.add(run_id)
-        for aggregate in self._fold_aggregates(records):
-            _refresh_work(rows, aggregate)
-        if len(self._recent) > self.capacity:
-            # a Run whose last batch ended mid-append stays until its windows are
-            # known: once written out, an Attempt that ended in that append would not
-            # be loaded again to have its window cleared
-            older = list(self._recent)[: len(self._recent) // 2]
-            self._write([run_id for run_id in older if run_id not in self._unfolded])
-
-    def flush(self) -> None:
-        """Write out every row held in memory, and forget them."""
-        for streams in _run_streams(self._tx, self._unfolded, self._last).values():
-            _refresh_work(self._rows, fold(*streams))
-        self._unfolded.clear()
-        self._write(list(self._recent))
-
-    def _fold_aggregates(self, records: Sequence[Record]) -> list[RunAggregate]:
-        """The aggregate of every Run the batch has records of, after the batch: one
-        held from the last batch is extended, any other folded from the log up to the
-        batch's last record (the log may hold more by now).
-
-        A batch may end inside an append (a RunEvent without its StepRunMutation yet):
-        such a Run cannot be folded until the next batch brings the rest, so it waits
-        in `_unfolded` (`flush` folds what is left, and raises if the log is corrupt)."""
-        by_run = _by_run(records, self._rows)
-        if records:
-            self._last = max(self._last, max(record.global_position for record in records))
-        held = self._aggregates
-        missing = [run_id for run_id in by_run if run_id not in held]
-        found = _run_streams(self._tx, missing, self._last)
-        folded = []
-        for run_id, streams in by_run.items():
-            try:
-                if run_id in found:
-                    held[run_id] = fold(*found[run_id])
-                elif run_id in held:
-                    held[run_id] = extend(held[run_id], *streams)
-                else:
-                    continue
-            except CorruptionError:
-                held.pop(run_id, None)
-                self._unfolded.add(run_id)
-                continue
-            self._unfolded.discard(run_id)
-            folded.append(held[run_id])
-        return folded
-
-    def _load_missing(self, records: Sequence[Record]) -> None:
-        """What `_load` loads, but only rows that are neither in memory nor created by
-        these records (in a log that is not corrupt, such a row is not stored yet)."""
-        tx, rows = self._tx, self._rows
-        run_ids, attempt_ids = _named(records)
-        created_runs, created_attempts = _created(records)
-        missing = attempt_ids - rows.attempts.keys() - created_attempts
-        rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", missing))
-        run_ids.update(rows.attempts[a]["run_id"] for a in attempt_ids if a in rows.attempts)
-        absent = run_ids - self._recent.keys() - created_runs
-        rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", absent))
-        steps, live_attempts = _select_steps_with_live_attempts(tx, absent)
-        rows.add_loaded(STEP_RUNS, steps)
-        rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in rows.attempts))
-        recent = self._recent
-        for run_id in run_ids:
-            recent.pop(run_id, None)
-            recent[run_id] = None
-
-    def _write(self, run_ids: list[str]) -> None:
-        """Store the rows of these Runs (new ones inserted, changed ones upserted) and
-        drop them from memory."""
-        rows = self._rows
-        leaving = set(run_ids)
-        for run_id in run_ids:
-            del self._recent[run_id]
-            self._aggregates.pop(run_id, None)
-            self._unfolded.discard(run_id)
-        runs = [rows.runs.pop(run_id) for run_id in run_ids if run_id in rows.runs]
-        steps = [row for run_id in run_ids for row in rows.steps.pop(run_id, {}).values()]
-        attempt_ids = [a for a, row in rows.attempts.items() if row["run_id"] in leaving]
-        attempts = [rows.attempts.pop(attempt_id) for attempt_id in attempt_ids]
-        for table, gone in ((RUNS, runs), (STEP_RUNS, steps), (ATTEMPTS, attempts)):
-            loaded = rows._loaded[table.name]
-            found = table.differing(gone, loaded)
-            for row in gone:
-                loaded.pop(table.key_of(row), None)
-            new = [values for values, is_new in found if is_new]
-            changed = [values for values, is_new in found if not is_new]
-            if new:
-                self._insert(table.name, table.columns, new)
-            if changed:
-                self._tx.upsert(table.name, table.columns, table.key, changed)

@@ -11,6 +11,7 @@ import orjson
 
 from domain import execution as execution_rules
 from domain.errors import CorruptionError
+from domain.event_types import ATTEMPT, ATTEMPT_CLAIMED, WORKFLOW_ADMITTED
 from domain.records import Record
 from domain.transitions import STEP_TERMINAL
 from projections.runs_schema import (
@@ -151,6 +152,37 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
     return run_ids, attempt_ids
 
 
+_ATTEMPT_EVENT = f"{ATTEMPT}."  # the prefix of every Attempt RunEvent type
+
+
+def _named_and_created(
+    records: Sequence[Record],
+) -> tuple[set[str], set[str], set[str], set[str]]:
+    """`_named` and `_created` in one pass: (Runs named, Attempts named, Runs
+    admitted, Attempts claimed)."""
+    run_ids: set[str] = set()
+    attempt_ids: set[str] = set()
+    admitted: set[str] = set()
+    claimed: set[str] = set()
+    for record in records:
+        family, _, entity_id = record.stream_id.partition("-")
+        if family == _RUN:
+            run_ids.add(entity_id)
+            kind = record.type
+            if kind.startswith(_ATTEMPT_EVENT):
+                attempt_id = record.data["attempt_id"]
+                attempt_ids.add(attempt_id)
+                if kind == ATTEMPT_CLAIMED:
+                    claimed.add(attempt_id)
+            elif kind == WORKFLOW_ADMITTED:
+                admitted.add(entity_id)
+        elif family == _STEPS:
+            run_ids.add(entity_id)
+        elif family == _LEASE:
+            attempt_ids.add(entity_id)
+    return run_ids, attempt_ids, admitted, claimed
+
+
 _STEPS_WITH_LIVE_ATTEMPTS = (
     f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
     f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
@@ -182,6 +214,11 @@ def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
 def _fold(rows: _Rows, record: Record) -> str | None:
     """Fold one record; return the Run whose work windows it may change, if any."""
     family, _, entity_id = record.stream_id.partition("-")
+    return _fold_family(rows, family, entity_id, record)
+
+
+def _fold_family(rows: _Rows, family: str, entity_id: str, record: Record) -> str | None:
+    """`_fold` for a record whose stream id is already split into family and entity."""
     if family == _RUN:
         _fold_run_event(rows, entity_id, record)
         return entity_id

@@ -9,6 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from domain.phases import RUN_PHASES
+from domain.transitions import ATTEMPT_RUNNING, ATTEMPT_STARTING
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.runs"
@@ -187,6 +188,58 @@ MIGRATIONS.append({"sqlite": _WORK_ORDER, "postgresql": _WORK_ORDER})
 _EXECUTION_STEP = ["ALTER TABLE attempts ADD COLUMN execution TEXT"]
 MIGRATIONS.append({"sqlite": _EXECUTION_STEP, "postgresql": _EXECUTION_STEP})
 EXECUTION_STEP = len(MIGRATIONS)
+# Step 7: the Attempts starting or running, by Task, for a metrics scrape
+# (`projections.gauges`): a partial index as small as what runs, not the history.
+ACTIVE_WHERE = f"status IN ('{ATTEMPT_STARTING}', '{ATTEMPT_RUNNING}')"
+_ACTIVE = [f"CREATE INDEX attempts_active ON attempts (task_ref) WHERE {ACTIVE_WHERE}"]
+MIGRATIONS.append({"sqlite": _ACTIVE, "postgresql": _ACTIVE})
+# Step 8: the Runs per status, kept by triggers on `runs` (every write of the table —
+# the append's fold, a rebuild's swap, a backfill — keeps it equal to the table), so a
+# scrape reads a handful of rows instead of counting every Run. On PostgreSQL the
+# counter rows are written after the append, while its position lock serializes
+# appenders anyway, so they add no wait of their own.
+_COUNTS_TABLE = "CREATE TABLE run_counts (status TEXT PRIMARY KEY, runs {integer} NOT NULL)"
+_COUNTS_FILL = (
+    "INSERT INTO run_counts (status, runs) SELECT status, COUNT(*) FROM runs GROUP BY status"
+)
+_SQLITE_ADD = (
+    "INSERT INTO run_counts (status, runs) VALUES (NEW.status, 1) "
+    "ON CONFLICT (status) DO UPDATE SET runs = runs + 1;"
+)
+_SQLITE_REMOVE = "UPDATE run_counts SET runs = runs - 1 WHERE status = OLD.status;"
+_COUNTS_SQLITE = [
+    _COUNTS_TABLE.format(integer="INTEGER"),
+    _COUNTS_FILL,
+    f"CREATE TRIGGER runs_count_insert AFTER INSERT ON runs BEGIN {_SQLITE_ADD} END",
+    f"CREATE TRIGGER runs_count_delete AFTER DELETE ON runs BEGIN {_SQLITE_REMOVE} END",
+    "CREATE TRIGGER runs_count_update AFTER UPDATE OF status ON runs "
+    f"WHEN OLD.status IS NOT NEW.status BEGIN {_SQLITE_REMOVE} {_SQLITE_ADD} END",
+]
+_COUNTS_POSTGRESQL = [
+    _COUNTS_TABLE.format(integer="BIGINT"),
+    _COUNTS_FILL,
+    # the counts beside the table that fired (a rebuild's session has a temp copy of
+    # run_counts first on its search_path)
+    """CREATE FUNCTION qlflow_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            EXECUTE format('UPDATE %I.run_counts SET runs = runs - 1 WHERE status = $1',
+                           TG_TABLE_SCHEMA) USING OLD.status;
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            EXECUTE format('INSERT INTO %I.run_counts AS c (status, runs) VALUES ($1, 1) '
+                           'ON CONFLICT (status) DO UPDATE SET runs = c.runs + 1',
+                           TG_TABLE_SCHEMA) USING NEW.status;
+        END IF;
+        RETURN NULL;
+    END $$""",
+    "CREATE TRIGGER runs_count_insert AFTER INSERT OR DELETE ON runs "
+    "FOR EACH ROW EXECUTE FUNCTION qlflow_count_runs()",
+    "CREATE TRIGGER runs_count_update AFTER UPDATE OF status ON runs FOR EACH ROW "
+    "WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION qlflow_count_runs()",
+]
+MIGRATIONS.append({"sqlite": _COUNTS_SQLITE, "postgresql": _COUNTS_POSTGRESQL})
+COUNTS_TABLE = "run_counts"
 
 
 TABLES = {
@@ -194,7 +247,7 @@ TABLES = {
     "step_runs": ("run_id", "step_key"),
     "attempts": ("attempt_id",),
 }
-GRANTS = {table: {RUNTIME: MOVE, AUDIT: READ} for table in TABLES}
+GRANTS = {table: {RUNTIME: MOVE, AUDIT: READ} for table in (*TABLES, COUNTS_TABLE)}
 
 Row = dict[str, Any]
 # a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>

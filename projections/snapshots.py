@@ -68,6 +68,20 @@ def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | No
             write(tx, after)
 
 
+class Replay:
+    """The rebuild's fold of snapshots: none. They are no read model replayed from the
+    log (`TABLES` is empty): `rebuild` drops them, `verify` checks the live ones."""
+
+    def __init__(self, tx, insert) -> None:
+        del tx, insert
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Nothing is folded."""
+
+    def flush(self) -> None:
+        """Nothing is held."""
+
+
 def write(tx, aggregate: RunAggregate) -> None:
     """Store `aggregate` as its Run's snapshot (replacing any older one)."""
     document = orjson.dumps(snapshot_document(aggregate), option=orjson.OPT_SORT_KEYS).decode()

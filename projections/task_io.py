@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import orjson
+
 from domain.errors import NotFound
 from domain.plan import task_ref
 from domain.revision import revision_from_json
 from domain.tasks import ON_INTERRUPT_DEFAULT
+from domain.transitions import ATTEMPT_SUCCEEDED
 from eventstore.api import EventStore
 from projections import views
 from projections.published_revisions import published_revisions
@@ -23,7 +26,8 @@ from projections.published_revisions import published_revisions
 @dataclass(frozen=True, slots=True)
 class TaskDefinitionView:
     """A Task as the admitted revision holds it: command, env, the files it names,
-    and the package folder the publication was made from (None for a manifest dict)."""
+    and the package folder the publication was made from (None for a manifest dict);
+    a python Task has `python` ("module:function") and `isolation`, and no command."""
 
     task_ref: str
     task_id: str
@@ -32,6 +36,8 @@ class TaskDefinitionView:
     files: tuple[str, ...]
     folder: str | None
     source_digest: str
+    python: str | None = None
+    isolation: str | None = None
     on_interrupt: str = ON_INTERRUPT_DEFAULT  # what a stop by its host does: requeue | fail
 
 
@@ -60,6 +66,8 @@ def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionV
                 files=tuple(task.files),
                 folder=source if isinstance(source, str) and source else None,
                 source_digest=task.source_digest,
+                python=task.python,
+                isolation=task.isolation_mode if task.runs_python else None,
                 on_interrupt=task.on_interrupt,
             )
     raise NotFound(f"publication {publication_id} has no Task for task ref {ref}")
@@ -84,3 +92,47 @@ def task_inputs(store: EventStore, run_id: str, step_key: str) -> TaskInputs:
         "params": dict(run.params),
         "needs": {need: run.steps[need].output for need in step.needs},
     }
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInputs:
+    """What a python Task's context holds besides the lease: the step's inputs, which
+    Attempt of the step this is (1-based) and how many it may have."""
+
+    inputs: TaskInputs
+    attempt: int
+    max_attempts: int
+
+
+def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: str) -> AttemptInputs:
+    """The inputs of the step and the number of Attempt `attempt_id` in it: three small
+    reads sent together (one round trip on PostgreSQL), not the whole Run."""
+    run_rows, step_rows, attempt_rows = store.query_all(
+        [
+            ("SELECT params FROM runs WHERE run_id = ?", (run_id,)),
+            (
+                "SELECT needs, max_attempts FROM step_runs WHERE run_id = ? AND step_key = ?",
+                (run_id, step_key),
+            ),
+            (
+                """SELECT step_key, attempt_id, attempt_number, status, output FROM attempts
+                   WHERE run_id = ? AND (status = ? OR attempt_id = ?)""",
+                (run_id, ATTEMPT_SUCCEEDED, attempt_id),
+            ),
+        ]
+    )
+    if not run_rows:
+        raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
+    if not step_rows:
+        raise NotFound(f"run {run_id!r} has no step {step_key!r}")
+    (params,), (needs_text, max_attempts) = run_rows[0], step_rows[0]
+    needs = [need for need in needs_text.split(",") if need]
+    outputs: dict[str, dict[str, Any] | None] = dict.fromkeys(needs)
+    number = 0
+    for key, attempt, attempt_number, status, output in attempt_rows:
+        if attempt == attempt_id:
+            number = attempt_number
+        if status == ATTEMPT_SUCCEEDED and key in outputs and output is not None:
+            outputs[key] = orjson.loads(output)
+    inputs: TaskInputs = {"params": orjson.loads(params) if params else {}, "needs": outputs}
+    return AttemptInputs(inputs, number, max_attempts)

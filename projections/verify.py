@@ -12,11 +12,13 @@ of the row's values in column order), rows ordered by the table's key. On a
 difference, the report lists each key that is missing from the live table, extra in
 it, or changed (with the columns that differ, live value beside replayed value).
 
-First, in a snapshot of its own, the log itself is checked (`projections.log_check`:
-contiguous versions, heads, positions, decodable documents); each problem is named
-by stream, version and position. A log with an undecodable document is not replayed
-(the replay could only stop at it), and a replay that stops on a broken log is a
-problem in the report, never a crash.
+The log itself is checked on the same read (`projections.log_check.LogCheck`:
+contiguous versions, heads, positions, decodable documents): each event is read once
+and decoded once, for the check and the folds alike, and each problem is named by
+stream, version and position. The folds stop at the first undecodable document (a
+replay could only stop there) and nothing is compared; a fold that fails on a broken
+log is a problem in the report, never a crash. The stream heads are compared in the
+final snapshot, with the log's tail.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import orjson
 
 from projections import registry, snapshots
-from projections.log_check import DOCUMENT, LogProblem, check_log
+from projections.log_check import DOCUMENT, LogProblem
 from projections.rebuild import DEFAULT_BATCH, Progress, ReplayCopy, check_batch
 
 MAX_DIFFERENCES_PER_TABLE = 100
@@ -128,20 +130,24 @@ def verify(store, progress: Progress | None = None, *, batch: int = DEFAULT_BATC
     truncated: dict[str, int] = {}
     position = 0
     with ReplayCopy.open(store) as copy:
+        check = copy.checked()
+        copy.replay(progress, batch)
         with copy.snapshot():
-            problems = check_log(copy.tx, copy.live("events"), copy.live("streams"))
-        if any(problem.kind == DOCUMENT for problem in problems):
-            return VerifyReport(False, 0, tables, differences, truncated, problems)
-        try:
-            replayed = _compare(copy, progress, batch, tables, differences, truncated)
-        except Exception as exc:
-            if not problems:
-                raise
-            problems.append(
-                LogProblem("*", None, None, f"the replay stopped: {type(exc).__name__}: {exc}")
-            )
-            return VerifyReport(False, 0, {}, [], {}, problems)
-        position = replayed
+            copy.catch_up()
+            problems = check.finish(copy.tx, copy.live("streams"))
+            if any(problem.kind == DOCUMENT for problem in problems):
+                return VerifyReport(False, 0, tables, differences, truncated, problems)
+            if copy.failure is not None:
+                if not problems:
+                    raise copy.failure
+                failure = copy.failure
+                problems.append(
+                    LogProblem(
+                        "*", None, None, f"the replay stopped: {type(failure).__name__}: {failure}"
+                    )
+                )
+                return VerifyReport(False, 0, {}, [], {}, problems)
+            position = _compare(copy, tables, differences, truncated)
     return VerifyReport(
         ok=not problems
         and all(check.ok for check in tables.values())
@@ -156,42 +162,36 @@ def verify(store, progress: Progress | None = None, *, batch: int = DEFAULT_BATC
 
 def _compare(
     copy: ReplayCopy,
-    progress: Progress | None,
-    batch: int,
     tables: dict[str, TableCheck],
     differences: list[Difference],
     truncated: dict[str, int],
 ) -> int:
-    """Replay into the copy and compare it with the live tables; the log position."""
-    copy.replay(progress, batch)
-    with copy.snapshot():
-        copy.catch_up()
-        for table, key in copy.tables.items():
-            columns = copy.columns(table)
-            live = _rows(copy, copy.live(table), columns, key)
-            replay = _rows(copy, copy.copy(table), columns, key)
-            tables[table] = TableCheck(
-                rows=len(live),
-                rows_replay=len(replay),
-                checksum_live=_checksum(live),
-                checksum_replay=_checksum(replay),
-            )
-            if not tables[table].ok:
-                found = _differences(table, columns, key, live, replay)
-                differences += found[:MAX_DIFFERENCES_PER_TABLE]
-                if len(found) > MAX_DIFFERENCES_PER_TABLE:
-                    truncated[table] = len(found) - MAX_DIFFERENCES_PER_TABLE
-        differences += [
-            Difference(
-                snapshots.TABLE,
-                {"run_id": run_id, "run_version": run_v, "steps_version": steps_v},
-                SNAPSHOT,
-                problem=problem,
-            )
-            for run_id, run_v, steps_v, problem in snapshots.check(
-                copy.tx, copy.live(snapshots.TABLE)
-            )
-        ]
+    """Compare the replayed copy with the live tables (inside the snapshot that read
+    the log's tail); the log position."""
+    for table, key in copy.tables.items():
+        columns = copy.columns(table)
+        live = _rows(copy, copy.live(table), columns, key)
+        replay = _rows(copy, copy.copy(table), columns, key)
+        tables[table] = TableCheck(
+            rows=len(live),
+            rows_replay=len(replay),
+            checksum_live=_checksum(live),
+            checksum_replay=_checksum(replay),
+        )
+        if not tables[table].ok:
+            found = _differences(table, columns, key, live, replay)
+            differences += found[:MAX_DIFFERENCES_PER_TABLE]
+            if len(found) > MAX_DIFFERENCES_PER_TABLE:
+                truncated[table] = len(found) - MAX_DIFFERENCES_PER_TABLE
+    differences += [
+        Difference(
+            snapshots.TABLE,
+            {"run_id": run_id, "run_version": run_v, "steps_version": steps_v},
+            SNAPSHOT,
+            problem=problem,
+        )
+        for run_id, run_v, steps_v, problem in snapshots.check(copy.tx, copy.live(snapshots.TABLE))
+    ]
     return copy.position
 
 

@@ -40,6 +40,9 @@ from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
 from qlflow import errors
 from qlflow.async_runtime import AsyncRuntime
+from qlflow.executor.reports import AttemptReport
+from qlflow.python.context import TaskContext
+from qlflow.python.worker import Worker
 from qlflow.runtime import Completed, Completion, Lease, Profile, Runtime
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "AdmissionReceipt",
     "AsyncRuntime",
     "AttemptBlock",
+    "AttemptReport",
     "AttemptState",
     "AttemptView",
     "Completed",
@@ -79,9 +83,11 @@ __all__ = [
     "StepFailure",
     "StepView",
     "StepWait",
+    "TaskContext",
     "TimelineEntry",
     "VerifyReport",
     "WhyReport",
+    "Worker",
     "errors",
     "open",
     "open_async",

@@ -36,7 +36,8 @@ from domain.errors import QlflowError, VersionConflict
 from domain.intent import cancel_intent
 from domain.phases import PHASES
 from projections.views import RunView
-from qlflow.executor import AttemptReport, LocalProcessExecutor, RunningProcess
+from qlflow.executor import AttemptReport, RunningProcess
+from qlflow.executor.seam import Executor
 from qlflow.runtime import CycleResult, Runtime
 from qlflow.transient import Backoff, transient_errors
 from qlflow.worker_pool import WorkerPool
@@ -133,7 +134,7 @@ class Driver:
     def __init__(
         self,
         rt: Runtime,
-        executor: LocalProcessExecutor,
+        executor: Executor,
         *,
         worker_id: str,
         workers: int = 1,

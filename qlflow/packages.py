@@ -33,6 +33,7 @@ from domain.manifest import (
 )
 from domain.manifest_checks import manifest_error
 from domain.revision import MaterializedRevision
+from qlflow.python.source import check_python_task
 
 _CHUNK = 1 << 20
 MAX_TASK_FILE_BYTES = 64 << 20  # a file a Task names is hashed at publish and before each run
@@ -92,6 +93,7 @@ def load_package(path: str | os.PathLike[str]) -> LoadedPackage:
         for relative in task.files:
             if relative not in digests:
                 digests[relative] = _file_digest(folder, relative, source, task.task_id)
+        check_python_task(folder, task, source)
     revision = revision_from_manifest(manifest, digests)
     return LoadedPackage(
         source=source,

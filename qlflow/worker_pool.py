@@ -8,7 +8,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from qlflow.executor import AttemptReport, LocalProcessExecutor
+from qlflow.executor import AttemptReport
+from qlflow.executor.seam import Executor
 from qlflow.runtime import Lease, Runtime
 
 log = logging.getLogger("qlflow.driver")
@@ -21,7 +22,7 @@ class WorkerPool:
     def __init__(
         self,
         rt: Runtime,
-        executor: LocalProcessExecutor,
+        executor: Executor,
         *,
         worker_id: str,
         slots: int,

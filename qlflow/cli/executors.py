@@ -12,6 +12,8 @@ import typer
 from domain.errors import QlflowError
 from qlflow.cli.app import settings
 from qlflow.executor import LocalProcessExecutor, PublishedTasks
+from qlflow.python.executor import PythonExecutor
+from qlflow.python.routing import TaskRouter
 from qlflow.runtime import Runtime
 
 LOG_DIR_NAME = ".qlflow-logs"
@@ -43,12 +45,14 @@ def local_executor(
     log_dir: Path | None,
     ttl_ms: int,
     kill_after_ms: int,
-) -> LocalProcessExecutor:
-    """The local executor of this host, writing step logs to `log_dir` (or the default)."""
-    return LocalProcessExecutor(
-        rt,
-        tasks.resolve,
-        log_dir=log_dir or default_log_dir(settings(ctx).url),
-        ttl_ms=ttl_ms,
-        kill_after_s=kill_after_ms / 1000,
+) -> TaskRouter:
+    """The executors of this host, commands and python Tasks, writing step logs to
+    `log_dir` (or the default)."""
+    folder = log_dir or default_log_dir(settings(ctx).url)
+    commands = LocalProcessExecutor(
+        rt, tasks.resolve, log_dir=folder, ttl_ms=ttl_ms, kill_after_s=kill_after_ms / 1000
     )
+    python = PythonExecutor(
+        rt, tasks.resolve, log_dir=folder, ttl_ms=ttl_ms, kill_after_s=kill_after_ms / 1000
+    )
+    return TaskRouter(tasks, commands, python)

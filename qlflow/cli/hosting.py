@@ -3,22 +3,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from qlflow import event_log
+from qlflow.cli import logs
 from qlflow.cli.app import RUN_AND_HOST, app
 from qlflow.cli.executors import default_worker_id, local_executor
 from qlflow.cli.exits import EXIT_INTERRUPTED, CliError
 from qlflow.cli.opening import opened, redact
 from qlflow.cli.options import (
+    LOG_FORMATS,
     DrainOption,
     KillAfterOption,
     LogDirOption,
+    LogFormatOption,
+    MetricsHostOption,
+    MetricsPortOption,
     PackageDirOption,
+    TracesOption,
     TtlOption,
     at_least,
     check_ttl,
@@ -29,8 +38,67 @@ from qlflow.cli.output import stderr_console, stdout_console
 from qlflow.cli.signals import SignalRelay
 from qlflow.driver import DEFAULT_SERVE_INTERVAL_MS, Driver
 from qlflow.executor import DEFAULT_KILL_AFTER_S, PublishedTasks
+from qlflow.runtime import Runtime
 
 log = logging.getLogger("qlflow.cli")
+SlotTracker = Callable[[int, Callable[[], int]], None]
+
+
+@contextlib.contextmanager
+def traced(rt: Runtime, wanted: bool) -> Iterator[None]:
+    """While hosting with --traces: a trace of every Run that ends (`qlflow.tracing`)."""
+    if not wanted:
+        yield
+        return
+    try:
+        from qlflow import tracing
+    except ImportError as error:
+        raise CliError(
+            f"--traces needs the otel extra: pip install 'qlflow[otel]' ({error})"
+        ) from None
+    runs = tracing.trace_runs(rt)
+    try:
+        yield
+    finally:
+        runs.close()
+
+
+@contextlib.contextmanager
+def observed(
+    rt: Runtime, metrics_port: int | None, metrics_host: str, say: Callable[..., None]
+) -> Iterator[SlotTracker]:
+    """While hosting: log what the commits do (`qlflow.event_log`) and, with a
+    metrics port, count them and serve /metrics; yields what reports the slots."""
+    stop_logs = event_log.log_commits(rt.store)
+    if metrics_port is None:
+        try:
+            yield lambda _total, _in_use: None
+        finally:
+            stop_logs()
+        return
+    from prometheus_client import start_http_server
+
+    from qlflow import metrics
+
+    handle = metrics.instrument(rt)
+    try:
+        server, thread = start_http_server(
+            metrics_port, metrics_host, registry=metrics.registry()
+        )
+    except OSError as error:
+        handle.close()
+        stop_logs()
+        raise CliError(f"--metrics-port {metrics_port}: cannot listen ({error})") from error
+    port = server.server_address[1]
+    say(f"qlflow: metrics at http://{metrics_host}:{port}/metrics", "metrics", port=port)
+    try:
+        yield metrics.track_slots
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        handle.close()
+        stop_logs()
 
 
 def _host(
@@ -47,31 +115,51 @@ def _host(
     tasks: list[str] | None,
     once: bool,
     log_dir: Path | None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    log_format: str = "human",
+    traces: bool = False,
 ) -> None:
     at_least("--interval-ms", interval_ms)
+    at_least("--metrics-port", metrics_port, 0)
+    if log_format not in LOG_FORMATS:
+        raise CliError(f"--log-format must be human or json, got {log_format!r}")
+    as_json = log_format == "json"
+    if as_json:
+        logs.use_json()
     at_least("--kill-after-ms", kill_after_ms, 0)
     at_least("--drain-ms", drain_ms, 0)
     check_ttl(ttl_ms)
     folders = [package_folder(p) for p in package_dirs or []]
     err = stderr_console()
+
+    def say(message: str, event: str = "host", **fields: Any) -> None:
+        """A host's message: a line for a person, or a JSON event."""
+        if as_json:
+            event_log.emit(event, message, **fields)
+        else:
+            err.print(message, soft_wrap=True, highlight=False)
+
     if not folders:
         if not cycles:
             raise CliError(
                 "a worker needs --package-dir: the folder of each package whose Tasks it runs"
             )
-        err.print("qlflow: serve without --package-dir only cycles; workers run nothing here")
-    with opened(ctx) as rt:
+        say("qlflow: serve without --package-dir only cycles; workers run nothing here")
+    with (
+        opened(ctx) as rt,
+        observed(rt, metrics_port, metrics_host, say) as track_slots,
+        traced(rt, traces),
+    ):
         published = PublishedTasks(rt)
         for folder in folders:
             published.add_folder(folder)
         name = "serve" if cycles else "worker"
-        err.print(
+        say(
             f"qlflow {name}: {redact(rt.url)} ({rt.profile.name}); "
             + (f"a cycle every {interval_ms} ms; " if cycles else "")
             + f"{slots} slot(s) for {', '.join(published.packages) or 'no package'}; "
-            f"lease TTL {ttl_ms} ms; on SIGTERM running steps get {drain_ms} ms to finish",
-            soft_wrap=True,
-            highlight=False,
+            f"lease TTL {ttl_ms} ms; on SIGTERM running steps get {drain_ms} ms to finish"
         )
         executor = local_executor(
             ctx, rt, published, log_dir=log_dir, ttl_ms=ttl_ms, kill_after_ms=kill_after_ms
@@ -89,16 +177,19 @@ def _host(
             once=once,
             drain_s=drain_ms / 1000,
         )
+        track_slots(slots, lambda: driver.pool.busy)
 
         def on_signal(signum: int) -> None:
             if not driver.stop.is_set():
-                err.print(
+                say(
                     f"qlflow: {signal.Signals(signum).name}: no new leases; "
                     f"{driver.pool.busy} running step(s) get {drain_ms} ms to finish, then "
                     "SIGTERM (recorded interrupted: they run again on the next host). "
                     "Signal again to exit at once.",
-                    soft_wrap=True,
-                    highlight=False,
+                    "drain_started",
+                    signal=signal.Signals(signum).name,
+                    running=driver.pool.busy,
+                    drain_ms=drain_ms,
                 )
                 published.stop_reads()  # a step not started yet is left to its lease
                 driver.request_stop()
@@ -121,18 +212,25 @@ def _host(
         )
     if result.drain is not None:
         drain = result.drain
-        err.print(
+        say(
             f"qlflow: stopped in {drain.took_s * 1000:.0f} ms: {drain.finished} of "
             f"{drain.running} running step(s) finished within the drain, {drain.stopped} "
             "stopped (worker_shutdown)",
-            soft_wrap=True,
-            highlight=False,
+            "drain",
+            running=drain.running,
+            finished=drain.finished,
+            stopped=drain.stopped,
+            took_ms=round(drain.took_s * 1000),
         )
     if result.aborted:
         for process in result.left_running:
-            err.print(
+            say(
                 f"qlflow: killed step {process.step_key} of run {process.run_id} "
-                f"(pid {process.pid}); a later cycle records it lost"
+                f"(pid {process.pid}); a later cycle records it lost",
+                "killed",
+                run_id=process.run_id,
+                step_key=process.step_key,
+                pid=process.pid,
             )
         raise typer.Exit(EXIT_INTERRUPTED)
     if once:
@@ -170,6 +268,10 @@ def worker(
     drain_ms: DrainOption = 10_000,
     kill_after_ms: KillAfterOption = int(DEFAULT_KILL_AFTER_S * 1000),
     log_dir: LogDirOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    log_format: LogFormatOption = "human",
+    traces: TracesOption = False,
 ) -> None:
     """Run leased Attempts as local processes (no cycles: a separate worker)."""
     at_least("--limit", limit)
@@ -186,6 +288,10 @@ def worker(
         tasks=tasks,
         once=once,
         log_dir=log_dir,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        log_format=log_format,
+        traces=traces,
     )
 
 
@@ -211,6 +317,10 @@ def serve(
     drain_ms: DrainOption = 10_000,
     kill_after_ms: KillAfterOption = int(DEFAULT_KILL_AFTER_S * 1000),
     log_dir: LogDirOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+    log_format: LogFormatOption = "human",
+    traces: TracesOption = False,
 ) -> None:
     """Cycles plus local workers in a loop, until SIGTERM."""
     at_least("--workers", workers)
@@ -227,4 +337,8 @@ def serve(
         tasks=None,
         once=False,
         log_dir=log_dir,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        log_format=log_format,
+        traces=traces,
     )

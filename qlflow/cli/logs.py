@@ -24,6 +24,17 @@ def configure(verbose: int) -> None:
     )
 
 
+def use_json() -> None:
+    """Log to stderr as one JSON object per line, info and up (-vv: debug too): a
+    host's events (`qlflow.event_log`) and every other message alike."""
+    from qlflow.event_log import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    level = logging.DEBUG if _verbosity > 1 else logging.INFO
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
 def verbosity() -> int:
     """How many -v the command line was given."""
     return _verbosity

@@ -22,6 +22,33 @@ TtlOption = Annotated[int, typer.Option(help="Lease TTL; renewed every TTL/3.")]
 DrainOption = Annotated[int, typer.Option(help="On SIGTERM, time running steps get to finish.")]
 KillAfterOption = Annotated[int, typer.Option(help="SIGKILL this long after SIGTERM.")]
 LogDirOption = Annotated[Path | None, typer.Option(help="Where step logs go.")]
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port).",
+    ),
+]
+MetricsHostOption = Annotated[
+    str, typer.Option("--metrics-host", help="Address the metrics server listens on.")
+]
+LogFormatOption = Annotated[
+    str,
+    typer.Option(
+        "--log-format",
+        help="human (the default) or json: one JSON object per line on stderr for every "
+        "lease, completion, retry, interruption, schedule fire/skip, store error and drain.",
+    ),
+]
+LOG_FORMATS = ("human", "json")
+TracesOption = Annotated[
+    bool,
+    typer.Option(
+        "--traces",
+        help="Make an OpenTelemetry trace of every Run that ends (needs qlflow[otel] and a "
+        "TracerProvider the host configures, e.g. opentelemetry-instrument).",
+    ),
+]
 
 
 def package_folder(path: Path) -> Path:

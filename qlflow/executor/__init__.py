@@ -19,7 +19,8 @@ Per Attempt, in this order:
 A command that cannot be found or started completes `failed` with result code
 `start_failed` and the error in the output (`task_file_refused` when a file it
 names fails the package checks: outside the folder, not a regular file, too large);
-a step the host stops on its way out (the drain ran out) completes `failed` with
+a folder whose files no longer give the source digest completes `failed` with
+`source_changed`; a step the host stops on its way out (the drain ran out) completes `failed` with
 `worker_shutdown`. A store that cannot take a write right now is retried while the
 lease is renewed; only a lost lease stops the worker's claim. No process outlives its Attempt: the
 group is killed after the leader exits, on loss of the lease, and on `close()`.
@@ -35,6 +36,7 @@ from qlflow.executor.local import (
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess
 from qlflow.executor.tasks import (
+    SOURCE_CHANGED,
     TASK_FILE_REFUSED,
     PublishedTasks,
     TaskCommand,
@@ -45,6 +47,7 @@ __all__ = [
     "DEFAULT_KILL_AFTER_S",
     "DEFAULT_TTL_MS",
     "START_FAILED",
+    "SOURCE_CHANGED",
     "TASK_FILE_REFUSED",
     "WORKER_SHUTDOWN",
     "AttemptReport",

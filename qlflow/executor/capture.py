@@ -78,8 +78,19 @@ class LogCapture:
         reader = threading.Thread(target=self._read, args=(pipes,), name="log-read", daemon=True)
         reader.start()
         self._readers.append(reader)
-        self._flusher = threading.Thread(target=self._flush_loop, name="log-flush", daemon=True)
-        self._flusher.start()
+        self.start_flushing()
+
+    def start_flushing(self) -> None:
+        """Send what is written to the store every `flush_interval_s` (`start` does it
+        for a process's pipes; a python Task's log lines come through `write`)."""
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="log-flush", daemon=True)
+            self._flusher.start()
+
+    def write(self, stream: str, data: bytes) -> None:
+        """Output of the step that does not come from a pipe (stream stdout | stderr |
+        qlflow): a python Task's log lines and prints."""
+        self._feed(stream, data)
 
     def note(self, text: str) -> None:
         """A line of the executor's own in the log (stream `qlflow`)."""

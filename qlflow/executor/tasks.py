@@ -18,6 +18,7 @@ from qlflow.packages import TaskFileError, load_package, task_file_digest
 from qlflow.runtime import Lease, Runtime
 
 TASK_FILE_REFUSED = "task_file_refused"  # a file the Task names fails the package checks
+SOURCE_CHANGED = "source_changed"  # the files no longer give the published source digest
 
 
 class TaskUnavailable(QlflowError):
@@ -36,11 +37,16 @@ class TaskUnavailable(QlflowError):
 
 @dataclass(frozen=True, slots=True)
 class TaskCommand:
-    """What to spawn for an Attempt: argv, the Task's own env, and the package folder."""
+    """What to run for an Attempt: argv, the Task's own env, and the package folder;
+    for a python Task, `python` ("module:function"), its `isolation` and the
+    source digest the folder's files were checked against (argv is empty)."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: Path
+    python: str | None = None
+    isolation: str | None = None
+    source_digest: str | None = None
     on_interrupt: str = ON_INTERRUPT_DEFAULT  # the Task's declaration: requeue | fail
 
 
@@ -99,8 +105,36 @@ class PublishedTasks:
                 refs.update(task_ref(package, revision.generation, t) for t in revision.tasks)
         return frozenset(refs)
 
+    def runs_python(self, lease: Lease) -> bool:
+        """Whether `lease`'s Task is a python function (its files are not checked here:
+        `resolve` does that)."""
+        return self._task(lease)[0].runs_python
+
     def resolve(self, lease: Lease) -> TaskCommand:
         """The command for `lease`'s Task; TaskUnavailable if it cannot run here."""
+        task, revision, folder = self._task(lease)
+        if folder is None:
+            raise TaskUnavailable(
+                f"no package folder known for package {revision.package!r} on this worker; "
+                "give it with --package-dir"
+            )
+        _check_files(task, folder, revision, self._stopped.is_set)
+        if task.runs_python:
+            return TaskCommand(
+                argv=(),
+                env=dict(task.env),
+                cwd=folder,
+                python=task.python,
+                isolation=task.isolation_mode,
+                source_digest=task.source_digest,
+                on_interrupt=task.on_interrupt,
+            )
+        return TaskCommand(
+            argv=tuple(task.command), env=dict(task.env), cwd=folder, on_interrupt=task.on_interrupt
+        )
+
+    def _task(self, lease: Lease) -> tuple[TaskDefinition, MaterializedRevision, Path | None]:
+        """The lease's Task, its revision, and the package folder known for it."""
         publication_id = self._publication_of(lease.run_id)
         revision, recorded_folder = self._revision(publication_id)
         task = next(
@@ -117,15 +151,7 @@ class PublishedTasks:
             )
         with self._lock:
             folder = self._folders.get(revision.package, recorded_folder)
-        if folder is None:
-            raise TaskUnavailable(
-                f"no package folder known for package {revision.package!r} on this worker; "
-                "give it with --package-dir"
-            )
-        _check_files(task, folder, revision, self._stopped.is_set)
-        return TaskCommand(
-            argv=tuple(task.command), env=dict(task.env), cwd=folder, on_interrupt=task.on_interrupt
-        )
+        return task, revision, folder
 
     def _publication_of(self, run_id: str) -> str:
         with self._lock:
@@ -187,5 +213,6 @@ def _check_files(
         raise TaskUnavailable(
             f"Task {task.task_id!r}: the files in {str(folder)!r} changed since "
             f"{revision.package} generation {revision.generation} was published; "
-            "publish again and start a new Run"
+            "publish again and start a new Run",
+            result_code=SOURCE_CHANGED,
         )

@@ -16,6 +16,8 @@ from typing import TextIO
 
 from starlette.applications import Starlette
 
+from qlflow import metrics
+from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Runtime
 from qlflow.ui.app import build
 from qlflow.ui.data import Dashboard
@@ -48,11 +50,19 @@ def create_app(
         import qlflow
 
         runtime, owned = qlflow.open(url_or_runtime), True
+    # /metrics reads this runtime's store
+    instrumented = metrics.instrument(runtime, clock=clock or wall_clock_ms)
+
+    def shutdown() -> None:
+        instrumented.close()
+        if owned:
+            runtime.close()
+
     return build(
         Dashboard(runtime, clock),
         token=token,
         allow_remote=allow_remote,
-        on_shutdown=runtime.close if owned else None,
+        on_shutdown=shutdown,
     )
 
 

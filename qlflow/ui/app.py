@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -30,6 +31,7 @@ from domain.errors import (
     PlanError,
     StartGuardError,
 )
+from qlflow import metrics
 from qlflow.ui import security, times
 from qlflow.ui.data import DEFAULT_PAGE_SIZE, Cursor, Dashboard, RunQuery
 from qlflow.ui.starting import form_values
@@ -358,8 +360,14 @@ def build(
             if on_shutdown is not None:
                 await run_in_threadpool(on_shutdown)
 
+    async def metrics_page(request: Request) -> Response:
+        """Prometheus metrics (qlflow.metrics), behind the same access rule as a page."""
+        body = await run_in_threadpool(generate_latest, metrics.registry())
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
     routes = [
         Route("/", pages.home),
+        Route("/metrics", metrics_page),
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/runs/{run_id}/live", pages.run_live),

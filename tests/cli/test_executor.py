@@ -174,7 +174,7 @@ def test_a_folder_changed_since_publication_never_runs(rt, tmp_path: Path):
     run, _ = drive(rt, folder, tmp_path, change_after_publish=edit)
 
     step = run.steps["only"]
-    assert (step.status, step.result_code) == ("failed", "start_failed")
+    assert (step.status, step.result_code) == ("failed", "source_changed")
     assert "changed since probe generation 1 was published" in step.attempts[0].error
     assert not (folder / "ran").exists()
 

@@ -81,7 +81,7 @@ ERRORS = [
     (
         HEADER + '[tasks.fetch]\nenv = { A = "1" }\n',
         "qlflow.toml: [tasks.fetch] command: missing: a Task needs a command, "
-        'e.g. ["python3", "x.py"]',
+        'e.g. ["python3", "x.py"], or python = "module:function"',
     ),
     (
         HEADER + "[tasks.fetch]\ncommand = []\n",
@@ -103,7 +103,7 @@ ERRORS = [
     (
         HEADER + '[tasks.fetch]\ncmd = ["true"]\ncommand = ["true"]\n',
         "qlflow.toml: [tasks.fetch] cmd: unknown key "
-        "(allowed: command, env, files, enabled, on_interrupt)",
+        "(allowed: command, python, isolation, env, files, enabled, on_interrupt)",
     ),
     (
         HEADER + FETCH + 'env = ["A=1"]\n',

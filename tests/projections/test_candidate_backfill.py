@@ -15,12 +15,24 @@ _OLD_INDEXES = (
 )  # fmt: skip
 
 
+_UNDO_COUNTS = {  # runs schema step 8: the triggers and their table
+    "sqlite": [
+        *(f"DROP TRIGGER runs_count_{op}" for op in ("insert", "update", "delete")),
+        "DROP TABLE run_counts",
+    ],
+    "postgresql": ["DROP FUNCTION qlflow_count_runs() CASCADE", "DROP TABLE run_counts"],
+}
+
+
 def _back_to_the_flags(rt) -> None:
     """Give the store the schema of projections.runs just before `WORK_STEP`
     (hand-written flags, plan v2's admission instant), as a store from before the
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
+        tx.execute("DROP INDEX attempts_active")  # what steps 7 and 8 made
+        for sql in _UNDO_COUNTS[dialect]:
+            tx.execute(sql)
         for phase in candidates.PHASES:  # what steps 4 and 5 made
             tx.execute(f"DROP INDEX runs_{phase}_work")
         tx.execute("DROP INDEX attempts_grant")
@@ -51,6 +63,8 @@ def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
         _back_to_the_flags(rt)
     with qlflow.open(store_url) as rt:  # migrates across WORK_STEP, then refolds the Run
         assert rt.verify_projections().ok
+        # step 8 counted the Runs the store already had
+        assert rt.store.query("SELECT status, runs FROM run_counts") == [("running", 1)]
         after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
         assert after == before
         now = T0 + 6_000 if claimed else T0  # w1's lease of a has run out by then

@@ -177,3 +177,22 @@ def test_rebuild_names_every_event_its_fold_cannot_read(rt):
     for stream, position in chosen:
         assert f"stream {stream}, version 2, position {position}" in str(caught.value)
     assert rt.store.query("SELECT * FROM runs ORDER BY run_id") == runs_before
+
+
+def test_the_check_goes_on_past_where_the_folds_stop(rt):
+    # verify checks the log on the replay's own read: a gap early on stops the folds,
+    # and a broken document at the very end is still found
+    stream, _version, position = middle_event_of_a_run(rt.store)
+    execute(rt.store, "DELETE FROM events WHERE global_position = ?", (position,))
+    [(top, last_stream)] = rt.store.query(
+        "SELECT global_position, stream_id FROM events ORDER BY global_position DESC LIMIT 1"
+    )
+    execute(rt.store, "UPDATE events SET metadata = '[1]' WHERE global_position = ?", (top,))
+
+    report = verify(rt.store)
+
+    assert not report.ok
+    found = {(p.stream, p.position, p.kind) for p in report.log_problems}
+    assert (last_stream, top, DOCUMENT) in found
+    assert any(p.stream == stream and "not contiguous" in p.problem for p in report.log_problems)
+    assert report.tables == {}

@@ -1,0 +1,1 @@
+"""An example package of python Tasks (see ../README.md)."""

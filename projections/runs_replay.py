@@ -1,0 +1,208 @@
+"""The rebuild's fold of the Runs read model (docs/DESIGN.md, "Rebuild").
+
+`Replay` folds the log batch after batch into tables that start empty. Each record
+is read once, from the batch the rebuild read, and goes two ways: into the Run's rows
+(`runs_fold`, as `apply` folds it) and into the Run's streams held beside them. The
+domain folds those streams once, when the Run's records end (its terminal event, or
+it leaves memory, or the log ends), and the candidate windows are the domain's answer
+for that aggregate, computed then, once (`runs_windows._refresh_work`). Then the Run
+leaves with its rows, its streams and its aggregate: memory holds at most `capacity`
+Runs, however long the log.
+
+A Run whose earlier records are no longer held (it left memory, then the log names it
+again: a Run dormant for a long while, a lease record after its end) has its rows
+loaded back from the copy, and at its end its streams are read back from the log: the
+one case that reads records twice. When the Runs held have more than `HELD_RECORDS`
+records in all, those with the most are folded into their aggregates at the end of
+the batch, so a Run whose records span the whole log holds an aggregate and a few
+records, never its whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from domain.aggregate import RunAggregate, extend, fold
+from domain.errors import CorruptionError
+from domain.event_types import WORKFLOW, of
+from domain.records import Record
+from domain.transitions import RUN_TERMINAL
+from projections.runs_fold import (
+    _fold_family,
+    _named_and_created,
+    _query_in,
+    _Rows,
+    _select_steps_with_live_attempts,
+)
+from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_RUNS
+from projections.runs_windows import _refresh_work, _run_streams
+
+REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
+HELD_RECORDS = 50_000  # records held in all Runs' streams before the longest are folded
+_RUN_ENDED = frozenset(of(WORKFLOW, status) for status in RUN_TERMINAL)
+
+Insert = Callable[[str, Sequence[str], list[tuple]], None]
+"""`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""
+
+
+class _Held:
+    """A Run in memory: its aggregate folded so far (None: nothing folded yet) and its
+    records since, per stream, in log order. `whole`: every record of the Run since its
+    admission went through this replay (False: earlier ones are read back at its end)."""
+
+    __slots__ = ("aggregate", "leases", "records", "run", "steps", "whole")
+
+    def __init__(self, whole: bool) -> None:
+        self.whole = whole
+        self.aggregate: RunAggregate | None = None
+        self.run: list[Record] = []
+        self.steps: list[Record] = []
+        self.leases: dict[str, list[Record]] = {}
+        self.records = 0
+
+    def folded(self) -> RunAggregate:
+        """The aggregate after every held record (CorruptionError if they do not fold,
+        e.g. a batch ended inside an append); the records are then let go."""
+        if self.aggregate is None:
+            aggregate = fold(self.run, self.steps, self.leases)
+        else:
+            aggregate = extend(self.aggregate, self.run, self.steps, self.leases)
+        self.aggregate = aggregate
+        self.run, self.steps, self.leases, self.records = [], [], {}, 0
+        return aggregate
+
+
+class Replay:
+    """`apply` for a rebuild, batch after batch into tables that start empty (see the
+    module docstring): same rows, same windows, each record read and decoded once.
+
+    Rows stay in memory while their Run does and are written when it leaves, new rows
+    by `insert` in bulk. A Run leaves with all its StepRuns and Attempts, so any row
+    not in memory has its newest values in the table."""
+
+    capacity = REPLAY_RUNS
+
+    def __init__(self, tx, insert: Insert) -> None:
+        self._tx = tx
+        self._insert = insert
+        self._rows = _Rows()
+        self._held: dict[str, _Held] = {}  # least recently named first
+        self._ending: set[str] = set()  # ended Runs waiting for the rest of their last append
+        self._last = 0  # the position of the last record folded
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Fold one batch, in log order; then let go of the Runs that ended in it and,
+        past capacity, of the older half."""
+        if not records:
+            return
+        rows, held, ending = self._rows, self._held, self._ending
+        self._load_missing(records)
+        for record in records:
+            family, _, entity_id = record.stream_id.partition("-")
+            _fold_family(rows, family, entity_id, record)
+            if family == _RUN:
+                streams = held[entity_id]
+                if streams.whole:
+                    streams.run.append(record)
+                    streams.records += 1
+                if record.type in _RUN_ENDED:
+                    ending.add(entity_id)
+            elif family == _STEPS:
+                streams = held[entity_id]
+                if streams.whole:
+                    streams.steps.append(record)
+                    streams.records += 1
+            elif family == _LEASE:
+                attempt = rows.attempts.get(entity_id)
+                if attempt is not None:
+                    streams = held[attempt["run_id"]]
+                    if streams.whole:
+                        streams.leases.setdefault(entity_id, []).append(record)
+                        streams.records += 1
+        self._last = records[-1].global_position
+        leaving = list(ending)
+        if len(held) > self.capacity:
+            leaving += [run_id for run_id in list(held)[: len(held) // 2] if run_id not in ending]
+        self._leave(leaving, strict=False)
+        total = sum(streams.records for streams in held.values())
+        if total > HELD_RECORDS:
+            for streams in sorted(held.values(), key=lambda s: s.records, reverse=True):
+                if total <= HELD_RECORDS // 2:
+                    break
+                count = streams.records
+                try:
+                    streams.folded()
+                except CorruptionError:
+                    continue  # mid-append: folded once the rest arrives
+                total -= count
+
+    def flush(self) -> None:
+        """Write out every Run held in memory, and forget them (CorruptionError if the
+        records of one do not fold)."""
+        self._leave(list(self._held), strict=True)
+
+    def _leave(self, run_ids: list[str], *, strict: bool) -> None:
+        """Fold these Runs, store their windows and rows, and let them go. Not `strict`:
+        a Run whose records do not fold yet (the batch ended inside its append) stays."""
+        held = self._held
+        found = _run_streams(self._tx, [r for r in run_ids if not held[r].whole], self._last)
+        done = []
+        for run_id in run_ids:
+            streams = held[run_id]
+            try:
+                if streams.whole:
+                    aggregate: RunAggregate | None = streams.folded()
+                else:
+                    read = found.get(run_id)
+                    aggregate = None if read is None else fold(*read)
+            except CorruptionError:
+                if strict:
+                    raise
+                continue
+            if aggregate is not None:
+                _refresh_work(self._rows, aggregate)
+            done.append(run_id)
+        self._write(done)
+
+    def _load_missing(self, records: Sequence[Record]) -> None:
+        """What `_load` loads, but only rows that are neither in memory nor created by
+        these records (in a log that is not corrupt, such a row is not stored yet)."""
+        tx, rows, held = self._tx, self._rows, self._held
+        run_ids, attempt_ids, created_runs, created_attempts = _named_and_created(records)
+        missing = attempt_ids - rows.attempts.keys() - created_attempts
+        rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", missing))
+        run_ids.update(rows.attempts[a]["run_id"] for a in attempt_ids if a in rows.attempts)
+        absent = run_ids - held.keys() - created_runs
+        rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", absent))
+        steps, live_attempts = _select_steps_with_live_attempts(tx, absent)
+        rows.add_loaded(STEP_RUNS, steps)
+        rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in rows.attempts))
+        for run_id in run_ids:
+            streams = held.pop(run_id, None)
+            held[run_id] = _Held(run_id in created_runs) if streams is None else streams
+
+    def _write(self, run_ids: Iterable[str]) -> None:
+        """Store the rows of these Runs (new ones inserted, changed ones upserted) and
+        drop them from memory."""
+        rows = self._rows
+        leaving = set(run_ids)
+        if not leaving:
+            return
+        for run_id in leaving:
+            del self._held[run_id]
+            self._ending.discard(run_id)
+        runs = [rows.runs.pop(run_id) for run_id in sorted(leaving) if run_id in rows.runs]
+        steps = [row for run_id in sorted(leaving) for row in rows.steps.pop(run_id, {}).values()]
+        attempt_ids = [a for a, row in rows.attempts.items() if row["run_id"] in leaving]
+        attempts = [rows.attempts.pop(attempt_id) for attempt_id in attempt_ids]
+        for table, gone in ((RUNS, runs), (STEP_RUNS, steps), (ATTEMPTS, attempts)):
+            loaded = rows._loaded[table.name]
+            found = table.differing(gone, loaded)
+            for row in gone:
+                loaded.pop(table.key_of(row), None)
+            new = [values for values, is_new in found if is_new]
+            changed = [values for values, is_new in found if not is_new]
+            if new:
+                self._insert(table.name, table.columns, new)
+            if changed:
+                self._tx.upsert(table.name, table.columns, table.key, changed)

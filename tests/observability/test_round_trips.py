@@ -1,0 +1,51 @@
+"""A commit's round trips, as the store counts them, equal the client's turns on the
+wire (bench.roundtrips' counting proxy) for PostgreSQL writes."""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+
+import qlflow
+from bench.roundtrips import CountingProxy, _event, _via
+from domain.records import StreamAppend
+from tests.cycle.helpers import DIAMOND, T0, manifest
+
+
+@pytest.mark.pg
+def test_commit_round_trips_equal_the_wire(pg_url):
+    parts = urlsplit(pg_url)
+    proxy = CountingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    rt = qlflow.open(_via(pg_url, proxy.port), pool_max_size=1)
+    commits = []
+    remove = rt.store.observers.on_commit(commits.append)
+    try:
+        rt.publish(manifest(DIAMOND), now_ms=T0)
+        for key in ("k", "k3"):  # warm: catalog lookups; two roots to lease
+            rt.start("demo", "flow", admission_key=key, now_ms=T0)
+        for number in range(8):  # past psycopg's prepare threshold: it prepares once
+            rt.store.append([StreamAppend(f"run-w{number}", 0, (_event(1),))])
+        leases = rt.lease_attempts("w1", limit=2, now_ms=T0, start=True)
+        writes = {
+            "append": lambda: rt.store.append(
+                [StreamAppend(f"run-t{uuid.uuid4().hex[:12]}", 0, (_event(1), _event(2)))]
+            ),
+            "start": lambda: rt.start("demo", "flow", admission_key="k2", now_ms=T0),
+            "complete": lambda: rt.complete(leases[0], "succeeded", now_ms=T0),
+            "complete_many": lambda: rt.complete_many(
+                [qlflow.Completion(leases[1], "failed")], now_ms=T0
+            ),
+        }
+        for name, write in writes.items():
+            commits.clear()
+            wire, _ = proxy.count(write)
+            assert len(commits) == 1, name
+            assert commits[0].round_trips >= 2, name  # at least the statement and COMMIT
+            # (not a lease: its candidate read runs before, outside the transaction)
+            assert commits[0].round_trips == wire, (name, commits[0].round_trips, wire)
+    finally:
+        remove()
+        rt.close()
+        proxy.close()

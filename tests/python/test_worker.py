@@ -1,0 +1,284 @@
+"""Python Tasks run by `qlflow.Worker` on a real store (both dialects): outputs passed
+on, logs stored, both isolations, the source digest checked before a run, and
+cancellation reaching a pool process (ended after the grace) or a thread (asked)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import qlflow
+from qlflow.python.worker import Worker
+
+DEADLINE_S = 60
+
+STEPS = """
+import os, time
+
+def fetch(ctx):
+    ctx.log.info("fetching %d rows", ctx.params["n"])
+    return {"rows": list(range(ctx.params["n"])), "pid": os.getpid()}
+
+async def load(ctx):
+    ctx.log.warning("loading %d rows", len(ctx.needs["fetch"]["rows"]))
+    return {"loaded": len(ctx.needs["fetch"]["rows"]), "pid": os.getpid()}
+
+def boom(ctx):
+    raise ValueError("bad row 7")
+
+def polite(ctx):
+    marker = os.path.join(os.path.dirname(__file__), "..", "started")
+    with open(marker, "a") as handle:
+        handle.write(f"{os.getpid()}\\n")
+    while not ctx.stop_requested():
+        time.sleep(0.01)
+    return {"stopped": True}
+
+def stubborn(ctx):
+    marker = os.path.join(os.path.dirname(__file__), "..", "started")
+    with open(marker, "a") as handle:
+        handle.write(f"{os.getpid()}\\n")
+    time.sleep(3600)
+"""
+
+
+def _package(tmp_path: Path, isolation: str, flows: str) -> Path:
+    folder = tmp_path / "etlpy"
+    (folder / "etl").mkdir(parents=True)
+    (folder / "etl" / "__init__.py").write_text("")
+    (folder / "etl" / "steps.py").write_text(textwrap.dedent(STEPS))
+    tasks = "".join(
+        f'[tasks.{name}]\npython = "etl.steps:{name}"\nfiles = ["etl/steps.py"]\n'
+        f'isolation = "{isolation}"\n'
+        for name in ("fetch", "load", "boom", "polite", "stubborn")
+    )
+    (folder / "qlflow.toml").write_text(
+        '[package]\nname = "etlpy"\npublisher = "tests"\n' + tasks + textwrap.dedent(flows)
+    )
+    return folder
+
+
+FLOWS = """
+[workflows.daily]
+steps = [{key = "fetch", task = "fetch"}, {key = "load", task = "load", needs = ["fetch"]}]
+params = { n = { type = "integer", default = 3 } }
+
+[workflows.bad]
+steps = [{key = "boom", task = "boom"}]
+
+[workflows.polite]
+steps = [{key = "wait", task = "polite"}]
+
+[workflows.stubborn]
+steps = [{key = "wait", task = "stubborn"}]
+"""
+
+
+@pytest.fixture
+def rt(store_url: str):
+    runtime = qlflow.open(store_url)
+    yield runtime
+    runtime.close()
+
+
+def _drive(rt, worker: Worker, *run_ids: str):
+    deadline = time.monotonic() + DEADLINE_S
+
+    def done() -> bool:
+        assert time.monotonic() < deadline, "the Runs did not end in time"
+        return all(rt.get_run(run_id).terminal for run_id in run_ids)
+
+    return worker.work(done, cycle=True, interval_s=0.05)
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_a_python_workflow_runs_to_its_end_with_outputs_passed_on(
+    rt, tmp_path: Path, isolation: str
+) -> None:
+    folder = _package(tmp_path, isolation, FLOWS)
+    rt.publish(folder)
+    good = rt.start("etlpy", "daily", params={"n": 4})
+    bad = rt.start("etlpy", "bad")
+    with Worker(rt, [folder], log_dir=tmp_path / "logs", slots=2) as worker:
+        _drive(rt, worker, good.run_id, bad.run_id)
+    run = rt.get_run(good.run_id)
+    assert run.status == "succeeded"
+    assert run.steps["fetch"].output["rows"] == [0, 1, 2, 3]
+    assert run.steps["load"].output["loaded"] == 4
+    pids = {run.steps[key].output["pid"] for key in ("fetch", "load")}
+    if isolation == "thread":
+        assert pids == {os.getpid()}
+    else:
+        assert os.getpid() not in pids
+    lines = b"".join(c.data for c in rt.logs(good.run_id, "fetch")).decode()
+    assert "INFO qlflow.task.fetch: fetching 4 rows" in lines
+    failed = rt.get_run(bad.run_id)
+    assert failed.status == "failed"
+    assert failed.steps["boom"].result_code == "exception"
+    (failure,) = rt.why(bad.run_id).failures
+    assert failure.result_code == "exception"
+    assert failure.last_lines[-2:] == (
+        "ValueError: bad row 7",
+        "qlflow: etl.steps:boom raised ValueError: bad row 7",
+    )
+
+
+def test_a_module_changed_since_publication_never_runs(rt, tmp_path: Path) -> None:
+    folder = _package(tmp_path, "process", FLOWS)
+    rt.publish(folder)
+    steps = folder / "etl" / "steps.py"
+    steps.write_text(steps.read_text().replace("def fetch(ctx):", "def fetch(ctx):\n    1/0"))
+    run = rt.start("etlpy", "daily")
+    with Worker(rt, [folder], log_dir=tmp_path / "logs") as worker:
+        _drive(rt, worker, run.run_id)
+    step = rt.get_run(run.run_id).steps["fetch"]
+    assert (step.status, step.result_code) == ("failed", "source_changed")
+
+
+def _started(folder: Path, count: int = 1) -> list[int]:
+    deadline = time.monotonic() + DEADLINE_S
+    marker = folder / "started"
+    while True:
+        pids = [int(p) for p in marker.read_text().split()] if marker.exists() else []
+        if len(pids) >= count:
+            return pids
+        assert time.monotonic() < deadline, "the step did not start"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("isolation", "flow"), [("process", "polite"), ("thread", "polite"), ("process", "stubborn")]
+)
+def test_a_cancel_reaches_the_function(rt, tmp_path: Path, isolation: str, flow: str) -> None:
+    """A function that looks at stop_requested() returns; one that does not is ended
+    with its pool process after the grace. Either way the Attempt is cancelled."""
+    folder = _package(tmp_path, isolation, FLOWS)
+    rt.publish(folder)
+    run = rt.start("etlpy", flow)
+    with Worker(rt, [folder], log_dir=tmp_path / "logs", ttl_ms=5_000, kill_after_s=0.5) as w:
+        ran = threading.Thread(target=_drive, args=(rt, w, run.run_id), daemon=True)
+        ran.start()
+        (pid,) = _started(folder)
+        rt.cancel(run.run_id)
+        w.executor.renew_now(run.run_id)
+        ran.join(DEADLINE_S)
+        assert not ran.is_alive()
+    view = rt.get_run(run.run_id)
+    assert view.status == "cancelled"
+    assert view.steps["wait"].attempts[0].status == "cancelled"
+    if flow == "stubborn":
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    lines = b"".join(c.data for c in rt.logs(run.run_id, "wait")).decode()
+    assert "qlflow: asked to stop (stop_requested)" in lines
+    if flow == "stubborn":
+        assert "ending its pool process" in lines and "SIGKILL" in lines
+
+
+def test_a_pool_process_killed_mid_step_fails_the_attempt_once(rt, tmp_path: Path) -> None:
+    """SIGKILL of the pool process while the function runs: the Attempt (past its
+    start barrier) fails `process_died`; it is never run again."""
+    folder = _package(tmp_path, "process", FLOWS)
+    rt.publish(folder)
+    run = rt.start("etlpy", "stubborn")
+    with Worker(rt, [folder], log_dir=tmp_path / "logs") as worker:
+        ran = threading.Thread(target=_drive, args=(rt, worker, run.run_id), daemon=True)
+        ran.start()
+        (pid,) = _started(folder)
+        os.kill(pid, signal.SIGKILL)
+        ran.join(DEADLINE_S)
+        assert not ran.is_alive()
+    view = rt.get_run(run.run_id)
+    assert view.status == "failed"
+    step = view.steps["wait"]
+    assert step.result_code == "process_died" and len(step.attempts) == 1
+    assert _started(folder) == [pid]  # the function started once
+
+
+def test_a_host_drain_stops_a_pool_process_like_a_command(rt, tmp_path: Path) -> None:
+    """`qlflow serve`'s stop: the drain runs out, the function is asked to stop and
+    its pool process ended after the grace; the Attempt is recorded as a command's
+    would be: interrupted by its host (`worker_shutdown`), the step ready to run
+    again."""
+    from qlflow.driver import Driver
+
+    folder = _package(tmp_path, "process", FLOWS)
+    rt.publish(folder)
+    run = rt.start("etlpy", "stubborn")
+    with Worker(rt, [folder], log_dir=tmp_path / "logs", kill_after_s=0.3) as worker:
+        driver = Driver(
+            rt,
+            worker.executor,
+            worker_id="drain-test",
+            interval_ms=50,
+            until_run=run.run_id,
+            servable=worker.tasks.task_refs,
+            drain_s=0.2,
+        )
+        drove = threading.Thread(target=driver.run, daemon=True)
+        drove.start()
+        (pid,) = _started(folder)
+        driver.request_stop()
+        drove.join(DEADLINE_S)
+        assert not drove.is_alive()
+    step = rt.get_run(run.run_id).steps["wait"]
+    first, *again = step.attempts
+    assert (first.status, first.result_code) == ("interrupted", "worker_shutdown")
+    assert [a.status for a in again] in ([], ["claimed"])  # the step is to run again
+    assert step.status in ("ready", "running")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+HOST = """
+import sys, qlflow
+rt = qlflow.open(sys.argv[1])
+with qlflow.Worker(rt, [sys.argv[2]], log_dir=sys.argv[3], ttl_ms=5_000) as worker:
+    worker.work(lambda: False, cycle=True, interval_s=0.05)
+"""
+
+
+def test_a_host_killed_mid_step_takes_its_pool_process_with_it(
+    rt, store_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL of the host while a pool process runs a step: the pool process exits
+    too, and once the lease expires recovery records the Attempt lost and the step
+    failed (past its barrier: never run again)."""
+    import subprocess
+    import sys
+
+    from tests.cli.helpers import cli_env
+
+    folder = _package(tmp_path, "process", FLOWS)
+    rt.publish(folder)
+    run = rt.start("etlpy", "stubborn")
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST, store_url, str(folder), str(tmp_path / "logs")],
+        env=cli_env(),
+    )
+    try:
+        (pid,) = _started(folder)
+        host.kill()
+        host.wait(DEADLINE_S)
+    finally:
+        host.kill()
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the pool process outlived its host"
+        time.sleep(0.05)
+    expires = rt.get_run(run.run_id).steps["wait"].attempts[0].expires_at_ms
+    rt.cycle(now_ms=expires + 1)
+    step = rt.get_run(run.run_id).steps["wait"]
+    assert [a.status for a in step.attempts] == ["lost"]
+    assert (step.status, step.result_code) == ("failed", "lease_expired")
+    assert _started(folder) == [pid]
