@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.authority import Units
+from actors.clock import Now
 from actors.loading import RunStreams, attempt_lock, not_found, read_runs
 from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import run_path
@@ -81,7 +82,7 @@ def lease_attempts(
     *,
     limit: int,
     ttl_ms: int,
-    now_ms: int,
+    now_ms: int | None,
     run_id: str | None = None,
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
@@ -93,13 +94,17 @@ def lease_attempts(
     With `start` each grant also crosses the start barrier in the same commit (unit
     `lease_start`): for an executor that spawns at once."""
     rule = run_path.lease_and_start if start else worker_rules.grant_lease
+    # the page at the store's time as last seen; each grant at its time in the unit
+    page_at = now_ms if now_ms is not None else authority.store.clock_ms()
     offered = candidates.claimable_attempts(
-        authority.store, now_ms, limit * 2, run_id=run_id, step_key=step_key, tasks=tasks
+        authority.store, page_at, limit * 2, run_id=run_id, step_key=step_key, tasks=tasks
     )
     if not offered:
         return []
+    now = Now(now_ms)
 
     def grant(tx: Transaction) -> Batch:
+        now.bind(tx)
         granted = 0
 
         def decide_for(attempt_id: str) -> Callable[[RunAggregate], Decision]:
@@ -107,7 +112,7 @@ def lease_attempts(
                 nonlocal granted
                 if granted >= limit:
                     return EMPTY
-                decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
+                decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now())
                 granted += 1
                 return decision
 
@@ -147,49 +152,59 @@ def _lease_value(aggregate, grant, stop_requested: bool = False, started: bool =
     )
 
 
-def _worker_write(authority: Units, lease: Lease, name: str, decide):
+def _worker_write(
+    authority: Units, lease: Lease, name: str, now: Now, decide: Callable[[RunAggregate], Decision]
+):
     """One fenced worker write on the lease's Run; retried on a version conflict."""
     write = RunWrite(lease.run_id, decide, lease.attempt_id)
     batch = _with_retries(
-        authority, lambda tx: write_runs(tx, [write], authority.aggregates, wait=True), name
+        authority,
+        lambda tx: write_runs(now.bind(tx), [write], authority.aggregates, wait=True),
+        name,
     )
     return batch.written[0].result()
 
 
-def mark_starting(authority: Units, lease: Lease, now_ms: int) -> Lease:
+def mark_starting(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
     """The start barrier: written durably before the worker spawns anything."""
+    now = Now(now_ms)
     _worker_write(
         authority,
         lease,
         "start",
+        now,
         lambda agg: worker_rules.mark_starting(
-            agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
+            agg, lease.attempt_id, lease.lease_id, lease.version, now()
         ),
     )
     return lease
 
 
-def mark_running(authority: Units, lease: Lease, now_ms: int) -> Lease:
+def mark_running(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
     """starting -> running (from claimed+leased through starting in one transaction)."""
+    now = Now(now_ms)
     _worker_write(
         authority,
         lease,
         "running",
+        now,
         lambda agg: worker_rules.mark_running(
-            agg, lease.attempt_id, lease.lease_id, lease.version, now_ms
+            agg, lease.attempt_id, lease.lease_id, lease.version, now()
         ),
     )
     return lease
 
 
-def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
+def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int | None) -> Lease:
     """Extend the lease; the answer says whether the Run asks the worker to stop."""
+    now = Now(now_ms)
     _, decision = _worker_write(
         authority,
         lease,
         "renew",
+        now,
         lambda agg: worker_rules.renew(
-            agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now_ms
+            agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now()
         ),
     )
     return replace(
@@ -229,7 +244,7 @@ def complete(
     *,
     result_code: str | None,
     output: dict | None,
-    now_ms: int,
+    now_ms: int | None,
     execution: Mapping[str, Any] | None = None,
 ) -> str:
     """Record the Attempt's end under its lease, with what the frontier and attempt
@@ -244,12 +259,14 @@ def complete(
 
 
 def complete_many(
-    authority: Units, completions: Sequence[Completion], now_ms: int
+    authority: Units, completions: Sequence[Completion], now_ms: int | None
 ) -> list[Completed]:
     """Record several Attempts' ends, each as `complete` would, in one commit. A bad
     argument in any of them (InvalidInput) refuses the call and writes nothing; a
     completion its lease no longer allows (FenceError, NotFound) is answered with
     that error and the others are recorded."""
+
+    now = Now(now_ms)
 
     def decide_for(done: Completion) -> Callable[[RunAggregate], Decision]:
         lease = done.lease
@@ -261,14 +278,14 @@ def complete_many(
             done.outcome,
             done.result_code,
             done.output,
-            now_ms,
+            now(),
             execution=done.execution,
         )
 
     writes = [RunWrite(c.lease.run_id, decide_for(c), c.lease.attempt_id) for c in completions]
 
     def unit(tx: Transaction) -> Batch:
-        batch = write_runs(tx, writes, authority.aggregates, wait=True)
+        batch = write_runs(now.bind(tx), writes, authority.aggregates, wait=True)
         for index, written in enumerate(batch.written):
             refusal = written.refusal
             if isinstance(refusal, InvalidInput) and len(writes) > 1:
@@ -307,7 +324,7 @@ def _recorded(lease: Lease, written: Written) -> str:
     )
 
 
-def cancel(authority: Units, run_id: str, reason: str, now_ms: int) -> bool:
+def cancel(authority: Units, run_id: str, reason: str, now_ms: int | None) -> bool:
     """Record cancel intent on the Run (idempotent), and with it what cancellation
     convergence ends at once; see `cancel_many`. True if this call recorded the
     intent."""
@@ -349,7 +366,9 @@ def _cancel_slice(
     return written
 
 
-def cancel_many(authority: Units, run_ids: Sequence[str], reason: str, now_ms: int) -> list[bool]:
+def cancel_many(
+    authority: Units, run_ids: Sequence[str], reason: str, now_ms: int | None
+) -> list[bool]:
     """Record cancel intent on each Run in one commit (idempotent), and with it what
     cancellation convergence ends at once (`run_path.cancel_and_converge`) where the
     Run's active Attempts' locks are free — else the intent alone, and the cycle
@@ -357,9 +376,10 @@ def cancel_many(authority: Units, run_ids: Sequence[str], reason: str, now_ms: i
     named twice: the first time). NotFound for a Run that does not exist, writing
     nothing."""
     wanted = sorted(set(run_ids))
+    now = Now(now_ms)
 
     def unit(tx: Transaction) -> Batch:
-        tx.lock_heads([run_stream(r) for r in wanted], wait=True)
+        now.bind(tx).lock_heads([run_stream(r) for r in wanted], wait=True)
         written: list[Written] = []
         after: dict[str, RunAggregate] = {}
         # a slice of Runs at a time inside the one transaction: the memory a call
@@ -370,7 +390,7 @@ def cancel_many(authority: Units, run_ids: Sequence[str], reason: str, now_ms: i
             missing = [r for r in slice_ids if r not in found]
             if missing:
                 raise not_found(missing[0])
-            written += _cancel_slice(tx, found, reason, now_ms, after)
+            written += _cancel_slice(tx, found, reason, now(), after)
         return Batch(written, after)
 
     batch = _with_retries(authority, unit, "cancel")

@@ -136,6 +136,12 @@ class Transaction(Reads, Protocol):
         """`lock` every key, in key order (one statement where the store can)."""
         ...
 
+    def clock_ms(self) -> int:
+        """The store's time for this transaction: PostgreSQL's `clock_timestamp()` read in
+        the round trip of its first statement (asked for before any, it costs one of its
+        own); SQLite's host clock now."""
+        ...
+
     def try_lock(self, keys: Sequence[str]) -> bool:
         """Take every lock named in `keys` without waiting: True when all are held
         now, False when another transaction holds one (give this transaction up)."""
@@ -238,6 +244,11 @@ class EventStore(Reads, Protocol):
         ...
 
     def transaction(self) -> AbstractContextManager[Transaction]: ...
+
+    def clock_ms(self) -> int:
+        """The store's time as last seen: this host's clock plus the offset the store's
+        last clock reading showed (SQLite: the host's clock)."""
+        ...
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]: ...
 

@@ -77,6 +77,7 @@ _IDLE = TransactionStatus.IDLE
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 POOL_FIRST_WAIT_S = 0.5  # before `_take` asks whether the pool can make a connection
+CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 @functools.lru_cache(maxsize=512)
@@ -112,6 +113,30 @@ class PostgresTransaction(BaseTransaction):
         # models' writes after an append cost no round trip of their own
         self._defers = explicit_begin and _PIPELINE
         self._queued: list[tuple[str, list[Sequence[Any]]]] = []
+        # the server's clock, asked for in the pipeline of the transaction's first
+        # statement (read when first needed) or, asked for before any, on its own
+        self._clock_cursor: psycopg.Cursor | None = None
+        self._clock: int | None = None
+
+    def clock_ms(self) -> int:
+        """The server's `clock_timestamp()` as the transaction's first statement left
+        it (docs/DESIGN.md, "One clock per store")."""
+        if self._clock is None:
+            if self._clock_cursor is not None:
+                row = self._clock_cursor.fetchone()
+            else:  # asked for before any statement: a round trip of its own
+                row = self._send(self._conn.cursor(), CLOCK_SQL, None).fetchone()
+            assert row is not None
+            self._clock = int(row[0])
+            if self.clock_of is not None:
+                self.clock_of.saw_clock(self._clock)
+        return self._clock
+
+    def _ask_clock(self) -> None:
+        """Inside the pipeline of the first statement (after it): the server's clock."""
+        if self._clock_cursor is None and self._clock is None:
+            self._clock_cursor = self._conn.cursor()
+            self._clock_cursor.execute(CLOCK_SQL, prepare=False)
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
@@ -124,11 +149,14 @@ class PostgresTransaction(BaseTransaction):
         self.round_trips += 1
         # BEGIN (if due), what waits, and every query in one round trip
         with conn.pipeline():
+            begins = self._begin_pending
             self._send_prelude()
             for sql, params in queries:
                 cursor = conn.cursor()
                 cursor.execute(_native(sql), params or None, prepare=False)
                 cursors.append(cursor)
+            if begins:
+                self._ask_clock()
         return [cursor.fetchall() for cursor in cursors]
 
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
@@ -218,6 +246,7 @@ class PostgresTransaction(BaseTransaction):
             with conn.pipeline():
                 self._send_prelude()
                 cursor.execute(sql, params, prepare=prepare)
+                self._ask_clock()
             return cursor
         if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
             # (a replay session's connection) the implicit BEGIN in a pipeline
@@ -432,6 +461,8 @@ class PostgresStore(BaseStore):
             if read_only:
                 self._refuse_missing()
             self._migrate_own_schema()
+            with self._reading() as session:  # the server's time, until a write reads it
+                self.saw_clock(int(session.query(CLOCK_SQL)[0][0]))
         except BaseException:
             self._pool.close()
             raise

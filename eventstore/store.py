@@ -14,6 +14,7 @@ from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from domain.records import Record, StreamAppend
 from eventstore import logs
 from eventstore.api import MigrationStep, Row, StoreUsageError
+from eventstore.clock import HostClock, host_ms
 from eventstore.migrations import (
     EVENTSTORE_COMPONENT,
     EVENTSTORE_STEPS,
@@ -38,6 +39,24 @@ class BaseStore(ABC):
         self._closed = False
         self._thread = threading.local()
         self.observers = Observers()  # metrics, logs, traces (eventstore.observers)
+        self.host_clock: HostClock = host_ms  # this host's clock (tests give a skewed one)
+        self._offset_ms = 0  # the store's clock minus the host's, as last read
+
+    def clock_ms(self) -> int:
+        """The store's time as last seen: the host's clock plus the offset the store's
+        last clock reading showed (docs/DESIGN.md, "One clock per store")."""
+        return self.host_clock() + self._offset_ms
+
+    def set_host_clock(self, clock: HostClock) -> None:
+        """Read this host's time from `clock` from now on (the store's time as last
+        seen stays what it was)."""
+        seen = self.clock_ms()
+        self.host_clock = clock
+        self._offset_ms = seen - clock()
+
+    def saw_clock(self, store_ms: int) -> None:
+        """The store's clock read `store_ms` just now: keep the offset to the host's."""
+        self._offset_ms = store_ms - self.host_clock()
 
     # -- hooks each adapter implements -------------------------------------------------
 
@@ -107,6 +126,7 @@ class BaseStore(ABC):
         try:
             with self._typed_errors():
                 tx = self._begin()
+                tx.clock_of = self
                 try:
                     yield tx
                 except BaseException:

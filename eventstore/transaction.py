@@ -32,6 +32,7 @@ from typing import Any, ClassVar, NamedTuple
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
 from domain.records import Record, StreamAppend
 from eventstore.api import Row, StoreUsageError
+from eventstore.clock import host_ms
 from eventstore.validation import (
     EncodedAppend,
     EncodedBatch,
@@ -71,6 +72,7 @@ class BaseTransaction(ABC):
     def __init__(self) -> None:
         self.ended = False
         self.failure: BaseException | None = None
+        self.clock_of: Any = None  # the store whose time this transaction tells
         # (function, leading args) an append goes through instead of the plain one
         self._through: tuple[str, tuple[Any, ...]] | None = None
         self.appended: list[Record] = []  # what this transaction wrote (not replays)
@@ -374,6 +376,11 @@ class BaseTransaction(ABC):
         except BaseException as exc:
             self.failure = exc
             raise
+
+    def clock_ms(self) -> int:
+        """The store's time for this transaction (see `EventStore`): here the host's
+        clock now; an adapter whose server has a clock of its own reads that."""
+        return int(self.clock_of.host_clock()) if self.clock_of is not None else host_ms()
 
     def lock_all(self, keys: Sequence[str]) -> None:
         """`lock` every key, in key order (the fixed order two waiting lockers share, so

@@ -274,6 +274,13 @@ class AsyncRuntime:
             newest_first=newest_first,
         )
 
+    async def clock_ms(self) -> int:
+        """The store's time as last seen (docs/DESIGN.md, "One clock per store"): what
+        every call without `now_ms` decides at — PostgreSQL's clock, read by each write
+        in the round trip of its first statement and estimated between writes from
+        this host's clock; SQLite's host clock."""
+        return self.runtime.clock_ms()
+
     async def why(self, run_id: str, now_ms: int | None = None, log_lines: int = 10) -> WhyReport:
         """Why the Run is not terminal (blocked Attempts, leases, holders, expiry), or
         for a terminal Run its root cause; and every step that failed, timed out or

@@ -1,14 +1,15 @@
-"""The wall clock of the facade, the CLI and the host loop: the one place that reads it.
+"""This host's wall clock, for what a person reads (times "ago", a progress line).
 
 The domain never reads a clock; every decision gets `now_ms` from its caller, and a
-caller that passes none gets this.
+Runtime call that passes none decides at the store's time (`Runtime.clock_ms()`,
+docs/DESIGN.md "One clock per store"), never at this host's.
 """
 
 from __future__ import annotations
 
-import time
+from eventstore.clock import host_ms
 
 
 def wall_clock_ms() -> int:
-    """Milliseconds since the Unix epoch, now."""
-    return time.time_ns() // 1_000_000
+    """Milliseconds since the Unix epoch on this host, now."""
+    return host_ms()

@@ -36,7 +36,6 @@ from domain.errors import QlflowError, VersionConflict
 from domain.intent import cancel_intent
 from domain.phases import PHASES
 from projections.views import RunView
-from qlflow.clock import wall_clock_ms
 from qlflow.executor import AttemptReport, RunningProcess
 from qlflow.executor.seam import Executor
 from qlflow.runtime import CycleResult, Runtime
@@ -271,7 +270,7 @@ class Driver:
         """A Run with cancel intent asks its workers to stop at their next renewal;
         renew this host's Attempts of such a Run now instead of up to ttl/3 later.
         Whether it has intent (recorded, or a passed deadline) the domain decides."""
-        now_ms = wall_clock_ms()
+        now_ms = self._rt.clock_ms()  # leases and deadlines are on the store's clock
         for run_id in {p.run_id for p in self.executor.running()} - self._relayed:
             view = self._rt.get_run(run_id)
             if view.terminal or cancel_intent(view, now_ms) is not None:

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,6 @@ from qlflow.arguments import (
     text_list,
     texts,
 )
-from qlflow.clock import wall_clock_ms
 from qlflow.inspection import Inspection
 from qlflow.scheduling import Scheduling
 
@@ -83,11 +82,9 @@ def default_url() -> str:
     return os.environ.get("QLFLOW_DB") or f"sqlite:///{Path('qlflow.db').resolve()}"
 
 
-def _now(now_ms: int | None) -> int:
-    """`now_ms` as given (checked), or the wall clock."""
-    if now_ms is None:
-        return wall_clock_ms()
-    return instant("now_ms", now_ms)
+def _given(now_ms: int | None) -> int | None:
+    """`now_ms` as given (checked), or None: the unit reads the store's clock."""
+    return None if now_ms is None else instant("now_ms", now_ms)
 
 
 def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Profile:
@@ -125,6 +122,7 @@ class Runtime(Inspection, Scheduling):
         *,
         page_size: int | None = None,
         read_only: bool = False,
+        host_clock: Callable[[], int] | None = None,
         **store_options: Any,
     ) -> None:
         self.url = url or default_url()
@@ -132,6 +130,8 @@ class Runtime(Inspection, Scheduling):
         self.read_only = read_only
         self.log_cap_bytes = self.profile.log_cap_bytes
         self.store = eventstore.open_store(self.url, read_only=read_only, **store_options)
+        if host_clock is not None:  # this host's clock (a test's skewed one)
+            self.store.set_host_clock(host_clock)
         try:
             registry.migrate_all(self.store)  # read-only: only checks the versions
             self._authority = OperationAuthority(self.store)
@@ -159,6 +159,17 @@ class Runtime(Inspection, Scheduling):
         self._close_at_exit = close_at_exit
         atexit.register(close_at_exit)
 
+    def clock_ms(self) -> int:
+        """The store's time as last seen (docs/DESIGN.md, "One clock per store"): what
+        every call without `now_ms` decides at — PostgreSQL's clock, read by each write
+        in the round trip of its first statement and estimated between writes from
+        this host's clock; SQLite's host clock."""
+        return self.store.clock_ms()
+
+    def _now(self, now_ms: int | None) -> int:
+        """`now_ms` as given (checked), or the store's time as last seen."""
+        return self.clock_ms() if now_ms is None else instant("now_ms", now_ms)
+
     # -- packages and admission -------------------------------------------
     def publish(
         self,
@@ -167,28 +178,28 @@ class Runtime(Inspection, Scheduling):
     ) -> Publication:
         """Publish a package folder (or a manifest dict); unchanged content is a no-op."""
         revision_input = packages.load(path_or_manifest)
-        now = _now(now_ms)
+        now = self._now(now_ms)
         return self._authority.execute(
             lambda tx: publishing.publish_in_tx(tx, revision_input, now), name="publish"
         )
 
     def withdraw(self, publication_id: str, now_ms: int | None = None) -> None:
         """Stop new starts from this publication (admitted Runs finish)."""
-        publication_id, now = text("publication_id", publication_id), _now(now_ms)
+        publication_id, now = text("publication_id", publication_id), self._now(now_ms)
         self._authority.execute(
             lambda tx: publishing.withdraw_in_tx(tx, publication_id, now), name="withdraw"
         )
 
     def quarantine(self, publication_id: str, now_ms: int | None = None) -> None:
         """Quarantine a publication: no new starts."""
-        publication_id, now = text("publication_id", publication_id), _now(now_ms)
+        publication_id, now = text("publication_id", publication_id), self._now(now_ms)
         self._authority.execute(
             lambda tx: publishing.quarantine_in_tx(tx, publication_id, now), name="quarantine"
         )
 
     def revoke_publisher(self, publisher: str, now_ms: int | None = None) -> None:
         """Revoke a publisher's trust: none of its publications may start Workflows."""
-        publisher, now = text("publisher", publisher), _now(now_ms)
+        publisher, now = text("publisher", publisher), self._now(now_ms)
         self._authority.execute(
             lambda tx: publishing.revoke_publisher_in_tx(tx, publisher, now), name="revoke"
         )
@@ -219,7 +230,7 @@ class Runtime(Inspection, Scheduling):
             run_id=run_id,
             timeout_ms=timeout_ms,
             params=params,
-            now_ms=_now(now_ms),
+            now_ms=self._now(now_ms),
         )
 
     def inspect_admission(
@@ -237,7 +248,7 @@ class Runtime(Inspection, Scheduling):
         `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
         timeout). True if this call recorded it."""
         run_id = text("run_id", run_id)
-        return workers.cancel(self._authority, run_id, reason, _now(now_ms))
+        return workers.cancel(self._authority, run_id, reason, _given(now_ms))
 
     def cancel_many(
         self, run_ids: Iterable[str], reason: str = "user", now_ms: int | None = None
@@ -248,12 +259,12 @@ class Runtime(Inspection, Scheduling):
         ids = text_list("run_ids", run_ids, MAX_BATCH)
         if not ids:
             return []
-        return workers.cancel_many(self._authority, ids, reason, _now(now_ms))
+        return workers.cancel_many(self._authority, ids, reason, _given(now_ms))
 
     def cycle(self, now_ms: int | None = None) -> CycleResult:
         """One bounded pass of every phase: recovery, cancellation, schedule, frontier,
         admission."""
-        return self._cycle.run(_now(now_ms))
+        return self._cycle.run(self._now(now_ms))
 
     # -- workers -----------------------------------------------------------
     def lease_attempts(
@@ -275,8 +286,7 @@ class Runtime(Inspection, Scheduling):
         worker_id = text("worker_id", worker_id)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)  # refused even when there is nothing to lease
-        now = _now(now_ms)
-        lease_expiry(now, ttl_ms)  # likewise a lease that could never expire
+        lease_expiry(self._now(now_ms), ttl_ms)  # likewise a lease that could never expire
         task_set = None if tasks is None else texts("tasks", tasks)
         run_id = optional_text("run_id", run_id)
         step_key = optional_text("step_key", step_key)
@@ -285,7 +295,7 @@ class Runtime(Inspection, Scheduling):
             worker_id,
             limit=limit,
             ttl_ms=ttl_ms,
-            now_ms=now,
+            now_ms=_given(now_ms),
             run_id=run_id,
             step_key=step_key,
             tasks=task_set,
@@ -294,15 +304,15 @@ class Runtime(Inspection, Scheduling):
 
     def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """The start barrier: claimed+leased -> starting, before anything is spawned."""
-        return workers.mark_starting(self._authority, lease_of(lease), _now(now_ms))
+        return workers.mark_starting(self._authority, lease_of(lease), _given(now_ms))
 
     def mark_running(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """starting -> running (passes through starting from claimed)."""
-        return workers.mark_running(self._authority, lease_of(lease), _now(now_ms))
+        return workers.mark_running(self._authority, lease_of(lease), _given(now_ms))
 
     def renew(self, lease: Lease, ttl_ms: int = 30_000, now_ms: int | None = None) -> Lease:
         """Extend the lease: a new version; `.stop_requested` when the Run has cancel intent."""
-        return workers.renew(self._authority, lease_of(lease), ttl_ms, _now(now_ms))
+        return workers.renew(self._authority, lease_of(lease), ttl_ms, _given(now_ms))
 
     def complete(
         self,
@@ -329,7 +339,7 @@ class Runtime(Inspection, Scheduling):
             result_code=result_code,
             # a copy the caller cannot change; anything else the domain refuses
             output=dict(output) if isinstance(output, Mapping) else output,
-            now_ms=_now(now_ms),
+            now_ms=_given(now_ms),
             execution=dict(execution) if isinstance(execution, Mapping) else execution,
         )
 
@@ -345,7 +355,7 @@ class Runtime(Inspection, Scheduling):
         checked = completions_of("completions", completions, MAX_BATCH)
         if not checked:
             return []
-        return workers.complete_many(self._authority, checked, _now(now_ms))
+        return workers.complete_many(self._authority, checked, _given(now_ms))
 
     # -- reading -----------------------------------------------------------
     def get_run(self, run_id: str) -> views.RunView:
@@ -423,7 +433,7 @@ class Runtime(Inspection, Scheduling):
         for a terminal Run its root cause; and every step that failed, timed out or
         was lost, with the last `log_lines` lines of its log."""
         positive("log_lines", log_lines, 0, 1000)
-        return audit.why(self.store, text("run_id", run_id), _now(now_ms), log_lines)
+        return audit.why(self.store, text("run_id", run_id), self._now(now_ms), log_lines)
 
     def timeline(self, run_id: str, mutations: bool = True) -> list[TimelineEntry]:
         """The Run's events (run, steps and lease streams) in commit order, summarized;

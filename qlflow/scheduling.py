@@ -9,11 +9,6 @@ from eventstore import BaseStore
 from projections import schedule_views
 from projections.schedule_views import ScheduleView
 from qlflow.arguments import instant, text
-from qlflow.clock import wall_clock_ms
-
-
-def _now(now_ms: int | None) -> int:
-    return wall_clock_ms() if now_ms is None else instant("now_ms", now_ms)
 
 
 class Scheduling:
@@ -21,6 +16,10 @@ class Scheduling:
 
     store: BaseStore
     _authority: OperationAuthority
+
+    def _now(self, now_ms: int | None) -> int:
+        """`now_ms` as given (checked), or the store's time as last seen."""
+        return self.store.clock_ms() if now_ms is None else instant("now_ms", now_ms)
 
     def schedules(self) -> list[ScheduleView]:
         """Every schedule of a head publication that is not retired, by package,
@@ -30,11 +29,11 @@ class Scheduling:
     def pause_schedule(self, schedule_id: str, now_ms: int | None = None) -> bool:
         """Stop a schedule's fires until it is resumed. True if this call paused it
         (False: it was paused already). NotFound for an unknown id."""
-        schedule_id, now = text("schedule_id", schedule_id), _now(now_ms)
+        schedule_id, now = text("schedule_id", schedule_id), self._now(now_ms)
         return schedules.set_paused(self._authority, schedule_id, True, now)
 
     def resume_schedule(self, schedule_id: str, now_ms: int | None = None) -> bool:
         """Fire a paused schedule again, from its first occurrence after `now_ms`:
         what it missed while paused is not fired. True if this call resumed it."""
-        schedule_id, now = text("schedule_id", schedule_id), _now(now_ms)
+        schedule_id, now = text("schedule_id", schedule_id), self._now(now_ms)
         return schedules.set_paused(self._authority, schedule_id, False, now)

@@ -20,7 +20,6 @@ from domain.errors import FenceError, QlflowError
 from domain.tasks import ON_INTERRUPT_DEFAULT
 from domain.transitions import WORKER_SHUTDOWN
 from projections.task_io import TaskInputs
-from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
@@ -268,7 +267,7 @@ class LocalProcessExecutor:
         running_recorded = False
         running_backoff, renew_backoff = Backoff(), Backoff()
         next_running = time.monotonic()
-        next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
+        next_renew = time.monotonic() + _renew_after(self._rt, item.lease, interval_s)
         while True:
             now = time.monotonic()
             if not running_recorded and not item.exited.is_set() and now >= next_running:
@@ -290,7 +289,7 @@ class LocalProcessExecutor:
                 item.renew_now = False
                 try:
                     item.lease = self._rt.renew(item.lease, ttl_ms=self.ttl_ms)
-                    next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
+                    next_renew = time.monotonic() + _renew_after(self._rt, item.lease, interval_s)
                     recovered(renew_backoff, item.lease, "renewal")
                     if item.lease.stop_requested and item.stop_reason is None:
                         item.stop_reason = "stop_requested"
@@ -451,10 +450,11 @@ def _io_paths(log_path: Path) -> tuple[Path, Path]:
     return stem.with_name(stem.name + ".inputs.json"), stem.with_name(stem.name + ".output.json")
 
 
-def _renew_after(lease: Lease, interval_s: float) -> float:
+def _renew_after(rt: Runtime, lease: Lease, interval_s: float) -> float:
     """Seconds until the next renewal: every ttl/3, and sooner if the lease we hold
-    expires earlier than that (a replayed renewal answers with its own expiry)."""
-    remaining_s = (lease.expires_at_ms - wall_clock_ms()) / 1000
+    expires earlier than that (a replayed renewal answers with its own expiry). The
+    lease expires on the store's clock, so the store's time says how long is left."""
+    remaining_s = (lease.expires_at_ms - rt.clock_ms()) / 1000
     return max(0.0, min(interval_s, remaining_s / 3))
 
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from domain.errors import FenceError, QlflowError
-from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Lease, Runtime
 from qlflow.transient import Backoff, transient_errors
 
@@ -64,9 +63,10 @@ def until_recorded(
             return value
         if stopping is not None and stopping.is_set():
             raise NotStarted()
-        renew_in_s = (held.lease.expires_at_ms - wall_clock_ms() - renew_before_ms) / 1000
+        # the lease expires on the store's clock: compare with the store's time
+        renew_in_s = (held.lease.expires_at_ms - rt.clock_ms() - renew_before_ms) / 1000
         (stopping or threading.Event()).wait(max(0.0, min(pause, renew_in_s)))
-        if held.lease.expires_at_ms - wall_clock_ms() <= renew_before_ms:
+        if held.lease.expires_at_ms - rt.clock_ms() <= renew_before_ms:
             try:
                 held.lease = rt.renew(held.lease, ttl_ms=ttl_ms)
             except FenceError:

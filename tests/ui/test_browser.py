@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import qlflow
-from qlflow.runtime import wall_clock_ms
+from qlflow.clock import wall_clock_ms
 from qlflow.ui import create_app
 from tests.ui.support import DIAMOND, drive, manifest
 
