@@ -30,6 +30,7 @@ def test_tables_live_in_the_schema_the_url_names(pg_url):
         "log_attempts",
         "log_chunks",
         "qlflow_append_rights",
+        "qlflow_locks",
         "qlflow_position",
         "schema_versions",
         "streams",
