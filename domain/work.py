@@ -3,21 +3,24 @@
 The answer is the decisions' own: nothing here restates a status rule. For a folded
 aggregate, each decision (and the lease grant, for each active Attempt) is a function
 of the observation time alone, and it can only change where a time the aggregate
-holds is crossed — the Run's deadline, or a lease's expiry. Between two such instants
-it is constant, so calling it once per interval tells exactly when it has work:
+holds is crossed — the Run's deadline, a lease's expiry, a retry time. Between two
+such instants it is constant, so calling it once per interval tells exactly when it
+has work:
 
-- `phase_windows(aggregate)` -> {phase: Window | None}: the instants at which
+- `phase_work(aggregate)` -> {phase: WorkSet}: the instants at which
   `decide_<phase>(aggregate, now_ms)` returns records;
-- `grant_windows(aggregate)` -> {attempt_id: Window}: the instants at which
-  `grant_lease` would lease the Attempt (what a worker may claim).
+- `grant_work(aggregate)` -> {attempt_id: WorkSet}: the instants at which
+  `grant_lease` would lease the Attempt (what a worker may claim);
+- `phase_windows` / `grant_windows`: the same as the index stores them.
 
-A Window is half-open, `[opens_ms, closes_ms)`, `closes_ms` None for never. A
-phase's work changes at most once in time (recovery and cancellation open at an
-instant and stay open; frontier and attempt admission are open until the deadline),
-so it is found by bisection; a grant's window may open and close (a lease expires,
-then the deadline comes), and its few instants are all looked at.
-tests/domain/test_work.py checks, over random Runs, that the windows and the
-decisions agree at every instant.
+A Window is half-open, `[opens_ms, closes_ms)`, `closes_ms` None for never. Nothing
+is assumed about the shape of the work in time: a decision is called at every
+instant where it may change, so a phase's work is exactly a `WorkSet`, a sorted
+tuple of disjoint Windows (attempt admission under a retry is closed until the
+retry time, open from it, and closed again at the deadline). `stored_window` is
+the one Window the candidate index keeps for a WorkSet (see its docstring).
+tests/domain/test_work.py checks, over random Runs with retries, backoffs and
+deadlines, that the work sets and the decisions agree at every instant.
 """
 
 from __future__ import annotations
@@ -78,17 +81,23 @@ def instants(aggregate: RunAggregate) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def phase_windows(aggregate: RunAggregate) -> dict[str, Window | None]:
-    """Each phase's Window of work on `aggregate` (None: no work at any instant)."""
+WorkSet = tuple[Window, ...]
+"""The instants at which there is work: sorted, disjoint, non-adjacent Windows
+(empty: never)."""
+
+
+def phase_work(aggregate: RunAggregate) -> dict[str, WorkSet]:
+    """Each phase's exact WorkSet on `aggregate`: its decision called once per
+    interval between the instants the aggregate holds."""
     points = instants(aggregate)
     return {
-        phase: _monotone_window(partial(_decides, decide, aggregate), points)
+        phase: work_set(partial(_decides, decide, aggregate), points)
         for phase, decide in DECISIONS.items()
     }
 
 
-def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
-    """The Window in which each active Attempt may be leased (Attempts that never
+def grant_work(aggregate: RunAggregate) -> dict[str, WorkSet]:
+    """The WorkSet in which each active Attempt may be leased (Attempts that never
     may are left out). A grant reads the Run's deadline and this Attempt's own lease,
     so only those instants are looked at."""
     deadline = aggregate.run.deadline_ms
@@ -99,10 +108,40 @@ def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
             points.add(deadline)
         if attempt.lease is not None:
             points.add(attempt.lease.expires_at_ms)
-        window = _window(partial(_grantable, aggregate, attempt.attempt_id), sorted(points))
-        if window is not None:
-            found[attempt.attempt_id] = window
+        work = work_set(partial(_grantable, aggregate, attempt.attempt_id), sorted(points))
+        if work:
+            found[attempt.attempt_id] = work
     return found
+
+
+def phase_windows(aggregate: RunAggregate) -> dict[str, Window | None]:
+    """Each phase's `stored_window` on `aggregate` (None: no work at any instant)."""
+    return {phase: stored_window(work) for phase, work in phase_work(aggregate).items()}
+
+
+def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
+    """Each leasable Attempt's `stored_window`."""
+    return {
+        attempt_id: window
+        for attempt_id, work in grant_work(aggregate).items()
+        if (window := stored_window(work)) is not None
+    }
+
+
+def stored_window(work: WorkSet) -> Window | None:
+    """The one Window the candidate index keeps for `work`: the work itself when it
+    is one interval (what every decision gives today: tests/domain/test_work.py
+    checks it), else from its first opening to its last closing. A gap in between is
+    then a re-check: a cycle that looks at the Run there finds no work and writes
+    nothing, and the next interval is still found after the first one closes."""
+    if not work:
+        return None
+    return Window(work[0].opens_ms, work[-1].closes_ms)
+
+
+def next_opening(work: WorkSet, after_ms: int) -> int | None:
+    """The first instant after `after_ms` at which a Window of `work` opens."""
+    return next((w.opens_ms for w in work if w.opens_ms > after_ms), None)
 
 
 def _decides(
@@ -119,33 +158,18 @@ def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
     return True
 
 
-def _window(has_work: Callable[[int], bool], points: Sequence[int]) -> Window | None:
-    """The interval of `points`' intervals `[p_i, p_i+1)` where `has_work(p_i)`."""
+def work_set(has_work: Callable[[int], bool], points: Sequence[int]) -> WorkSet:
+    """The Windows made of `points`' intervals `[p_i, p_i+1)` where `has_work(p_i)`
+    (the last interval is open-ended): `has_work` must be constant on each."""
+    found: list[Window] = []
     opens: int | None = None
-    closes: int | None = None
     for point in points:
         if has_work(point):
             if opens is None:
                 opens = point
-            closes = None
-        elif opens is not None and closes is None:
-            closes = point
-    return None if opens is None else Window(opens, closes)
-
-
-def _monotone_window(has_work: Callable[[int], bool], points: Sequence[int]) -> Window | None:
-    """`_window` for work that changes at most once over `points` (a phase's work
-    opens once and stays, or is there until it closes once): a bisection, so a Run
-    with many leases costs a few decisions, not one per lease."""
-    first = has_work(points[0])
-    last = has_work(points[-1]) if len(points) > 1 else first
-    if first == last:
-        return Window(points[0]) if first else None
-    low, high = 0, len(points) - 1  # has_work(points[low]) == first != has_work(points[high])
-    while high - low > 1:
-        middle = (low + high) // 2
-        if has_work(points[middle]) == first:
-            low = middle
-        else:
-            high = middle
-    return Window(points[0], points[high]) if first else Window(points[high])
+        elif opens is not None:
+            found.append(Window(opens, point))
+            opens = None
+    if opens is not None:
+        found.append(Window(opens))
+    return tuple(found)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import QlflowError
-from domain.work import grant_windows, phase_windows
+from domain.work import grant_work, next_opening, phase_work
 from eventstore.logs import Piece
 from projections.views import RunView
 from qlflow.clock import wall_clock_ms
@@ -125,9 +125,9 @@ def next_due(rt: Runtime, run_id: str, now_ms: int) -> int | None:
     """The first instant after `now_ms` at which a cycle phase or a lease grant has
     work on the Run (the domain's windows: docs/DESIGN.md, "The candidate index")."""
     aggregate = rt.aggregate_at(run_id)
-    windows = [*phase_windows(aggregate).values(), *grant_windows(aggregate).values()]
-    later = [w.opens_ms for w in windows if w is not None and w.opens_ms > now_ms]
-    return min(later, default=None)
+    work_sets = [*phase_work(aggregate).values(), *grant_work(aggregate).values()]
+    later = [next_opening(work, now_ms) for work in work_sets]
+    return min((at for at in later if at is not None), default=None)
 
 
 def _run_here(rt: Runtime, tasks: PublishedTasks, lease: Lease, now_ms: int) -> None:

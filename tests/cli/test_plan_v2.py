@@ -30,6 +30,27 @@ def test_handoff_runs_with_params_passes_outputs_and_retries(store_url, tmp_path
     assert "retry 2 of 3 at" in why.stdout and "retry 3 of 3 at" in why.stdout
 
 
+def test_handoff_under_a_workflow_deadline_retries_before_it(store_url, tmp_path: Path):
+    """A retry under a Workflow deadline is admitted from its retry time (once, its
+    admission window came out empty and the Run waited for the deadline)."""
+    package = copy_example("handoff", tmp_path)
+    manifest = package / "qlflow.toml"
+    text = manifest.read_text()
+    assert "[workflows.daily]\n" in text
+    deadline = "[workflows.daily]\ntimeout_ms = 60000\n"
+    manifest.write_text(text.replace("[workflows.daily]\n", deadline))
+    done = qlflow(
+        "run", str(package), "daily", "-p", "date=2026-12-07", "--run-id", "h3",
+        db=store_url, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = qlflow_json("show", "h3", db=store_url, cwd=tmp_path)
+    assert run["status"] == "succeeded"
+    assert [a["status"] for a in run["steps"]["upload"]["attempts"]] == [
+        "failed", "failed", "succeeded",
+    ]  # fmt: skip
+
+
 def test_handoff_that_exhausts_its_attempts_exits_1(store_url, tmp_path: Path):
     package = copy_example("handoff", tmp_path)
     done = qlflow(

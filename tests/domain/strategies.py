@@ -258,9 +258,27 @@ def dag_needs(draw, min_steps: int = 1, max_steps: int = 128) -> dict[str, list[
 
 @st.composite
 def plans(draw, min_steps: int = 1, max_steps: int = 128) -> ExecutionPlan:
+    """A random plan with every feature a plan can have that the decisions read: a
+    DAG, often a Workflow deadline, often retry policies on some Steps whose backoffs
+    are shorter and longer than the deadline (and than a lease)."""
     needs = draw(dag_needs(min_steps, max_steps))
-    timeout = draw(st.sampled_from((None, None, None, 4_000, 30_000, 120_000)))
-    return make_plan(needs, timeout_ms=timeout)
+    timeout = draw(st.sampled_from(TIMEOUTS_MS))
+    retries = draw(
+        st.one_of(
+            st.just({}),
+            st.dictionaries(
+                st.sampled_from(sorted(needs)),
+                st.tuples(st.integers(2, 4), st.sampled_from(BACKOFFS_MS)),
+                max_size=len(needs),
+            ),
+        )
+    )
+    return make_plan(needs, timeout_ms=timeout, retries=retries)
+
+
+TIMEOUTS_MS = (None, None, 4_000, 30_000, 120_000)
+BACKOFFS_MS = (0, 1, 500, TTL_MS, 20_000, 60_000, 200_000)
+"""Backoffs either side of each deadline in `TIMEOUTS_MS` and of a lease (`TTL_MS`)."""
 
 
 @st.composite
@@ -412,3 +430,28 @@ def force_step(world: World, key: str, to_status: str, result_code: str | None =
         key, to_status, (FRONTIER_EVENT, FRONTIER_MUTATION, parts), result_code=result_code
     )
     world.apply(builder.build())
+
+
+# --- worlds of the defects found so far: `@example` cases, checked on every run ---------
+
+
+def retry_under_deadline_world() -> World:
+    """A Step that may retry failed once under a Workflow deadline: attempt admission
+    is closed until the retry time, open from it, and closed again at the deadline
+    (the window once found by bisection came out empty and stranded the Run)."""
+    world = World(make_plan({"a": []}, timeout_ms=30_000, retries={"a": (3, 2_000)}))
+    claim(world)
+    finish(world, "a", "failed")
+    return world
+
+
+def diamond_failure_world() -> World:
+    """a → b, c → d: b failed while c still runs. d is skipped at once; the skip
+    never waits for the running sibling."""
+    world = World(make_plan({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}))
+    claim(world)
+    finish(world, "a")
+    claim(world)
+    start(world, "c", running=True)
+    finish(world, "b", "failed")
+    return world

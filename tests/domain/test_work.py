@@ -1,20 +1,39 @@
-"""The work answer is exact: for random reachable Runs, `domain.work` says a phase
-(or a lease grant) is open at an instant exactly when its decision has records there."""
+"""The work answer is exact: for random reachable Runs — with retry policies, backoffs
+either side of the deadline, leases, cancel intent, lost workers — `domain.work` says a
+phase (or a lease grant) has work at an instant exactly when its decision has records
+there, and the window the candidate index stores is that work."""
 
 from __future__ import annotations
 
-import os
-
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from domain.aggregate import RunAggregate
-from domain.work import DECISIONS, _grantable, grant_windows, instants, phase_windows
-from tests.domain.strategies import World, make_plan, reachable_worlds
+from domain.work import (
+    DECISIONS,
+    Window,
+    WorkSet,
+    _grantable,
+    grant_windows,
+    grant_work,
+    instants,
+    next_opening,
+    phase_windows,
+    phase_work,
+    stored_window,
+    work_set,
+)
+from tests.domain.strategies import (
+    World,
+    diamond_failure_world,
+    make_plan,
+    reachable_worlds,
+    retry_under_deadline_world,
+)
+from tests.hypothesis_budget import examples
 
-EXAMPLES = int(os.environ.get("QLFLOW_FUZZ_EXAMPLES", "200"))
 PROPERTY = settings(
-    max_examples=EXAMPLES,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -28,28 +47,75 @@ def probes(aggregate: RunAggregate, now_ms: int) -> list[int]:
     return sorted(found)
 
 
+def holds(work: WorkSet, now_ms: int) -> bool:
+    return any(window.contains(now_ms) for window in work)
+
+
+def assert_stored_is_exact(work: WorkSet, stored: Window | None, what: str) -> None:
+    """The stored window is the work itself: every decision's work is one interval
+    today (`domain.work.stored_window` keeps a re-check hull otherwise)."""
+    assert len(work) <= 1, (what, work)
+    assert stored == (work[0] if work else None), (what, work, stored)
+
+
 @PROPERTY
 @given(world=reachable_worlds(max_steps=24, max_actions=80), shift=st.integers(0, 20_000))
-def test_phase_windows_are_the_decisions(world: World, shift: int) -> None:
+@example(world=retry_under_deadline_world(), shift=0)
+@example(world=retry_under_deadline_world(), shift=2_000)
+@example(world=diamond_failure_world(), shift=0)
+def test_phase_work_is_the_decisions(world: World, shift: int) -> None:
     aggregate = world.agg
-    windows = phase_windows(aggregate)
+    work = phase_work(aggregate)
+    stored = phase_windows(aggregate)
+    for phase in DECISIONS:
+        assert_stored_is_exact(work[phase], stored[phase], phase)
     for now in probes(aggregate, world.now_ms + shift):
         for phase, decide in DECISIONS.items():
-            window = windows[phase]
             has_work = bool(decide(aggregate, now).appends)
-            assert has_work == (window is not None and window.contains(now)), (phase, now, window)
+            assert has_work == holds(work[phase], now), (phase, now, work[phase])
 
 
 @PROPERTY
 @given(world=reachable_worlds(max_steps=24, max_actions=80), shift=st.integers(0, 20_000))
-def test_grant_windows_are_the_lease_grant(world: World, shift: int) -> None:
+@example(world=retry_under_deadline_world(), shift=0)
+@example(world=diamond_failure_world(), shift=0)
+def test_grant_work_is_the_lease_grant(world: World, shift: int) -> None:
     aggregate = world.agg
-    windows = grant_windows(aggregate)
+    work = grant_work(aggregate)
+    stored = grant_windows(aggregate)
+    for attempt_id, found in work.items():
+        assert_stored_is_exact(found, stored.get(attempt_id), attempt_id)
     for now in probes(aggregate, world.now_ms + shift):
         for attempt in aggregate.attempts.values():
-            window = windows.get(attempt.attempt_id)
+            found = work.get(attempt.attempt_id, ())
             grantable = attempt.is_active and _grantable(aggregate, attempt.attempt_id, now)
-            assert grantable == (window is not None and window.contains(now)), (now, window)
+            assert grantable == holds(found, now), (now, found)
+
+
+def test_a_retry_under_a_deadline_is_admitted_from_its_retry_time_until_the_deadline() -> None:
+    world = retry_under_deadline_world()
+    retry_at = world.agg.steps["a"].retry_at_ms
+    deadline = world.agg.run.deadline_ms
+    assert retry_at is not None and deadline is not None and world.now_ms < retry_at < deadline
+    work = phase_work(world.agg)["admission"]
+    assert work == (Window(retry_at, deadline),)
+    assert next_opening(work, world.now_ms) == retry_at
+
+
+def test_a_failed_diamond_branch_skips_its_join_while_the_sibling_runs() -> None:
+    world = diamond_failure_world()
+    assert world.agg.steps["c"].status == "running"
+    (window,) = phase_work(world.agg)["frontier"]
+    assert window.contains(world.now_ms)
+
+
+def test_a_gapped_work_set_is_stored_from_its_first_opening_to_its_last_closing() -> None:
+    open_at = {0: True, 10: False, 20: True, 30: False}
+    work = work_set(open_at.__getitem__, sorted(open_at))
+    assert work == (Window(0, 10), Window(20, 30))
+    assert stored_window(work) == Window(0, 30)
+    assert next_opening(work, 5) == 20
+    assert stored_window(()) is None
 
 
 def test_a_fresh_run_has_frontier_work_until_its_deadline() -> None:
