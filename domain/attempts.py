@@ -37,10 +37,12 @@ def decide_attempt_admission(
     now_ms: int,
     executor: str = "local_process",
     actor: str = ATTEMPTS_ACTOR,
+    *,
+    probe: bool = False,
 ) -> Decision:
     """Claim one Attempt for every ready StepRun that has no active Attempt and is
     not waiting for its retry (`retry_at_ms` after `now_ms`); `actor` is the writer
-    named in the records' metadata."""
+    named in the records' metadata (`probe`: see `DecisionBuilder.on`)."""
     check_now(now_ms)
     if executor not in EXECUTORS:
         raise InvalidInput(
@@ -48,7 +50,7 @@ def decide_attempt_admission(
         )
     if aggregate.run.is_terminal or effective_intent(aggregate, now_ms) is not None:
         return EMPTY
-    builder = DecisionBuilder.on(aggregate, now_ms, actor)
+    builder = DecisionBuilder.on(aggregate, now_ms, actor, probe=probe)
     plan = aggregate.plan
     digest = plan.plan_digest
     attempts = aggregate.attempts

@@ -79,10 +79,11 @@ def request_cancel(aggregate: RunAggregate, reason: str, now_ms: int) -> Decisio
 
 
 def decide_cancellation(
-    aggregate: RunAggregate, now_ms: int, actor: str = CANCELLATION_ACTOR
+    aggregate: RunAggregate, now_ms: int, actor: str = CANCELLATION_ACTOR, *, probe: bool = False
 ) -> Decision:
     """Converge a running Run that has (effective) cancel intent, as far as is safe;
-    `actor` is the writer named in the records' metadata."""
+    `actor` is the writer named in the records' metadata (`probe`: see
+    `DecisionBuilder.on`)."""
     check_now(now_ms)
     run = aggregate.run
     intent = effective_intent(aggregate, now_ms)
@@ -91,7 +92,7 @@ def decide_cancellation(
     reason, cancel_at = intent
     run_id = aggregate.run_id
     timeout = reason == "timeout"
-    builder = DecisionBuilder.on(aggregate, now_ms, actor)
+    builder = DecisionBuilder.on(aggregate, now_ms, actor, probe=probe)
     if run.cancel_reason is None:
         builder.event(
             derive_id(CANCEL_INTENT_EVENT, run_id, reason, cancel_at),

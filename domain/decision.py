@@ -93,6 +93,10 @@ def sibling_id(prefix: str, base_id: str) -> str:
     return prefix + base_id[-32:]
 
 
+class HasWork(Exception):  # an answer, not an error
+    """Raised by a probe builder at its first record: the decision has work."""
+
+
 class DecisionBuilder:
     """Collects the records of one decision over one Run.
 
@@ -112,8 +116,10 @@ class DecisionBuilder:
         now_ms: int,
         actor: str,
         causation_id: str | None,
+        probe: bool = False,
     ) -> None:
         self.run_id = run_id
+        self.probe = probe
         self.now_ms = now_ms
         self.actor = actor
         self.causation_id = causation_id
@@ -133,9 +139,17 @@ class DecisionBuilder:
 
     @classmethod
     def on(
-        cls, aggregate: RunAggregate, now_ms: int, actor: str, causation_id: str | None = None
+        cls,
+        aggregate: RunAggregate,
+        now_ms: int,
+        actor: str,
+        causation_id: str | None = None,
+        *,
+        probe: bool = False,
     ) -> DecisionBuilder:
-        """A builder over `aggregate`; causation defaults to the Run's latest event."""
+        """A builder over `aggregate`; causation defaults to the Run's latest event.
+        A `probe` builder raises `HasWork` at the first record added: the decision
+        is only asked whether it writes (`domain.work`)."""
         return cls(
             run_id=aggregate.run_id,
             run_version=aggregate.version,
@@ -145,6 +159,7 @@ class DecisionBuilder:
             now_ms=now_ms,
             actor=actor,
             causation_id=causation_id or aggregate.run.head_event_id,
+            probe=probe,
         )
 
     # -- reading the projection --
@@ -198,6 +213,8 @@ class DecisionBuilder:
         self, event_id: str, event_type: str, data: dict[str, Any], causation_id: str | None = None
     ) -> int:
         """Append a RunEvent; returns its version. Not for step.* events (see change_step)."""
+        if self.probe:
+            raise HasWork
         self._run_events.append(
             NewEvent(event_id, event_type, data, self._metadata(causation_id or self.causation_id))
         )
@@ -304,6 +321,8 @@ class DecisionBuilder:
         two different writes competing for one position get different ids and
         meet a version conflict rather than an idempotency conflict.
         """
+        if self.probe:
+            raise HasWork
         version = self.lease_version(attempt_id) + 1
         if born_with is not None:
             event_id = sibling_id(LEASE_EVENT, born_with)

@@ -50,15 +50,18 @@ def aggregate_outcome(statuses: Iterable[str]) -> tuple[str, str | None] | None:
     return status, _TERMINAL_ERROR_CODES[status]
 
 
-def decide_frontier(aggregate: RunAggregate, now_ms: int, actor: str = FRONTIER_ACTOR) -> Decision:
+def decide_frontier(
+    aggregate: RunAggregate, now_ms: int, actor: str = FRONTIER_ACTOR, *, probe: bool = False
+) -> Decision:
     """Advance pending StepRuns and aggregate the Run's outcome when all are terminal.
 
     `actor` names the writer in the records' metadata (a completion that carries
-    its consequences names its worker); nothing else depends on it."""
+    its consequences names its worker); nothing else depends on it (`probe`: see
+    `DecisionBuilder.on`)."""
     check_now(now_ms)
     if aggregate.run.is_terminal or effective_intent(aggregate, now_ms) is not None:
         return EMPTY
-    builder = DecisionBuilder.on(aggregate, now_ms, actor)
+    builder = DecisionBuilder.on(aggregate, now_ms, actor, probe=probe)
     digest = aggregate.plan.plan_digest
     statuses = builder.step_statuses()
     for key in aggregate.topo_order:

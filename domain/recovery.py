@@ -43,13 +43,14 @@ def needs_recovery(attempt: AttemptState, now_ms: int) -> bool:
     return lease is None or lease.lease_id != attempt.started_lease_id or not lease.is_live(now_ms)
 
 
-def decide_recovery(aggregate: RunAggregate, now_ms: int) -> Decision:
-    """Mark every Attempt whose lease ran out `lost` and settle its StepRun."""
+def decide_recovery(aggregate: RunAggregate, now_ms: int, *, probe: bool = False) -> Decision:
+    """Mark every Attempt whose lease ran out `lost` and settle its StepRun (`probe`:
+    see `DecisionBuilder.on`)."""
     check_now(now_ms)
     if aggregate.run.is_terminal:
         return EMPTY
     intent = effective_intent(aggregate, now_ms) is not None
-    builder = DecisionBuilder.on(aggregate, now_ms, RECOVERY_ACTOR)
+    builder = DecisionBuilder.on(aggregate, now_ms, RECOVERY_ACTOR, probe=probe)
     for attempt in aggregate.attempts.values():
         if needs_recovery(attempt, now_ms):
             _recover(builder, aggregate, attempt, intent)

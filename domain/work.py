@@ -32,7 +32,7 @@ from functools import partial
 from domain.aggregate import RunAggregate
 from domain.attempts import decide_attempt_admission
 from domain.cancellation import decide_cancellation
-from domain.decision import Decision
+from domain.decision import Decision, HasWork
 from domain.errors import FenceError, InvalidInput
 from domain.frontier import decide_frontier
 from domain.phases import ADMISSION, CANCELLATION, FRONTIER, RECOVERY
@@ -40,13 +40,14 @@ from domain.recovery import decide_recovery
 from domain.transitions import MIN_LEASE_TTL_MS, STEP_READY
 from domain.worker import grant_lease
 
-DECISIONS: Mapping[str, Callable[[RunAggregate, int], Decision]] = {
+DECISIONS: Mapping[str, Callable[..., Decision]] = {
     RECOVERY: decide_recovery,
     CANCELLATION: decide_cancellation,
     FRONTIER: decide_frontier,
     ADMISSION: decide_attempt_admission,
 }
-"""The cycle's decision for each phase whose work is on a Run (`RUN_PHASES`)."""
+"""The cycle's decision for each phase whose work is on a Run (`RUN_PHASES`): called
+`decide(aggregate, now_ms)`, or with `probe=True` to ask only whether it writes."""
 
 _PROBE_WORKER = "work-probe"  # a grant is asked for, never written
 
@@ -144,10 +145,13 @@ def next_opening(work: WorkSet, after_ms: int) -> int | None:
     return next((w.opens_ms for w in work if w.opens_ms > after_ms), None)
 
 
-def _decides(
-    decide: Callable[[RunAggregate, int], Decision], aggregate: RunAggregate, now_ms: int
-) -> bool:
-    return bool(decide(aggregate, now_ms).appends)
+def _decides(decide: Callable[..., Decision], aggregate: RunAggregate, now_ms: int) -> bool:
+    """Whether `decide` writes at `now_ms`: asked of a probe builder, which stops at
+    the first record (the same code path, without building the rest)."""
+    try:
+        return bool(decide(aggregate, now_ms, probe=True).appends)
+    except HasWork:
+        return True
 
 
 def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
