@@ -128,6 +128,39 @@ def test_outputs_reach_the_dependent_and_a_retried_step_waits_its_backoff(rt):
     assert rt.verify_projections().ok
 
 
+@pytest.mark.parametrize(
+    ("backoff_ms", "timeout_ms", "status"),
+    [(1_000, 60_000, "succeeded"), (1_000, 1_000, "timed_out"), (600_000, 60_000, "timed_out")],
+    ids=["retry-before-deadline", "retry-1ms-past-deadline", "retry-far-past-deadline"],
+)
+def test_a_retry_under_a_workflow_deadline(rt, backoff_ms, timeout_ms, status):
+    """A retry under a Workflow deadline: claimable from its retry time exactly, until
+    the deadline, and the cycle's index finds it (its window once came out empty)."""
+    rt.publish(manifest(max_attempts=3, backoff_ms=backoff_ms, timeout_ms=timeout_ms), now_ms=T0)
+    run_id = rt.start("daily", "nightly", params={"date": "d"}, now_ms=T0).run_id
+    deadline = T0 + timeout_ms
+    rt.cycle(now_ms=T0)
+    _run(rt, T0, "succeeded")
+    rt.cycle(now_ms=T0 + 1)
+    _run(rt, T0 + 1, "failed")
+    retry_at = rt.get_run(run_id).steps["load"].retry_at_ms
+    assert retry_at == T0 + 1 + backoff_ms
+    rt.cycle(now_ms=retry_at - 1)
+    assert rt.lease_attempts("w1", now_ms=retry_at - 1) == []
+    now = retry_at
+    while rt.get_run(run_id).status == "running" and now <= deadline + 1:
+        rt.cycle(now_ms=now)
+        if now < deadline:
+            _run(rt, now, "succeeded")
+        now = max(now + 1, deadline if now < deadline else now + 1)
+    run = rt.get_run(run_id)
+    assert run.status == status, (run.status, retry_at, deadline)
+    if status == "succeeded":
+        assert [a.status for a in run.steps["load"].attempts] == ["failed", "succeeded"]
+    else:
+        assert run.steps["load"].status == "timed_out"
+
+
 def test_a_step_that_exhausts_its_attempts_fails_the_run(rt):
     rt.publish(manifest(max_attempts=2, backoff_ms=0), now_ms=T0)
     run_id = rt.start("daily", "nightly", params={"date": "d"}, now_ms=T0).run_id
