@@ -56,10 +56,13 @@ def make_plan(
     run_id: str = RUN_ID,
     timeout_ms: int | None = None,
     retries: Mapping[str, tuple[int, int]] | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> ExecutionPlan:
     """A plan whose Steps are `needs`' keys, each needing the listed keys; `retries`
-    gives some Steps (max_attempts, backoff_ms), which makes it a v2 plan."""
+    gives some Steps (max_attempts, backoff_ms) and `params` are bound parameter
+    values: either makes it a v2 plan."""
     retries = dict(retries or {})
+    bound = tuple(sorted((params or {}).items()))
     steps = tuple(
         PlanStep(
             key=key,
@@ -74,7 +77,7 @@ def make_plan(
         )
         for key in sorted(needs)
     )
-    v2 = any(limit > 1 for limit, _ in retries.values())
+    v2 = bool(bound) or any(limit > 1 for limit, _ in retries.values())
     return ExecutionPlan(
         schema=PLAN_SCHEMA_V2 if v2 else PLAN_SCHEMA,
         project="proj",
@@ -91,8 +94,14 @@ def make_plan(
         run_id=run_id,
         timeout_ms=timeout_ms,
         steps=steps,
+        params=bound,
         plan_digest=_digest(
-            "plan", run_id, timeout_ms, tuple(sorted(needs.items())), tuple(sorted(retries.items()))
+            "plan",
+            run_id,
+            timeout_ms,
+            tuple(sorted(needs.items())),
+            tuple(sorted(retries.items())),
+            bound,
         ),
     )
 
@@ -258,9 +267,9 @@ def dag_needs(draw, min_steps: int = 1, max_steps: int = 128) -> dict[str, list[
 
 @st.composite
 def plans(draw, min_steps: int = 1, max_steps: int = 128) -> ExecutionPlan:
-    """A random plan with every feature a plan can have that the decisions read: a
-    DAG, often a Workflow deadline, often retry policies on some Steps whose backoffs
-    are shorter and longer than the deadline (and than a lease)."""
+    """A random plan with every feature a plan can have: a DAG, often a Workflow
+    deadline, often retry policies on some Steps whose backoffs are shorter and
+    longer than the deadline (and than a lease), often bound parameters."""
     needs = draw(dag_needs(min_steps, max_steps))
     timeout = draw(st.sampled_from(TIMEOUTS_MS))
     retries = draw(
@@ -273,7 +282,18 @@ def plans(draw, min_steps: int = 1, max_steps: int = 128) -> ExecutionPlan:
             ),
         )
     )
-    return make_plan(needs, timeout_ms=timeout, retries=retries)
+    params = draw(st.one_of(st.just({}), st.fixed_dictionaries({}, optional=PARAMS)))
+    return make_plan(needs, timeout_ms=timeout, retries=retries, params=params)
+
+
+PARAMS = {
+    "date": st.sampled_from(("2026-12-01", "2026-03-29")),
+    "limit": st.integers(0, 10**6),
+    "dry": st.booleans(),
+    "label": st.text(max_size=12),
+}
+"""Bound parameter values of each type a Workflow parameter can have
+(`domain.params.PARAM_TYPES`)."""
 
 
 TIMEOUTS_MS = (None, None, 4_000, 30_000, 120_000)
