@@ -18,6 +18,7 @@ from typing import Any
 
 from actors.authority import Units
 from actors.clock import Now
+from actors.group_commit import GroupCommit
 from actors.loading import RunStreams, attempt_lock, not_found, read_runs
 from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import run_path
@@ -310,6 +311,30 @@ def complete_many(
         )
         answers.append(Completed(done.lease, status=recorded))
     return answers
+
+
+class GroupedCompletions:
+    """`complete` on the store's clock for callers on many threads (a host's slots):
+    completions that arrive together share one `complete_many` commit
+    (`actors.group_commit`); each is decided, fenced and answered on its own."""
+
+    def __init__(self, authority: Units, max_batch: int) -> None:
+        self._group: GroupCommit[Completion, Completed] = GroupCommit(
+            lambda items: complete_many(authority, items, None), max_batch
+        )
+
+    @property
+    def batches(self) -> int:
+        """Commits made so far (fewer than completions when they were grouped)."""
+        return self._group.batches
+
+    def complete(self, completion: Completion) -> str:
+        """Record `completion`; returns the recorded status or raises as `complete`."""
+        done = self._group.submit(completion)
+        if done.error is not None:
+            raise done.error
+        assert done.status is not None
+        return done.status
 
 
 def _recorded(lease: Lease, written: Written) -> str:

@@ -138,6 +138,7 @@ class Runtime(Inspection, Scheduling):
         except BaseException:
             self.store.close()
             raise
+        self._completions = workers.GroupedCompletions(self._authority, MAX_BATCH)
         self._cycle = Cycle(
             self._authority,
             self.profile.page_size,
@@ -332,15 +333,21 @@ class Runtime(Inspection, Scheduling):
         `error` — shown with the Attempt and passed nowhere."""
         if result_code is not None:
             text("result_code", result_code)
+        # copies the caller cannot change; anything else the domain refuses
+        output = dict(output) if isinstance(output, Mapping) else output
+        execution = dict(execution) if isinstance(execution, Mapping) else execution
+        if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
+            return self._completions.complete(
+                Completion(lease_of(lease), outcome, result_code, output, execution)
+            )
         return workers.complete(
             self._authority,
             lease_of(lease),
             outcome,
             result_code=result_code,
-            # a copy the caller cannot change; anything else the domain refuses
-            output=dict(output) if isinstance(output, Mapping) else output,
+            output=output,
             now_ms=_given(now_ms),
-            execution=dict(execution) if isinstance(execution, Mapping) else execution,
+            execution=execution,
         )
 
     def complete_many(

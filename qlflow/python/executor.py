@@ -42,7 +42,6 @@ from qlflow.executor.reports import AttemptReport, RunningProcess, report
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.python.call import PROCESS_DIED, Call, Outcome, invoke
-from qlflow.python.completions import GroupCompletions
 from qlflow.python.context import LogSink
 from qlflow.python.pool import PoolProcess, ProcessPool
 from qlflow.runtime import Lease, Runtime
@@ -183,7 +182,6 @@ class PythonExecutor:
         self.ttl_ms = ttl_ms
         self.kill_after_s = kill_after_s
         self.pool = ProcessPool(processes)
-        self._completions = GroupCompletions(rt)
         self._items: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -422,7 +420,7 @@ class PythonExecutor:
                 self._rt,
                 held,
                 "completion",
-                lambda lease: self._completions.complete(
+                lambda lease: self._rt.complete(
                     lease, outcome, result_code=result_code, output=output, execution=execution
                 ),
                 ttl_ms=self.ttl_ms,

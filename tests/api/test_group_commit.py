@@ -1,0 +1,126 @@
+"""Group commit on both stores: completions that threads make at the same time share
+one commit, each decided, fenced and answered on its own; a caller alone writes at
+once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import qlflow
+from eventstore import faults
+from qlflow.errors import FenceError, InvalidInput
+
+WIDTH = 4
+
+
+def manifest() -> dict:
+    return {
+        "package": {"name": "wide", "publisher": "acme"},
+        "tasks": {"t": {"command": ["sh", "-c", "exit 0"]}},
+        "workflows": {
+            "w": {"steps": [{"key": f"s{i}", "task": "t"} for i in range(WIDTH)]},
+        },
+    }
+
+
+@pytest.fixture
+def rt(store_url):
+    with qlflow.open(store_url) as runtime:
+        yield runtime
+    faults.disarm()
+
+
+def _running_leases(rt) -> list:
+    rt.publish(manifest())
+    rt.start("wide", "w", admission_key="k")
+    leases = rt.lease_attempts("w1", limit=WIDTH, ttl_ms=60_000, start=True)
+    assert len(leases) == WIDTH
+    return [rt.mark_running(lease) for lease in leases]
+
+
+def _hold_first_commit_until(rt, queued: int) -> None:
+    """The first completion's transaction waits (inside it) until `queued` others
+    have arrived behind it, so they are written together next."""
+    group = rt._completions._group
+
+    def wait_for_followers() -> None:
+        deadline = time.monotonic() + 20
+        while group.queued < queued:
+            assert time.monotonic() < deadline, f"{group.queued} of {queued} queued"
+            time.sleep(0.001)
+
+    faults.arm("complete.after_begin", wait_for_followers, nth=1)
+
+
+def _complete_together(rt, calls) -> list:
+    """Run each `(lease, outcome)` completion on its own thread: the first alone,
+    the rest once it holds its transaction. Returns each answer or error."""
+    answers: list = [None] * len(calls)
+
+    def call(index: int) -> None:
+        lease, outcome = calls[index]
+        try:
+            answers[index] = rt.complete(lease, outcome)
+        except Exception as error:  # each thread's own answer, errors included
+            answers[index] = error
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    group = rt._completions._group
+    deadline = time.monotonic() + 20
+    while group.batches < 1:  # the first is writing
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    rest = [threading.Thread(target=call, args=(i,)) for i in range(1, len(calls))]
+    for thread in rest:
+        thread.start()
+    for thread in (first, *rest):
+        thread.join(30)
+        assert not thread.is_alive()
+    return answers
+
+
+def test_completions_that_arrive_together_share_one_commit(rt):
+    leases = _running_leases(rt)
+    _hold_first_commit_until(rt, WIDTH - 1)
+    before = rt._completions.batches
+    answers = _complete_together(rt, [(lease, "succeeded") for lease in leases])
+    assert answers == ["succeeded"] * WIDTH
+    assert rt._completions.batches - before == 2  # the first alone, the other three in one
+    run = rt.get_run(leases[0].run_id)
+    assert run.status == "succeeded"
+    assert all(step.status == "succeeded" for step in run.steps.values())
+    assert rt.verify_projections().ok
+
+
+def test_a_bad_completion_in_a_group_is_refused_alone(rt):
+    leases = _running_leases(rt)
+    _hold_first_commit_until(rt, WIDTH - 1)
+    calls = [(leases[0], "succeeded"), (leases[1], "bogus"), *((x, "failed") for x in leases[2:])]
+    answers = _complete_together(rt, calls)
+    assert answers[0] == "succeeded"
+    assert isinstance(answers[1], InvalidInput)
+    assert answers[2:] == ["failed"] * (WIDTH - 2)
+    run = rt.get_run(leases[0].run_id)
+    assert run.steps[leases[1].step_key].status == "running"  # nothing written for it
+
+
+def test_a_fenced_completion_in_a_group_is_answered_alone(rt):
+    leases = _running_leases(rt)
+    stale = leases[1]
+    rt.renew(stale)  # a new lease version: the old one is fenced
+    _hold_first_commit_until(rt, WIDTH - 1)
+    answers = _complete_together(rt, [(lease, "succeeded") for lease in leases])
+    assert isinstance(answers[1], FenceError)
+    assert [answers[0], *answers[2:]] == ["succeeded"] * (WIDTH - 1)
+
+
+def test_a_completion_alone_is_written_at_once_in_its_own_commit(rt):
+    leases = _running_leases(rt)
+    before = rt._completions.batches
+    for lease in leases:
+        assert rt.complete(lease, "succeeded") == "succeeded"
+    assert rt._completions.batches - before == WIDTH
