@@ -113,7 +113,8 @@ def load_aggregate(
 
     Every writer of a Run's streams holds its head lock until it commits, so the reads
     see one consistent point of the log even where each statement reads its own
-    snapshot. Worker writes use this (`actors.run_writes`); the cycle reads without
+    snapshot. Worker writes lock and read many Runs at once (`actors.run_writes`);
+    this one-Run form is what a test or an audit reads with; the cycle reads without
     locks and checks versions when it writes (actors.workflow).
     """
     tx.lock_heads([run_stream(run_id)], wait=True)
