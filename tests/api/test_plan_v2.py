@@ -128,12 +128,7 @@ def test_outputs_reach_the_dependent_and_a_retried_step_waits_its_backoff(rt):
     assert rt.verify_projections().ok
 
 
-@pytest.mark.parametrize(
-    ("backoff_ms", "timeout_ms", "status"),
-    [(1_000, 60_000, "succeeded"), (1_000, 1_000, "timed_out"), (600_000, 60_000, "timed_out")],
-    ids=["retry-before-deadline", "retry-1ms-past-deadline", "retry-far-past-deadline"],
-)
-def test_a_retry_under_a_workflow_deadline(rt, backoff_ms, timeout_ms, status):
+def _retry_under_a_workflow_deadline(rt, backoff_ms: int, timeout_ms: int, status: str) -> None:
     """A retry under a Workflow deadline: claimable from its retry time exactly, until
     the deadline, and the cycle's index finds it (its window once came out empty)."""
     rt.publish(manifest(max_attempts=3, backoff_ms=backoff_ms, timeout_ms=timeout_ms), now_ms=T0)
@@ -159,6 +154,18 @@ def test_a_retry_under_a_workflow_deadline(rt, backoff_ms, timeout_ms, status):
         assert [a.status for a in run.steps["load"].attempts] == ["failed", "succeeded"]
     else:
         assert run.steps["load"].status == "timed_out"
+
+
+def test_a_retry_before_the_workflow_deadline_runs_and_succeeds(rt):
+    _retry_under_a_workflow_deadline(rt, 1_000, 60_000, "succeeded")
+
+
+def test_a_retry_due_1_ms_past_the_workflow_deadline_times_out(rt):
+    _retry_under_a_workflow_deadline(rt, 1_000, 1_000, "timed_out")
+
+
+def test_a_retry_due_far_past_the_workflow_deadline_times_out(rt):
+    _retry_under_a_workflow_deadline(rt, 600_000, 60_000, "timed_out")
 
 
 def test_a_step_that_exhausts_its_attempts_fails_the_run(rt):
