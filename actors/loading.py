@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from actors.aggregate_cache import AggregateCache
 from domain.aggregate import RunAggregate, extend, fold, lease_stream, run_stream, steps_stream
 from domain.errors import CorruptionError, NotFound
+from domain.event_types import EventType
 from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot
 from eventstore.api import Reads, Transaction
@@ -127,7 +128,7 @@ def not_found(run_id: str) -> NotFound:
 
 def claimed_attempt_ids(run_records: Sequence[Record]) -> list[str]:
     """Ids of every Attempt the Run's log has claimed, in claim order."""
-    return [r.data["attempt_id"] for r in run_records if r.type == "attempt.claimed"]
+    return [r.data["attempt_id"] for r in run_records if r.type == EventType.ATTEMPT_CLAIMED]
 
 
 # --- reading -----------------------------------------------------------------------------

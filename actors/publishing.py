@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from domain import streams
 from domain.errors import InvalidInput, NotFound
 from domain.ids import PUBLICATION_EVENT, PUBLISHER_EVENT, derive_id
 from domain.publication import publication_for, publication_to_json
@@ -31,8 +32,8 @@ from eventstore.api import Transaction
 from projections import publications as read_model
 from projections.registry import commit
 
-PUBLICATION_STREAM = "publication-"
-PUBLISHER_STREAM = "publisher-"
+PUBLICATION_STREAM = streams.prefix(streams.PUBLICATION)
+PUBLISHER_STREAM = streams.prefix(streams.PUBLISHER)
 
 
 def serialize_publisher(tx: Transaction, publisher: str) -> None:

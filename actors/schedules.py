@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from actors.admission import admit_in_tx
 from actors.authority import Units
 from domain.errors import InvalidInput, NotFound, StartGuardError, VersionConflict
-from domain.event_types import SCHEDULE_SKIPPED
+from domain.event_types import EventType
 from domain.schedule_heads import decide_turn
 from domain.schedules import RETIRED, ScheduleDecision, pause, resume
 from domain.streams import schedule_stream
@@ -66,7 +66,8 @@ def turn(tx: Transaction, schedule_id: str, now_ms: int, grace_ms: int) -> Sched
             schedule_id,
             changed=True,
             fired=outcome.fired or run_id is not None,
-            skipped=outcome.skipped or any(e.type == SCHEDULE_SKIPPED for e in decision.events),
+            skipped=outcome.skipped
+            or any(e.type == EventType.SCHEDULE_SKIPPED for e in decision.events),
             run_id=run_id or outcome.run_id,
         )
         if not armed_now:

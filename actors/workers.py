@@ -21,13 +21,15 @@ from actors.clock import Now
 from actors.group_commit import GroupCommit
 from actors.loading import RunStreams, attempt_lock, not_found, read_runs
 from actors.run_writes import Batch, RunWrite, Written, write_runs
-from domain import run_path
+from domain import event_types, run_path
 from domain import worker as worker_rules
 from domain.aggregate import RunAggregate
 from domain.cancellation import request_cancel
 from domain.decision import EMPTY, Decision
 from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
+from domain.event_types import Family
 from domain.streams import run_stream
+from domain.transitions import Status
 from eventstore.api import Transaction
 from projections import candidates
 from projections.registry import commit
@@ -187,7 +189,7 @@ def mark_running(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
     _worker_write(
         authority,
         lease,
-        "running",
+        Status.RUNNING,
         now,
         lambda agg: worker_rules.mark_running(
             agg, lease.attempt_id, lease.lease_id, lease.version, now()
@@ -343,9 +345,10 @@ def _recorded(lease: Lease, written: Written) -> str:
     if decision.replayed:
         return aggregate.attempts[lease.attempt_id].status
     return next(
-        e.type.split(".", 1)[1]
-        for e in decision.events(f"run-{lease.run_id}")
-        if e.type.startswith("attempt.") and e.data.get("attempt_id") == lease.attempt_id
+        event_types.name(e.type)
+        for e in decision.events(run_stream(lease.run_id))
+        if event_types.family(e.type) == Family.ATTEMPT
+        and e.data.get("attempt_id") == lease.attempt_id
     )
 
 

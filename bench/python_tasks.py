@@ -100,8 +100,9 @@ def qlflow_child(url: str, side: str, workflows: int, slots: int, workdir: Path)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     run_ids = [rt.start(PACKAGE, "dag").run_id for _ in range(workflows)]
     drain0 = time.perf_counter()
-    worker.work(lambda: rt.count_runs(status="running", at_most=1) == 0, cycle=True,
-                interval_s=0.25)  # fmt: skip  (a finished step wakes it at once)
+    worker.work(
+        lambda: rt.count_runs(status="running", at_most=1) == 0, cycle=True, interval_s=0.25
+    )  # fmt: skip  (a finished step wakes it at once)
     end = time.perf_counter()
     wall, drain = end - wall0, end - drain0
     cpu = _cpu_s() - cpu0 + sum(_proc_cpu_s(pid) for pid in pool_pids) - pool_cpu0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from domain.decision import Decision, DecisionBuilder, check_now, sibling_id
 from domain.errors import InvalidInput
-from domain.event_types import WORKFLOW_ADMITTED
+from domain.event_types import EventType
 from domain.ids import ADMISSION_EVENT, ADMISSION_MUTATION, derive_id
 from domain.plan import ExecutionPlan, plan_to_dict
 
@@ -30,7 +30,7 @@ def admission_records(plan: ExecutionPlan, admission_key: str, now_ms: int) -> D
         raise InvalidInput("admission_key", "non_empty", "admission_key must be a non-empty string")
     check_now(now_ms)
     digest = plan.plan_digest
-    admitted_id = derive_id(ADMISSION_EVENT, digest, WORKFLOW_ADMITTED)
+    admitted_id = derive_id(ADMISSION_EVENT, digest, EventType.WORKFLOW_ADMITTED)
     builder = DecisionBuilder(
         run_id=plan.run_id,
         run_version=0,
@@ -43,7 +43,7 @@ def admission_records(plan: ExecutionPlan, admission_key: str, now_ms: int) -> D
     )
     builder.event(
         admitted_id,
-        WORKFLOW_ADMITTED,
+        EventType.WORKFLOW_ADMITTED,
         {"plan": plan_to_dict(plan), "admission_key": admission_key, "admitted_at_ms": now_ms},
     )
     builder.causation_id = admitted_id  # every StepRun is created by the admission

@@ -13,6 +13,7 @@ from __future__ import annotations
 from domain.aggregate import RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now, sibling_id
 from domain.errors import InvalidInput
+from domain.event_types import EventType
 from domain.ids import FRONTIER_MUTATION, TASK_ATTEMPT, TASK_ATTEMPT_EVENT, derive_id
 from domain.retries import waiting_retry
 from domain.transitions import (
@@ -21,6 +22,7 @@ from domain.transitions import (
     MAX_ATTEMPTS_PER_RUN,
     MAX_ATTEMPTS_PER_STEP,
     STEP_READY,
+    Status,
 )
 
 ATTEMPTS_ACTOR = "cycle:attempts"
@@ -66,7 +68,7 @@ def decide_attempt_admission(
             parts = (digest, step.step_run_id, step.epoch, ATTEMPTS_EXHAUSTED)
             builder.change_step(
                 key,
-                "failed",
+                Status.FAILED,
                 (TASK_ATTEMPT_EVENT, FRONTIER_MUTATION, parts),
                 result_code=ATTEMPTS_EXHAUSTED,
             )
@@ -75,7 +77,7 @@ def decide_attempt_admission(
         run_total += 1
         builder.event(
             sibling_id(TASK_ATTEMPT_EVENT, attempt_id),
-            "attempt.claimed",
+            EventType.ATTEMPT_CLAIMED,
             {
                 "attempt_id": attempt_id,
                 "step_run_id": step.step_run_id,

@@ -27,6 +27,7 @@ from __future__ import annotations
 from domain.aggregate import AttemptState, RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
 from domain.errors import InvalidInput
+from domain.event_types import EventType, Family, of
 from domain.ids import (
     CANCEL_ATTEMPT_EVENT,
     CANCEL_INTENT_EVENT,
@@ -48,6 +49,7 @@ from domain.transitions import (
     STEP_WAITING_APPROVAL,
     WORKFLOW_CANCELLED,
     WORKFLOW_TIMED_OUT,
+    Status,
 )
 
 __all__ = ["decide_cancellation", "effective_intent", "request_cancel"]
@@ -72,7 +74,7 @@ def request_cancel(aggregate: RunAggregate, reason: str, now_ms: int) -> Decisio
     builder = DecisionBuilder.on(aggregate, now_ms, REQUEST_ACTOR)
     builder.event(
         derive_id(CANCEL_INTENT_EVENT, aggregate.run_id, reason, now_ms),
-        "workflow.cancel_requested",
+        EventType.WORKFLOW_CANCEL_REQUESTED,
         {"reason": reason, "requested_at_ms": now_ms},
     )
     return builder.build()
@@ -96,7 +98,7 @@ def decide_cancellation(
     if run.cancel_reason is None:
         builder.event(
             derive_id(CANCEL_INTENT_EVENT, run_id, reason, cancel_at),
-            "workflow.cancel_requested",
+            EventType.WORKFLOW_CANCEL_REQUESTED,
             {"reason": reason, "requested_at_ms": cancel_at},
         )
 
@@ -117,15 +119,15 @@ def decide_cancellation(
         if status == STEP_RUNNING:
             blocked_steps.add(key)
             continue
-        to_status = "cancelled"
+        to_status = Status.CANCELLED
         if timeout and status in (STEP_READY, STEP_WAITING_APPROVAL):
-            to_status = "timed_out"
+            to_status = Status.TIMED_OUT
         parts = (run_id, cancel_at, "step", step.step_run_id, step.epoch)
         builder.change_step(
             key,
             to_status,
             (CANCEL_STEP_EVENT, CANCEL_STEP_MUTATION, parts),
-            result_code=WORKFLOW_TIMED_OUT if to_status == "timed_out" else WORKFLOW_CANCELLED,
+            result_code=WORKFLOW_TIMED_OUT if to_status == Status.TIMED_OUT else WORKFLOW_CANCELLED,
         )
 
     blocked = (
@@ -134,10 +136,10 @@ def decide_cancellation(
     )
     run_terminal = None
     if not blocked and builder.all_steps_terminal():
-        run_terminal = "timed_out" if timeout else "cancelled"
+        run_terminal = Status.TIMED_OUT if timeout else Status.CANCELLED
         builder.event(
             derive_id(CANCEL_RUN_EVENT, run_id, cancel_at, "run", run_id, builder.run_version),
-            f"workflow.{run_terminal}",
+            of(Family.WORKFLOW, run_terminal),
             {
                 "result_code": WORKFLOW_TIMED_OUT if timeout else WORKFLOW_CANCELLED,
                 "error_code": "EXECUTION_TIMED_OUT" if timeout else "EXECUTION_CANCELLED",
@@ -162,13 +164,13 @@ def _end_attempt(
     builder: DecisionBuilder, attempt: AttemptState, run_id: str, cancel_at: int, timeout: bool
 ) -> None:
     lease = attempt.lease
-    to_status = "timed_out" if timeout else "cancelled"
+    to_status = Status.TIMED_OUT if timeout else Status.CANCELLED
     event_id = derive_id(
         CANCEL_ATTEMPT_EVENT, run_id, cancel_at, "attempt", attempt.attempt_id, attempt.step_epoch
     )
     builder.event(
         event_id,
-        f"attempt.{to_status}",
+        of(Family.ATTEMPT, to_status),
         {
             "attempt_id": attempt.attempt_id,
             "result_code": EXECUTION_TIMED_OUT if timeout else EXECUTION_CANCELLED,
@@ -181,7 +183,7 @@ def _end_attempt(
     if lease is not None and lease.status == LEASE_LEASED:
         builder.lease_event(
             attempt.attempt_id,
-            "lease.released",
+            EventType.LEASE_RELEASED,
             {"lease_id": lease.lease_id, "reason": LEASE_EXPIRED},
             born_with=event_id,
         )

@@ -17,10 +17,11 @@ from typing import Any
 
 from domain.aggregate import MUTATION_TYPE, RunAggregate, StepRunState
 from domain.errors import InvalidInput
+from domain.event_types import EventType, Family, of
 from domain.ids import LEASE_EVENT, derive_id
 from domain.records import NewEvent, StreamAppend
 from domain.streams import lease_stream, run_stream, steps_stream
-from domain.transitions import STEP_TERMINAL, step_change_allowed
+from domain.transitions import STEP_TERMINAL, Status, step_change_allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +227,7 @@ class DecisionBuilder:
     ) -> None:
         """`step.created` at epoch 1 with its StepRunMutation (admission only)."""
         data = {"step_run_id": step_run_id, "step_key": key, "status": status, "epoch": 1}
-        version = self.event(event_id, "step.created", data)
+        version = self.event(event_id, EventType.STEP_CREATED, data)
         self._mutation(mutation_id, step_run_id, key, None, status, 1, version, event_id)
         self._changed[key] = (step_run_id, status, 1)
 
@@ -269,8 +270,8 @@ class DecisionBuilder:
         if retry_at_ms is not None:  # only a retry carries it: v1 events stay as they were
             data["retry_at_ms"] = retry_at_ms
         if interrupted:  # likewise only an interruption
-            data["interrupted"] = True
-        version = self.event(event_id, f"step.{to_status}", data)
+            data[Status.INTERRUPTED.value] = True
+        version = self.event(event_id, of(Family.STEP, to_status), data)
         self._mutation(
             sibling_id(mutation_prefix, event_id), step_run_id, key, from_status, to_status, epoch,
             version, event_id,

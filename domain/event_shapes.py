@@ -18,6 +18,7 @@ from typing import Any
 
 from domain import event_types as t
 from domain import streams
+from domain.event_types import EventType, Family
 from domain.transitions import ATTEMPT_TERMINAL, RUN_TERMINAL, STEP_TRANSITIONS
 
 
@@ -33,36 +34,36 @@ class EventShape:
 def _shapes() -> dict[str, EventShape]:
     run, lease = streams.RUN, streams.LEASE
     step_change = ("step_run_id", "step_key", "from", "to", "epoch")
-    shapes = {
-        t.WORKFLOW_ADMITTED: EventShape(
+    shapes: dict[str, EventShape] = {
+        EventType.WORKFLOW_ADMITTED: EventShape(
             run, ("plan", "admission_key", "admitted_at_ms"), ("plan", "run_id")
         ),
-        t.WORKFLOW_CANCEL_REQUESTED: EventShape(run, ("reason", "requested_at_ms")),
-        t.STEP_CREATED: EventShape(run, ("step_run_id", "step_key", "status", "epoch")),
-        t.ATTEMPT_CLAIMED: EventShape(
+        EventType.WORKFLOW_CANCEL_REQUESTED: EventShape(run, ("reason", "requested_at_ms")),
+        EventType.STEP_CREATED: EventShape(run, ("step_run_id", "step_key", "status", "epoch")),
+        EventType.ATTEMPT_CLAIMED: EventShape(
             run,
             ("attempt_id", "step_run_id", "step_key", "step_epoch", "attempt_number", "admission"),
         ),
-        t.ATTEMPT_STARTING: EventShape(run, ("attempt_id", "lease_id")),
-        t.ATTEMPT_RUNNING: EventShape(run, ("attempt_id", "lease_id")),
-        t.STEP_RUN_MUTATED: EventShape(
+        EventType.ATTEMPT_STARTING: EventShape(run, ("attempt_id", "lease_id")),
+        EventType.ATTEMPT_RUNNING: EventShape(run, ("attempt_id", "lease_id")),
+        EventType.STEP_RUN_MUTATED: EventShape(
             streams.STEPS,
             ("step_run_id", "step_key", "from", "to", "step_epoch", "run_version", "event_id"),
         ),
-        t.LEASE_GRANTED: EventShape(
+        EventType.LEASE_GRANTED: EventShape(
             lease,
             ("lease_id", "attempt_id", "worker_id", "granted_at_ms", "ttl_ms", "expires_at_ms"),
             ("attempt_id",),
         ),
-        t.LEASE_RENEWED: EventShape(lease, ("lease_id", "ttl_ms", "expires_at_ms")),
-        t.LEASE_COMPLETED: EventShape(lease, ("lease_id", "outcome")),
-        t.LEASE_RELEASED: EventShape(lease, ("lease_id", "reason")),
-        t.PUBLICATION_PUBLISHED: EventShape(
+        EventType.LEASE_RENEWED: EventShape(lease, ("lease_id", "ttl_ms", "expires_at_ms")),
+        EventType.LEASE_COMPLETED: EventShape(lease, ("lease_id", "outcome")),
+        EventType.LEASE_RELEASED: EventShape(lease, ("lease_id", "reason")),
+        EventType.PUBLICATION_PUBLISHED: EventShape(
             streams.PUBLICATION,
             ("publication", "revision", "published_at_ms"),
             ("publication", "publication_id"),
         ),
-        t.ADMISSION_RECEIPT: EventShape(
+        EventType.ADMISSION_RECEIPT: EventShape(
             streams.ADMISSION,
             (
                 "admission_key",
@@ -75,29 +76,29 @@ def _shapes() -> dict[str, EventShape]:
                 "admitted_at_ms",
             ),
         ),
-        t.SCHEDULE_ARMED: EventShape(streams.SCHEDULE, ("next_fire_at_ms",)),
-        t.SCHEDULE_RESUMED: EventShape(streams.SCHEDULE, ("next_fire_at_ms",)),
-        t.SCHEDULE_FIRED: EventShape(
+        EventType.SCHEDULE_ARMED: EventShape(streams.SCHEDULE, ("next_fire_at_ms",)),
+        EventType.SCHEDULE_RESUMED: EventShape(streams.SCHEDULE, ("next_fire_at_ms",)),
+        EventType.SCHEDULE_FIRED: EventShape(
             streams.SCHEDULE, ("scheduled_for_ms", "run_id", "next_fire_at_ms")
         ),
-        t.SCHEDULE_SKIPPED: EventShape(
+        EventType.SCHEDULE_SKIPPED: EventShape(
             streams.SCHEDULE, ("from_ms", "to_ms", "next_fire_at_ms", "reason")
         ),
-        t.SCHEDULE_PAUSED: EventShape(streams.SCHEDULE, ()),
-        t.SCHEDULE_RETIRED: EventShape(streams.SCHEDULE, ()),
+        EventType.SCHEDULE_PAUSED: EventShape(streams.SCHEDULE, ()),
+        EventType.SCHEDULE_RETIRED: EventShape(streams.SCHEDULE, ()),
     }
-    for kind in (t.PUBLICATION_WITHDRAWN, t.PUBLICATION_QUARANTINED):
+    for kind in (EventType.PUBLICATION_WITHDRAWN, EventType.PUBLICATION_QUARANTINED):
         shapes[kind] = EventShape(
             streams.PUBLICATION, ("publication_id", "at_ms"), ("publication_id",)
         )
-    for kind in (t.PUBLISHER_REVOKED, t.PUBLISHER_REINSTATED):
+    for kind in (EventType.PUBLISHER_REVOKED, EventType.PUBLISHER_REINSTATED):
         shapes[kind] = EventShape(streams.PUBLISHER, ("publisher", "at_ms"), ("publisher",))
     for to in {to for targets in STEP_TRANSITIONS.values() for to in targets}:
-        shapes[t.of(t.STEP, to)] = EventShape(run, step_change)
+        shapes[t.of(Family.STEP, to)] = EventShape(run, step_change)
     for end in ATTEMPT_TERMINAL:
-        shapes[t.of(t.ATTEMPT, end)] = EventShape(run, ("attempt_id",))
+        shapes[t.of(Family.ATTEMPT, end)] = EventShape(run, ("attempt_id",))
     for end in RUN_TERMINAL:
-        shapes[t.of(t.WORKFLOW, end)] = EventShape(run, ())
+        shapes[t.of(Family.WORKFLOW, end)] = EventShape(run, ())
     return shapes
 
 

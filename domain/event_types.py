@@ -1,52 +1,63 @@
 """Every event type name, in one place (docs/EVENTS.md describes their data).
 
 A type is `<family>.<name>`; the families follow the streams they are written to.
-Modules compare and build types with these names, never with string literals.
+Modules compare and build types with these names, never with string literals (a test
+scans the tree's syntax for one).
 """
 
 from __future__ import annotations
 
-# --- run-<run_id>: RunEvents ---------------------------------------------------------
-WORKFLOW_ADMITTED = "workflow.admitted"
-WORKFLOW_CANCEL_REQUESTED = "workflow.cancel_requested"
-STEP_CREATED = "step.created"
-ATTEMPT_CLAIMED = "attempt.claimed"
-ATTEMPT_STARTING = "attempt.starting"
-ATTEMPT_RUNNING = "attempt.running"
-ATTEMPT_INTERRUPTED = "attempt.interrupted"  # its host stopped it; the step runs again
+from enum import StrEnum
 
-WORKFLOW = "workflow"
-STEP = "step"
-ATTEMPT = "attempt"
 
-# --- steps-<run_id> --------------------------------------------------------------------
-STEP_RUN_MUTATED = "step_run.mutated"
+class Family(StrEnum):
+    """The family of a status change's type: `<family>.<status>`."""
 
-# --- lease-<attempt_id> ----------------------------------------------------------------
-LEASE_GRANTED = "lease.granted"
-LEASE_RENEWED = "lease.renewed"
-LEASE_COMPLETED = "lease.completed"
-LEASE_RELEASED = "lease.released"
+    WORKFLOW = "workflow"
+    STEP = "step"
+    ATTEMPT = "attempt"
 
-# --- publication-<id>, publisher-<id>, admission-<digest> ------------------------------
-PUBLICATION_PUBLISHED = "publication.published"
-PUBLICATION_WITHDRAWN = "publication.withdrawn"
-PUBLICATION_QUARANTINED = "publication.quarantined"
-PUBLISHER_REVOKED = "publisher.revoked"
-PUBLISHER_REINSTATED = "publisher.reinstated"
-ADMISSION_RECEIPT = "admission.receipt"
 
-# --- schedule-<schedule_id>: the durable cursor of one schedule ------------------------
-SCHEDULE_ARMED = "schedule.armed"
-SCHEDULE_FIRED = "schedule.fired"
-SCHEDULE_SKIPPED = "schedule.skipped"
-SCHEDULE_PAUSED = "schedule.paused"
-SCHEDULE_RESUMED = "schedule.resumed"
-SCHEDULE_RETIRED = "schedule.retired"
+class EventType(StrEnum):
+    """Every named event type; a status change's type is built by `of`."""
+
+    # --- run-<run_id>: RunEvents ---------------------------------------------------------
+    WORKFLOW_ADMITTED = "workflow.admitted"
+    WORKFLOW_CANCEL_REQUESTED = "workflow.cancel_requested"
+    STEP_CREATED = "step.created"
+    ATTEMPT_CLAIMED = "attempt.claimed"
+    ATTEMPT_STARTING = "attempt.starting"
+    ATTEMPT_RUNNING = "attempt.running"
+    ATTEMPT_INTERRUPTED = "attempt.interrupted"  # its host stopped it; the step runs again
+
+    # --- steps-<run_id> --------------------------------------------------------------------
+    STEP_RUN_MUTATED = "step_run.mutated"
+
+    # --- lease-<attempt_id> ----------------------------------------------------------------
+    LEASE_GRANTED = "lease.granted"
+    LEASE_RENEWED = "lease.renewed"
+    LEASE_COMPLETED = "lease.completed"
+    LEASE_RELEASED = "lease.released"
+
+    # --- publication-<id>, publisher-<id>, admission-<digest> ------------------------------
+    PUBLICATION_PUBLISHED = "publication.published"
+    PUBLICATION_WITHDRAWN = "publication.withdrawn"
+    PUBLICATION_QUARANTINED = "publication.quarantined"
+    PUBLISHER_REVOKED = "publisher.revoked"
+    PUBLISHER_REINSTATED = "publisher.reinstated"
+    ADMISSION_RECEIPT = "admission.receipt"
+
+    # --- schedule-<schedule_id>: the durable cursor of one schedule ------------------------
+    SCHEDULE_ARMED = "schedule.armed"
+    SCHEDULE_FIRED = "schedule.fired"
+    SCHEDULE_SKIPPED = "schedule.skipped"
+    SCHEDULE_PAUSED = "schedule.paused"
+    SCHEDULE_RESUMED = "schedule.resumed"
+    SCHEDULE_RETIRED = "schedule.retired"
 
 
 def of(family: str, name: str) -> str:
-    """`<family>.<name>`: the type of a status change, e.g. of(STEP, "ready")."""
+    """`<family>.<name>`: the type of a status change, e.g. of(Family.STEP, "ready")."""
     return f"{family}.{name}"
 
 
@@ -66,8 +77,8 @@ def known() -> tuple[str, ...]:
     (`step.<to>`, `attempt.<terminal>`, `workflow.<terminal>`)."""
     from domain.transitions import ATTEMPT_TERMINAL, RUN_TERMINAL, STEP_TRANSITIONS
 
-    named = {value for key, value in globals().items() if key.isupper() and "." in value}
-    steps = {of(STEP, to) for targets in STEP_TRANSITIONS.values() for to in targets}
-    attempts = {of(ATTEMPT, end) for end in ATTEMPT_TERMINAL}
-    runs = {of(WORKFLOW, end) for end in RUN_TERMINAL}
+    named = {str(member) for member in EventType}
+    steps = {of(Family.STEP, to) for targets in STEP_TRANSITIONS.values() for to in targets}
+    attempts = {of(Family.ATTEMPT, end) for end in ATTEMPT_TERMINAL}
+    runs = {of(Family.WORKFLOW, end) for end in RUN_TERMINAL}
     return tuple(sorted(named | steps | attempts | runs))

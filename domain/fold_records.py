@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from domain import event_types
 from domain.errors import CorruptionError
+from domain.event_types import EventType
 from domain.plan import ExecutionPlan, PlanStep
 from domain.plan_record import corrupt, is_int, plan_from_data, plan_order
 from domain.records import Record
@@ -30,14 +30,15 @@ from domain.transitions import (
     STEP_READY,
     STEP_STATUSES,
     STEP_TERMINAL,
+    Status,
     attempt_change_allowed,
     run_change_allowed,
     step_change_allowed,
 )
 
-MUTATION_TYPE = event_types.STEP_RUN_MUTATED
-_NON_SUCCESS = STEP_TERMINAL - {"succeeded"}
-ATTEMPT_CHANGES = ATTEMPT_TERMINAL | {"starting", "running"}
+MUTATION_TYPE = EventType.STEP_RUN_MUTATED
+_NON_SUCCESS = STEP_TERMINAL - {Status.SUCCEEDED}
+ATTEMPT_CHANGES = ATTEMPT_TERMINAL | {Status.STARTING, Status.RUNNING}
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -186,18 +187,18 @@ class Folder:
             raise corrupt(record, f"follows the Run's terminal status {run['status']!r}")
         event_type = record.type
         kind, _, name = event_type.partition(".")
-        if self.created < len(self.planned) and event_type != "step.created":
+        if self.created < len(self.planned) and event_type != EventType.STEP_CREATED:
             raise corrupt(record, "comes before every StepRun of the plan was created")
         try:
-            if event_type == "step.created":
+            if event_type == EventType.STEP_CREATED:
                 self.step_created(record, data)
             elif kind == "step" and name in STEP_STATUSES:
                 self.step_changed(record, data, name)
-            elif event_type == "attempt.claimed":
+            elif event_type == EventType.ATTEMPT_CLAIMED:
                 self.attempt_claimed(record, data)
             elif kind == "attempt" and name in ATTEMPT_CHANGES:
                 self.attempt_changed(record, data, name)
-            elif event_type == "workflow.cancel_requested":
+            elif event_type == EventType.WORKFLOW_CANCEL_REQUESTED:
                 self.cancel_requested(record, data)
             elif kind == "workflow" and name in RUN_TERMINAL:
                 self.run_ended(record, data, name)
@@ -209,7 +210,7 @@ class Folder:
         run["head_event_id"] = record.event_id
 
     def admitted(self, record: Record, data: Mapping[str, Any]) -> None:
-        if record.type != "workflow.admitted":
+        if record.type != EventType.WORKFLOW_ADMITTED:
             raise corrupt(record, "the Run stream must open with workflow.admitted")
         if "plan" not in data:
             raise corrupt(record, "workflow.admitted carries no plan")
@@ -293,7 +294,7 @@ class Folder:
             not is_int(retry_at_ms) or to_status != STEP_READY or self.planned[key].max_attempts < 2
         ):
             raise corrupt(record, f"StepRun {key!r} retries without a retry policy")
-        interrupted = data.get("interrupted") is True
+        interrupted = data.get(Status.INTERRUPTED.value) is True
         if interrupted and (
             to_status != STEP_READY
             or data.get("attempt_id") not in self.attempts.keys() | self.attempt_work.keys()
@@ -377,7 +378,7 @@ class Folder:
             attempt["reported_outcome"] = data.get("reported_outcome")
             attempt["output"] = None if output is None else MappingProxyType(dict(output))
             attempt["ended_lease_id"] = data.get("lease_id")
-        elif to_status == "starting":
+        elif to_status == Status.STARTING:
             attempt["started_lease_id"] = data["lease_id"]
             attempt["worker_id"] = data.get("worker_id")
         elif data["lease_id"] != attempt["started_lease_id"]:
@@ -460,7 +461,7 @@ class Folder:
         if isinstance(lease, LeaseState):
             lease = attempt["lease"] = _fields(lease)
         try:
-            if record.type == "lease.granted":
+            if record.type == EventType.LEASE_GRANTED:
                 if lease is not None and lease["status"] != LEASE_RELEASED:
                     raise corrupt(
                         record, f"grants while lease {lease['lease_id']!r} is {lease['status']}"
@@ -485,14 +486,14 @@ class Folder:
                     raise corrupt(
                         record, f"names lease {data['lease_id']!r}, not {lease['lease_id']!r}"
                     )
-                if record.type == "lease.renewed":
+                if record.type == EventType.LEASE_RENEWED:
                     lease["version"] = version
                     lease["ttl_ms"] = data["ttl_ms"]
                     lease["expires_at_ms"] = data["expires_at_ms"]
-                elif record.type == "lease.completed":
+                elif record.type == EventType.LEASE_COMPLETED:
                     lease["status"] = LEASE_COMPLETED
                     lease["outcome"] = data["outcome"]
-                elif record.type == "lease.released":
+                elif record.type == EventType.LEASE_RELEASED:
                     if data["reason"] not in RELEASE_REASONS:
                         raise corrupt(record, f"release reason {data['reason']!r} is unknown")
                     lease["status"] = LEASE_RELEASED

@@ -15,20 +15,22 @@ from collections.abc import Iterable
 
 from domain.aggregate import RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
+from domain.event_types import Family, of
 from domain.ids import FRONTIER_EVENT, FRONTIER_MUTATION, WORKFLOW_TERMINAL, derive_id
 from domain.transitions import (
     DEPENDENCY_NOT_SUCCEEDED,
     STEP_NOT_SUCCEEDED,
     STEP_PENDING,
     STEP_TERMINAL,
+    Status,
 )
 
 FRONTIER_ACTOR = "cycle:frontier"
 _TERMINAL_ERROR_CODES = {
-    "succeeded": None,
-    "failed": "workflow_step_failed",
-    "timed_out": "workflow_step_timed_out",
-    "cancelled": "workflow_step_cancelled",
+    Status.SUCCEEDED.value: None,
+    Status.FAILED.value: "workflow_step_failed",
+    Status.TIMED_OUT.value: "workflow_step_timed_out",
+    Status.CANCELLED.value: "workflow_step_cancelled",
 }
 
 
@@ -39,14 +41,14 @@ def aggregate_outcome(statuses: Iterable[str]) -> tuple[str, str | None] | None:
     seen = set(statuses)
     if not seen <= STEP_TERMINAL:
         return None
-    if "failed" in seen or "skipped" in seen:
-        status = "failed"
-    elif "timed_out" in seen:
-        status = "timed_out"
-    elif "cancelled" in seen:
-        status = "cancelled"
+    if Status.FAILED in seen or Status.SKIPPED in seen:
+        status = Status.FAILED
+    elif Status.TIMED_OUT in seen:
+        status = Status.TIMED_OUT
+    elif Status.CANCELLED in seen:
+        status = Status.CANCELLED
     else:
-        status = "succeeded"
+        status = Status.SUCCEEDED
     return status, _TERMINAL_ERROR_CODES[status]
 
 
@@ -70,9 +72,9 @@ def decide_frontier(
         step = aggregate.steps[key]
         need_statuses = [statuses[need] for need in step.needs]
         if any(status in STEP_NOT_SUCCEEDED for status in need_statuses):
-            target, result_code = "skipped", DEPENDENCY_NOT_SUCCEEDED
-        elif all(status == "succeeded" for status in need_statuses):
-            target, result_code = "ready", None
+            target, result_code = Status.SKIPPED, DEPENDENCY_NOT_SUCCEEDED
+        elif all(status == Status.SUCCEEDED for status in need_statuses):
+            target, result_code = Status.READY, None
         else:
             continue
         parts = (digest, step.step_run_id, step.epoch, target)
@@ -86,7 +88,7 @@ def decide_frontier(
         run_terminal, error_code = outcome
         builder.event(
             derive_id(WORKFLOW_TERMINAL, digest, "terminal", builder.run_version, run_terminal),
-            f"workflow.{run_terminal}",
+            of(Family.WORKFLOW, run_terminal),
             {"result_code": error_code, "error_code": error_code},
         )
     if builder.is_empty:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-RECOVERY = "recovery"
-CANCELLATION = "cancellation"
-SCHEDULE = "schedule"  # due schedules admit their Runs (docs/DESIGN.md, "Schedules")
-FRONTIER = "frontier"
-ADMISSION = "admission"
+from typing import Final
+
+RECOVERY: Final = "recovery"
+CANCELLATION: Final = "cancellation"
+SCHEDULE: Final = "schedule"  # due schedules admit their Runs (docs/DESIGN.md, "Schedules")
+FRONTIER: Final = "frontier"
+ADMISSION: Final = "admission"  # the attempt claim: ready steps get an Attempt
 
 PHASES = (RECOVERY, CANCELLATION, SCHEDULE, FRONTIER, ADMISSION)
 RUN_PHASES = (RECOVERY, CANCELLATION, FRONTIER, ADMISSION)

@@ -10,6 +10,7 @@ from domain.errors import CorruptionError
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.plan import ExecutionPlan, PlanStep
 from domain.records import Record
+from domain.transitions import Status
 
 
 def _where(record: Record) -> str:
@@ -62,7 +63,7 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
     if len(set(keys)) != len(keys) or len({s.step_run_id for s in steps}) != len(steps):
         raise corrupt(record, "the plan repeats a step key or a StepRun id")
     for step in steps:
-        expected = "pending" if step.needs else "ready"
+        expected = Status.PENDING if step.needs else Status.READY
         if step.initial_status != expected:
             raise corrupt(record, f"plan step {step.key!r} must start {expected!r}")
     return plan

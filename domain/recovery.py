@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from domain.aggregate import AttemptState, RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
+from domain.event_types import EventType, Family, of
 from domain.ids import RECOVERY_EVENT, RECOVERY_MUTATION, derive_id
 from domain.transitions import (
     ATTEMPT_CLAIMED,
@@ -27,6 +28,7 @@ from domain.transitions import (
     LEASE_LEASED,
     STEP_READY,
     STEP_RUNNING,
+    Status,
 )
 
 RECOVERY_ACTOR = "cycle:recovery"
@@ -65,10 +67,10 @@ def _recover(
     lease = attempt.lease
     lease_id = lease.lease_id if lease is not None else None
     lease_version = lease.version if lease is not None else 0
-    event_id = derive_id(RECOVERY_EVENT, attempt.attempt_id, "lost", lease_id, lease_version)
+    event_id = derive_id(RECOVERY_EVENT, attempt.attempt_id, Status.LOST, lease_id, lease_version)
     builder.event(
         event_id,
-        "attempt.lost",
+        of(Family.ATTEMPT, Status.LOST),
         {
             "attempt_id": attempt.attempt_id,
             "result_code": LEASE_EXPIRED,
@@ -81,7 +83,7 @@ def _recover(
     if lease is not None and lease.status == LEASE_LEASED:
         builder.lease_event(
             attempt.attempt_id,
-            "lease.released",
+            EventType.LEASE_RELEASED,
             {"lease_id": lease.lease_id, "reason": LEASE_EXPIRED},
             born_with=event_id,
         )
@@ -98,13 +100,13 @@ def _recover(
     if status != STEP_RUNNING or epoch != attempt.step_epoch + 1:
         return  # the StepRun moved on without this Attempt: nothing of it to settle
     builder.change_step(
-        key, "lost", _ids(step_run_id, epoch, "lost"), attempt_id=attempt.attempt_id
+        key, Status.LOST, _ids(step_run_id, epoch, Status.LOST), attempt_id=attempt.attempt_id
     )
     if not intent:
         builder.change_step(
             key,
-            "failed",
-            _ids(step_run_id, epoch + 1, "failed"),
+            Status.FAILED,
+            _ids(step_run_id, epoch + 1, Status.FAILED),
             result_code=LEASE_EXPIRED,
             attempt_id=attempt.attempt_id,
         )

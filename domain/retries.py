@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from domain.aggregate import RunAggregate, StepRunState
 from domain.retry import RetryPolicy, retry_at_after
-from domain.transitions import STEP_READY
+from domain.transitions import STEP_READY, Status
 
 
 def policy_of(aggregate: RunAggregate, step_key: str) -> RetryPolicy:
@@ -22,7 +22,7 @@ def policy_of(aggregate: RunAggregate, step_key: str) -> RetryPolicy:
 def reported_failures(aggregate: RunAggregate, step_key: str) -> int:
     """Attempts of the step a worker completed `failed` (lost ones never count)."""
     step = aggregate.steps[step_key]
-    return sum(1 for a in step.attempt_ids if aggregate.attempts[a].status == "failed")
+    return sum(1 for a in step.attempt_ids if aggregate.attempts[a].status == Status.FAILED)
 
 
 def retry_after_failure(aggregate: RunAggregate, step_key: str, now_ms: int) -> int | None:

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from domain import event_types as types
 from domain.errors import CorruptionError, InvalidInput
+from domain.event_types import EventType
 from domain.fields import ID_PATTERN
 from domain.ids import RUN_ID, SCHEDULE_EVENT, derive_id
 from domain.occurrences import check_instant, next_after
@@ -141,7 +141,9 @@ def arm(
             return NOTHING
     next_ms = next_occurrence(spec, published_at_ms)
     data = {"next_fire_at_ms": next_ms}
-    return _decide(schedule_id, state, types.SCHEDULE_ARMED, data, published_at_ms, SCHEDULE_ACTOR)
+    return _decide(
+        schedule_id, state, EventType.SCHEDULE_ARMED, data, published_at_ms, SCHEDULE_ACTOR
+    )
 
 
 def decide_due(
@@ -186,7 +188,7 @@ def decide_due(
             "next_fire_at_ms": next_ms,
         }
         decision = _decide(
-            state.schedule_id, state, types.SCHEDULE_FIRED, data, now_ms, SCHEDULE_ACTOR
+            state.schedule_id, state, EventType.SCHEDULE_FIRED, data, now_ms, SCHEDULE_ACTOR
         )
         return replace(decision, admit=occurrence)
     data = {
@@ -195,7 +197,9 @@ def decide_due(
         "next_fire_at_ms": next_ms,
         "reason": refusal if refusal is not None else LATE,
     }
-    return _decide(state.schedule_id, state, types.SCHEDULE_SKIPPED, data, now_ms, SCHEDULE_ACTOR)
+    return _decide(
+        state.schedule_id, state, EventType.SCHEDULE_SKIPPED, data, now_ms, SCHEDULE_ACTOR
+    )
 
 
 def pause(state: ScheduleState, now_ms: int, *, actor: str = USER_ACTOR) -> ScheduleDecision:
@@ -206,7 +210,7 @@ def pause(state: ScheduleState, now_ms: int, *, actor: str = USER_ACTOR) -> Sche
     _refuse_retired(state, "pause")
     if state.status == PAUSED:
         return NOTHING
-    return _decide(state.schedule_id, state, types.SCHEDULE_PAUSED, {}, now_ms, actor)
+    return _decide(state.schedule_id, state, EventType.SCHEDULE_PAUSED, {}, now_ms, actor)
 
 
 def resume(
@@ -220,7 +224,7 @@ def resume(
     if state.status == ACTIVE:
         return NOTHING
     data = {"next_fire_at_ms": next_occurrence(spec, now_ms)}
-    return _decide(state.schedule_id, state, types.SCHEDULE_RESUMED, data, now_ms, actor)
+    return _decide(state.schedule_id, state, EventType.SCHEDULE_RESUMED, data, now_ms, actor)
 
 
 def retire(state: ScheduleState, now_ms: int, *, actor: str = SCHEDULE_ACTOR) -> ScheduleDecision:
@@ -230,7 +234,7 @@ def retire(state: ScheduleState, now_ms: int, *, actor: str = SCHEDULE_ACTOR) ->
     now_ms = check_instant("now_ms", now_ms)
     if state.status == RETIRED:
         return NOTHING
-    return _decide(state.schedule_id, state, types.SCHEDULE_RETIRED, {}, now_ms, actor)
+    return _decide(state.schedule_id, state, EventType.SCHEDULE_RETIRED, {}, now_ms, actor)
 
 
 def _decide(
@@ -322,14 +326,14 @@ def _apply(state: ScheduleState | None, record: Record) -> ScheduleState:
         raise _corrupt(record, f"cannot follow a schedule that is {status}")
     base = state if state is not None else ScheduleState(schedule_id, ACTIVE, 0, "", None)
     moved = replace(base, version=record.stream_version, head_event_id=record.event_id)
-    if kind in (types.SCHEDULE_ARMED, types.SCHEDULE_RESUMED):
+    if kind in (EventType.SCHEDULE_ARMED, EventType.SCHEDULE_RESUMED):
         return replace(moved, status=ACTIVE, next_fire_at_ms=_instant(record, "next_fire_at_ms"))
-    if kind == types.SCHEDULE_PAUSED:
+    if kind == EventType.SCHEDULE_PAUSED:
         return replace(moved, status=PAUSED, next_fire_at_ms=None)
-    if kind == types.SCHEDULE_RETIRED:
+    if kind == EventType.SCHEDULE_RETIRED:
         return replace(moved, status=RETIRED, next_fire_at_ms=None)
     next_ms = _instant(record, "next_fire_at_ms")
-    if kind == types.SCHEDULE_FIRED:
+    if kind == EventType.SCHEDULE_FIRED:
         scheduled_ms = _instant(record, "scheduled_for_ms")
         if scheduled_ms != base.next_fire_at_ms:
             raise _corrupt(record, f"fires {scheduled_ms}, not the cursor {base.next_fire_at_ms}")
@@ -353,12 +357,12 @@ def _apply(state: ScheduleState | None, record: Record) -> ScheduleState:
 
 
 _ALLOWED_FROM: dict[str, tuple[str | None, ...]] = {
-    types.SCHEDULE_ARMED: (None, RETIRED),
-    types.SCHEDULE_FIRED: (ACTIVE,),
-    types.SCHEDULE_SKIPPED: (ACTIVE,),
-    types.SCHEDULE_PAUSED: (ACTIVE,),
-    types.SCHEDULE_RESUMED: (PAUSED,),
-    types.SCHEDULE_RETIRED: (ACTIVE, PAUSED),
+    EventType.SCHEDULE_ARMED: (None, RETIRED),
+    EventType.SCHEDULE_FIRED: (ACTIVE,),
+    EventType.SCHEDULE_SKIPPED: (ACTIVE,),
+    EventType.SCHEDULE_PAUSED: (ACTIVE,),
+    EventType.SCHEDULE_RESUMED: (PAUSED,),
+    EventType.SCHEDULE_RETIRED: (ACTIVE, PAUSED),
 }
 
 

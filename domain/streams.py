@@ -7,14 +7,15 @@ See docs/DESIGN.md for what each stream holds.
 
 from __future__ import annotations
 
-RUN = "run"  # RunEvents of one Run: workflow.*, step.*, attempt.*
-STEPS = "steps"  # StepRunMutations of one Run
-LEASE = "lease"  # the lease of one Task Attempt (its version is the fencing token)
-PUBLICATION = "publication"  # lifecycle of one publication
-PUBLISHER = "publisher"  # trust of one publisher
-ADMISSION = "admission"  # the durable admission receipt of one admission key
-SCHEDULE = "schedule"  # the durable cursor of one schedule
+from typing import Final
 
+RUN: Final = "run"  # RunEvents of one Run: workflow.*, step.*, attempt.*
+STEPS: Final = "steps"  # StepRunMutations of one Run
+LEASE: Final = "lease"  # the lease of one Task Attempt (its version is the fencing token)
+PUBLICATION: Final = "publication"  # lifecycle of one publication
+PUBLISHER: Final = "publisher"  # trust of one publisher
+ADMISSION: Final = "admission"  # the durable admission receipt of one admission key
+SCHEDULE: Final = "schedule"  # the durable cursor of one schedule
 CATEGORIES = (RUN, STEPS, LEASE, PUBLICATION, PUBLISHER, ADMISSION, SCHEDULE)
 # what the runtime writes (cycles, workers, admission) and what publishers write
 RUNTIME_CATEGORIES = (RUN, STEPS, LEASE, ADMISSION, SCHEDULE)

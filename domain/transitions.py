@@ -7,60 +7,107 @@ builder refuses to write one.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from types import MappingProxyType
+
+
+class Status(StrEnum):
+    """Every status word a Run, a StepRun, a Task Attempt or a lease can hold, each
+    declared once; the sets below say which of them each entity may hold."""
+
+    PENDING = "pending"
+    READY = "ready"
+    WAITING_APPROVAL = "waiting_approval"
+    CLAIMED = "claimed"
+    STARTING = "starting"
+    RUNNING = "running"
+    LOST = "lost"
+    INTERRUPTED = "interrupted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    SKIPPED = "skipped"
+    LEASED = "leased"
+    COMPLETED = "completed"
+    RELEASED = "released"
+
+    def __repr__(self) -> str:  # as the plain word it is in the log and in messages
+        return repr(self.value)
+
+
+_S = Status
+Transitions = MappingProxyType[str, frozenset[str]]  # from status -> the statuses it may go to
 
 # --- Run ------------------------------------------------------------------------------
 
-RUN_RUNNING = "running"
-RUN_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
-RUN_TRANSITIONS = MappingProxyType({RUN_RUNNING: RUN_TERMINAL})
+RUN_RUNNING = _S.RUNNING
+RUN_TERMINAL = frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT})
+RUN_TRANSITIONS: Transitions = MappingProxyType({RUN_RUNNING: RUN_TERMINAL})
 
 CANCEL_REASONS = ("user", "policy", "shutdown", "reconcile", "timeout")
 
 # --- StepRun --------------------------------------------------------------------------
 
-STEP_PENDING = "pending"
-STEP_READY = "ready"
-STEP_WAITING_APPROVAL = "waiting_approval"
-STEP_RUNNING = "running"
-STEP_LOST = "lost"
-STEP_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "skipped"})
+STEP_PENDING = _S.PENDING
+STEP_READY = _S.READY
+STEP_WAITING_APPROVAL = _S.WAITING_APPROVAL
+STEP_RUNNING = _S.RUNNING
+STEP_LOST = _S.LOST
+STEP_TERMINAL = frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.SKIPPED})
 STEP_STATUSES = frozenset(
     {STEP_PENDING, STEP_READY, STEP_WAITING_APPROVAL, STEP_RUNNING, STEP_LOST} | STEP_TERMINAL
 )
-STEP_TRANSITIONS = MappingProxyType(
+STEP_TRANSITIONS: Transitions = MappingProxyType(
     {
-        STEP_PENDING: frozenset({"ready", "skipped", "cancelled"}),
+        STEP_PENDING: frozenset({_S.READY, _S.SKIPPED, _S.CANCELLED}),
         STEP_READY: frozenset(
-            {"ready", "waiting_approval", "running", "failed", "skipped", "cancelled", "timed_out"}
+            {
+                _S.READY,
+                _S.WAITING_APPROVAL,
+                _S.RUNNING,
+                _S.FAILED,
+                _S.SKIPPED,
+                _S.CANCELLED,
+                _S.TIMED_OUT,
+            }
         ),
-        STEP_WAITING_APPROVAL: frozenset({"ready", "running", "cancelled", "timed_out"}),
-        STEP_RUNNING: frozenset({"lost", "succeeded", "failed", "cancelled", "timed_out"}),
-        STEP_LOST: frozenset({"ready", "failed", "cancelled"}),
+        STEP_WAITING_APPROVAL: frozenset({_S.READY, _S.RUNNING, _S.CANCELLED, _S.TIMED_OUT}),
+        STEP_RUNNING: frozenset({_S.LOST, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT}),
+        STEP_LOST: frozenset({_S.READY, _S.FAILED, _S.CANCELLED}),
     }
 )
 # A need in one of these statuses can never succeed: its dependants are skipped.
-STEP_NOT_SUCCEEDED = frozenset({"failed", "cancelled", "timed_out", "skipped"})
+STEP_NOT_SUCCEEDED = frozenset({_S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.SKIPPED})
 
 # --- Task Attempt ---------------------------------------------------------------------
 
-ATTEMPT_CLAIMED = "claimed"
-ATTEMPT_STARTING = "starting"
-ATTEMPT_RUNNING = "running"
-ATTEMPT_SUCCEEDED = "succeeded"
-ATTEMPT_INTERRUPTED = "interrupted"  # its host stopped it: the step runs again
+ATTEMPT_CLAIMED = _S.CLAIMED
+ATTEMPT_STARTING = _S.STARTING
+ATTEMPT_RUNNING = _S.RUNNING
+ATTEMPT_SUCCEEDED = _S.SUCCEEDED
+ATTEMPT_LOST = _S.LOST
+ATTEMPT_INTERRUPTED = _S.INTERRUPTED  # its host stopped it: the step runs again
 ATTEMPT_TERMINAL = frozenset(
-    {"succeeded", "failed", "cancelled", "timed_out", "lost", ATTEMPT_INTERRUPTED}
+    {_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.LOST, ATTEMPT_INTERRUPTED}
 )
 ATTEMPT_ACTIVE = frozenset({ATTEMPT_CLAIMED, ATTEMPT_STARTING, ATTEMPT_RUNNING})
-ATTEMPT_TRANSITIONS = MappingProxyType(
+ATTEMPT_TRANSITIONS: Transitions = MappingProxyType(
     {
-        ATTEMPT_CLAIMED: frozenset({"starting", "cancelled", "timed_out", "lost"}),
+        ATTEMPT_CLAIMED: frozenset({_S.STARTING, _S.CANCELLED, _S.TIMED_OUT, _S.LOST}),
         ATTEMPT_STARTING: frozenset(
-            {"running", "succeeded", "failed", "cancelled", "timed_out", "lost", "interrupted"}
+            {
+                _S.RUNNING,
+                _S.SUCCEEDED,
+                _S.FAILED,
+                _S.CANCELLED,
+                _S.TIMED_OUT,
+                _S.LOST,
+                _S.INTERRUPTED,
+            }
         ),
         ATTEMPT_RUNNING: frozenset(
-            {"succeeded", "failed", "cancelled", "timed_out", "lost", "interrupted"}
+            {_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.LOST, _S.INTERRUPTED}
         ),
     }
 )
@@ -68,9 +115,9 @@ EXECUTORS = ("local_process", "remote_worker")
 
 # --- Lease ----------------------------------------------------------------------------
 
-LEASE_LEASED = "leased"
-LEASE_COMPLETED = "completed"
-LEASE_RELEASED = "released"
+LEASE_LEASED = _S.LEASED
+LEASE_COMPLETED = _S.COMPLETED
+LEASE_RELEASED = _S.RELEASED
 RELEASE_REASONS = ("declined", "shutdown", "start_failed", "capacity_changed", "lease_expired")
 MIN_LEASE_TTL_MS = 5_000
 MAX_LEASE_TTL_MS = 600_000

@@ -23,6 +23,7 @@ from typing import Any
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_intent
 from domain.decision import Decision, DecisionBuilder, LeaseGrant, check_now
 from domain.errors import FenceError, InvalidInput, NotFound
+from domain.event_types import EventType, Family, of
 from domain.execution import check_execution
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
 from domain.json_values import check_finite, check_output_size
@@ -48,9 +49,10 @@ from domain.transitions import (
     STEP_READY,
     STEP_RUNNING,
     WORKER_SHUTDOWN,
+    Status,
 )
 
-OUTCOMES = ("succeeded", "failed", "interrupted")
+OUTCOMES = (Status.SUCCEEDED, Status.FAILED, Status.INTERRUPTED)
 
 
 def worker_actor(worker_id: str) -> str:
@@ -97,7 +99,7 @@ def grant_lease(
             )
         builder.lease_event(
             attempt_id,
-            "lease.released",
+            EventType.LEASE_RELEASED,
             {"lease_id": lease.lease_id, "reason": LEASE_EXPIRED},
             parts=(lease.lease_id, "grant"),
         )
@@ -106,7 +108,7 @@ def grant_lease(
     expires_at_ms = lease_expiry(now_ms, ttl_ms)
     builder.lease_event(
         attempt_id,
-        "lease.granted",
+        EventType.LEASE_GRANTED,
         {
             "lease_id": lease_id,
             "attempt_id": attempt_id,
@@ -158,8 +160,8 @@ def mark_running(
     if attempt.status == ATTEMPT_CLAIMED:
         _start(builder, aggregate, attempt, lease)
     builder.event(
-        derive_id(WORKER_EVENT, attempt_id, "running", lease_id),
-        "attempt.running",
+        derive_id(WORKER_EVENT, attempt_id, Status.RUNNING, lease_id),
+        EventType.ATTEMPT_RUNNING,
         _lease_ref(attempt_id, lease),
     )
     return builder.build()
@@ -170,8 +172,8 @@ def _start(
 ) -> None:
     _require_admitted_epoch(aggregate, attempt)
     builder.event(
-        derive_id(WORKER_EVENT, attempt.attempt_id, "starting", lease.lease_id),
-        "attempt.starting",
+        derive_id(WORKER_EVENT, attempt.attempt_id, Status.STARTING, lease.lease_id),
+        EventType.ATTEMPT_STARTING,
         _lease_ref(attempt.attempt_id, lease),
     )
     step = aggregate.steps[attempt.step_key]
@@ -219,7 +221,7 @@ def renew(
     expires_at_ms = lease_expiry(now_ms, ttl_ms)
     version = builder.lease_event(
         attempt_id,
-        "lease.renewed",
+        EventType.LEASE_RENEWED,
         {
             "lease_id": lease_id,
             "renewed_at_ms": now_ms,
@@ -303,25 +305,25 @@ def complete(
     intent = effective_intent(aggregate, now_ms)
     if intent is not None:
         timeout = intent[0] == "timeout"
-        status = "timed_out" if timeout else "cancelled"
+        status = Status.TIMED_OUT if timeout else Status.CANCELLED
         code: str | None = EXECUTION_TIMED_OUT if timeout else EXECUTION_CANCELLED
-    elif outcome == "succeeded":
-        status, code = "succeeded", None
-    elif outcome == "interrupted" and interruptions(aggregate, step.key) < MAX_INTERRUPTIONS:
+    elif outcome == Status.SUCCEEDED:
+        status, code = Status.SUCCEEDED, None
+    elif outcome == Status.INTERRUPTED and interruptions(aggregate, step.key) < MAX_INTERRUPTIONS:
         status, code = ATTEMPT_INTERRUPTED, result_code or WORKER_SHUTDOWN
-    elif outcome == "interrupted":
-        status, code = "failed", INTERRUPTED_TOO_OFTEN
+    elif outcome == Status.INTERRUPTED:
+        status, code = Status.FAILED, INTERRUPTED_TOO_OFTEN
     else:
-        status, code = "failed", result_code or EXECUTION_FAILED
+        status, code = Status.FAILED, result_code or EXECUTION_FAILED
     # a reported failure with attempts left goes back to ready (plan v2 retry); an
     # interruption does not count as one, and one too many is never retried
-    retries = status == "failed" and code != INTERRUPTED_TOO_OFTEN
+    retries = status == Status.FAILED and code != INTERRUPTED_TOO_OFTEN
     retry_at = retry_after_failure(aggregate, step.key, now_ms) if retries else None
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
-    completed_id = derive_id(WORKER_EVENT, attempt_id, "completed", lease_id)
+    completed_id = derive_id(WORKER_EVENT, attempt_id, Status.COMPLETED, lease_id)
     builder.event(
         completed_id,
-        f"attempt.{status}",
+        of(Family.ATTEMPT, status),
         {
             "attempt_id": attempt_id,
             "result_code": code,
@@ -358,7 +360,7 @@ def complete(
         )
     builder.lease_event(
         attempt_id,
-        "lease.completed",
+        EventType.LEASE_COMPLETED,
         {"lease_id": lease_id, "outcome": status},
         born_with=completed_id,
     )
@@ -404,7 +406,7 @@ def release(
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     builder.lease_event(
         attempt_id,
-        "lease.released",
+        EventType.LEASE_RELEASED,
         {"lease_id": lease_id, "reason": reason},
         parts=(lease_id, "worker"),
     )

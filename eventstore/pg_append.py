@@ -27,12 +27,13 @@ migrated (`SET search_path = <schema>, pg_temp`).
 from __future__ import annotations
 
 from domain.event_shapes import SHAPES
+from domain.event_types import EventType
 from domain.streams import CATEGORIES
 
 APPEND_FUNCTION = "qlflow_append"
 APPEND_CORE = "qlflow_append_core"
 RIGHTS_TABLE = "qlflow_append_rights"
-ADMITTED_TYPE = "workflow.admitted"  # the one type only admission may append
+ADMITTED_TYPE = EventType.WORKFLOW_ADMITTED  # the one type only admission may append
 # SQLSTATE of a definer function's refusal to start a Run; the message begins with
 # the reason (a domain.start_guard reason), then a colon
 GUARD_SQLSTATE = "QLSG1"

@@ -142,9 +142,7 @@ class BaseStore(ABC):
         finally:
             self._thread.in_transaction = False
         if began:
-            observers.committed(
-                Commit(tx.appended, time.perf_counter() - began, tx.round_trips)
-            )
+            observers.committed(Commit(tx.appended, time.perf_counter() - began, tx.round_trips))
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
         """Append in a transaction of its own (see Transaction.append)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from domain import streams
 from domain.errors import SchemaError
 from domain.records import Record
 from domain.values import Publication
@@ -34,7 +35,7 @@ ADMISSION_SOURCE = "qlflow_admission_source"
 _ADMISSION_SOURCE_VERSION = (
     "qlflow admission source v4 (publisher lock: a qlflow_locks row, as store.lock)"
 )
-_PUBLISHED_PREFIX = "publication-"
+_PUBLISHED_PREFIX = streams.prefix(streams.PUBLICATION)
 # What admission may know about the publication a request names, read under the
 # publisher's lock: the same lock, by the same name and key, as `publisher_lock`
 # taken through `Transaction.lock`, so admission and revocation still exclude each

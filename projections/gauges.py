@@ -49,7 +49,7 @@ def read_gauges(store: Reads, now_ms: int) -> Gauges:
     """The gauges at `now_ms`, in one round trip where the store can."""
     queries = [(_QUEUED, (now_ms, now_ms)), (_RUNNING, ()), (_RUNS, ())]
     queued, running, runs = store.query_all(queries)
-    by_status = dict.fromkeys(sorted({RUN_RUNNING, *RUN_TERMINAL}), 0)
+    by_status = dict.fromkeys(sorted(s.value for s in {RUN_RUNNING, *RUN_TERMINAL}), 0)
     by_status.update({status: int(count) for status, count in runs})
     return Gauges(
         queues=tuple(

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from domain import streams
+from domain.event_types import EventType
 from domain.records import Record
 from domain.values import ACTIVE, QUARANTINED, REVOKED, WITHDRAWN, Publication
 from eventstore.api import Reads, Transaction
@@ -30,14 +32,16 @@ from eventstore.grants import (
 )
 
 COMPONENT = "projections.publications"
-STREAM_PREFIXES = ("publication-", "publisher-", "admission-")
+STREAM_PREFIXES = tuple(
+    streams.prefix(c) for c in (streams.PUBLICATION, streams.PUBLISHER, streams.ADMISSION)
+)
 
-PUBLISHED = "publication.published"
-PUBLICATION_WITHDRAWN = "publication.withdrawn"
-PUBLICATION_QUARANTINED = "publication.quarantined"
-PUBLISHER_REVOKED = "publisher.revoked"
-PUBLISHER_REINSTATED = "publisher.reinstated"
-RECEIPT = "admission.receipt"
+PUBLISHED = EventType.PUBLICATION_PUBLISHED
+PUBLICATION_WITHDRAWN = EventType.PUBLICATION_WITHDRAWN
+PUBLICATION_QUARANTINED = EventType.PUBLICATION_QUARANTINED
+PUBLISHER_REVOKED = EventType.PUBLISHER_REVOKED
+PUBLISHER_REINSTATED = EventType.PUBLISHER_REINSTATED
+RECEIPT = EventType.ADMISSION_RECEIPT
 PUBLISHER_LOCK_PREFIX = "qlflow-publisher:"
 
 MIGRATIONS = [

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from domain import event_types
+from domain.event_types import EventType
 from domain.streams import publication_stream
 from eventstore.grants import ADMISSION, OWNER, RUNTIME, ServerFunction
 from projections import publications
@@ -33,7 +33,7 @@ BEGIN
         FROM publications p
         JOIN LATERAL (SELECT data FROM events
                       WHERE stream_id = 'publication-' || p.publication_id
-                        AND type = '{event_types.PUBLICATION_PUBLISHED}'
+                        AND type = '{EventType.PUBLICATION_PUBLISHED}'
                       ORDER BY stream_version LIMIT 1) e ON true
         WHERE p.package = package_name OR p.publication_id = publication);
 END
@@ -70,7 +70,7 @@ def published_revisions(
     found = []
     for publication in ids:
         records = store.read_stream(publication_stream(publication))
-        published = next((r for r in records if r.type == event_types.PUBLICATION_PUBLISHED), None)
+        published = next((r for r in records if r.type == EventType.PUBLICATION_PUBLISHED), None)
         if published is not None:
             found.append((publication, dict(published.data)))
     return found

@@ -11,9 +11,9 @@ import orjson
 
 from domain import execution as execution_rules
 from domain.errors import CorruptionError
-from domain.event_types import ATTEMPT, ATTEMPT_CLAIMED, WORKFLOW_ADMITTED
+from domain.event_types import EventType, Family
 from domain.records import Record
-from domain.transitions import STEP_TERMINAL
+from domain.transitions import STEP_TERMINAL, Status
 from projections.runs_schema import (
     _IN_CHUNK,
     _LEASE,
@@ -126,9 +126,9 @@ def _created(records: Sequence[Record]) -> tuple[set[str], set[str]]:
     attempt_ids: set[str] = set()
     for record in records:
         kind = record.type
-        if kind == "workflow.admitted" or kind == "attempt.claimed":
+        if kind == EventType.WORKFLOW_ADMITTED or kind == EventType.ATTEMPT_CLAIMED:
             family, _, run_id = record.stream_id.partition("-")
-            if family == _RUN and kind == "workflow.admitted":
+            if family == _RUN and kind == EventType.WORKFLOW_ADMITTED:
                 run_ids.add(run_id)
             elif family == _RUN:
                 attempt_ids.add(record.data["attempt_id"])
@@ -143,7 +143,7 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
         family, _, entity_id = record.stream_id.partition("-")
         if family == _RUN:
             run_ids.add(entity_id)
-            if record.type.startswith("attempt."):
+            if record.type.startswith(_ATTEMPT_EVENT):
                 attempt_ids.add(record.data["attempt_id"])
         elif family == _STEPS:
             run_ids.add(entity_id)
@@ -152,7 +152,7 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
     return run_ids, attempt_ids
 
 
-_ATTEMPT_EVENT = f"{ATTEMPT}."  # the prefix of every Attempt RunEvent type
+_ATTEMPT_EVENT = f"{Family.ATTEMPT}."  # the prefix of every Attempt RunEvent type
 
 
 def _named_and_created(
@@ -172,9 +172,9 @@ def _named_and_created(
             if kind.startswith(_ATTEMPT_EVENT):
                 attempt_id = record.data["attempt_id"]
                 attempt_ids.add(attempt_id)
-                if kind == ATTEMPT_CLAIMED:
+                if kind == EventType.ATTEMPT_CLAIMED:
                     claimed.add(attempt_id)
-            elif kind == WORKFLOW_ADMITTED:
+            elif kind == EventType.WORKFLOW_ADMITTED:
                 admitted.add(entity_id)
         elif family == _STEPS:
             run_ids.add(entity_id)
@@ -236,7 +236,7 @@ def _fold_run_event(rows: _Rows, run_id: str, record: Record) -> None:
     """Fold a RunEvent: admission inserts the Run and its StepRuns; any other event
     moves the Run's version, then does what its type says."""
     kind = record.type
-    if kind == "workflow.admitted":
+    if kind == EventType.WORKFLOW_ADMITTED:
         _admit(rows, run_id, record)
         return
     run = rows.runs.get(run_id)
@@ -275,7 +275,7 @@ def _admit(rows: _Rows, run_id: str, record: Record) -> None:
             "publication_id": plan["publication_id"],
             "plan_digest": plan["plan_digest"],
             "admission_key": data.get("admission_key"),
-            "status": "running",
+            "status": Status.RUNNING,
             "version": record.stream_version,
             "steps_version": 0,
             "step_count": len(steps),
@@ -345,7 +345,7 @@ def _claim(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
             "step_epoch": data["step_epoch"],
             "attempt_number": data["attempt_number"],
             "task_ref": data["admission"]["task_ref"],
-            "status": "claimed",
+            "status": Status.CLAIMED,
             "claimed_at_ms": record.metadata.get("at_ms"),
             "claimed_position": record.global_position,
         },
@@ -401,16 +401,16 @@ def _end_run(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
 # aside): an exact type first, else its family ("step.<to>", "attempt.<terminal>",
 # "workflow.<terminal>"); any other type only moves the version.
 _RUN_EVENT_FOLDS = {
-    "step.created": _create_step,
-    "attempt.claimed": _claim,
-    "attempt.starting": _start_attempt,
-    "attempt.running": _start_attempt,
-    "workflow.cancel_requested": _request_cancel,
+    EventType.STEP_CREATED: _create_step,
+    EventType.ATTEMPT_CLAIMED: _claim,
+    EventType.ATTEMPT_STARTING: _start_attempt,
+    EventType.ATTEMPT_RUNNING: _start_attempt,
+    EventType.WORKFLOW_CANCEL_REQUESTED: _request_cancel,
 }
 _RUN_EVENT_FAMILY_FOLDS = {
-    "step.": _move_step,
-    "attempt.": _end_attempt,
-    "workflow.": _end_run,
+    f"{Family.STEP}.": _move_step,
+    f"{Family.ATTEMPT}.": _end_attempt,
+    f"{Family.WORKFLOW}.": _end_run,
 }
 
 
@@ -420,18 +420,18 @@ def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | Non
     if attempt is None:
         return None
     kind, data = record.type, record.data
-    if kind == "lease.granted":
+    if kind == EventType.LEASE_GRANTED:
         attempt.update(
             lease_id=data["lease_id"],
             lease_version=record.stream_version,
-            lease_status="leased",
+            lease_status=Status.LEASED,
             worker_id=data["worker_id"],
             expires_at_ms=data["expires_at_ms"],
         )
-    elif kind == "lease.renewed":
+    elif kind == EventType.LEASE_RENEWED:
         attempt.update(lease_version=record.stream_version, expires_at_ms=data["expires_at_ms"])
     else:
-        status = "completed" if kind == "lease.completed" else "released"
+        status = Status.COMPLETED if kind == EventType.LEASE_COMPLETED else Status.RELEASED
         attempt.update(lease_version=record.stream_version, lease_status=status)
     return attempt["run_id"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
-from domain.event_types import WORKFLOW, of
+from domain.event_types import Family, of
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
 from projections.runs_fold import (
@@ -39,7 +39,7 @@ from projections.runs_windows import _refresh_work, _run_streams
 
 REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
 HELD_RECORDS = 50_000  # records held in all Runs' streams before the longest are folded
-_RUN_ENDED = frozenset(of(WORKFLOW, status) for status in RUN_TERMINAL)
+_RUN_ENDED = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 
 Insert = Callable[[str, Sequence[str], list[tuple]], None]
 """`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""

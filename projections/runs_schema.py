@@ -9,11 +9,12 @@ from operator import itemgetter
 from typing import Any
 
 from domain.phases import RUN_PHASES
+from domain.streams import LEASE, RUN, STEPS, prefix
 from domain.transitions import ATTEMPT_RUNNING, ATTEMPT_STARTING
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.runs"
-STREAM_PREFIXES = ("run-", "steps-", "lease-")
+STREAM_PREFIXES = tuple(prefix(c) for c in (RUN, STEPS, LEASE))
 
 MIGRATIONS = [
     {
@@ -251,7 +252,7 @@ GRANTS = {table: {RUNTIME: MOVE, AUDIT: READ} for table in (*TABLES, COUNTS_TABL
 
 Row = dict[str, Any]
 # a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>
-_RUN, _STEPS, _LEASE = (prefix.removesuffix("-") for prefix in STREAM_PREFIXES)
+_RUN, _STEPS, _LEASE = RUN, STEPS, LEASE
 _IN_CHUNK = 500  # values per IN (...) list, well under either database's parameter limit
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from domain.aggregate import RunAggregate, fold
+from domain.event_types import EventType
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
 from domain.work import grant_windows, phase_windows
@@ -106,7 +107,9 @@ def _run_streams(
     streams = {k: _upto(v, upto_position) for k, v in streams.items()}
     claimed = {
         run_id: [
-            r.data["attempt_id"] for r in streams[run_stream(run_id)] if r.type == "attempt.claimed"
+            r.data["attempt_id"]
+            for r in streams[run_stream(run_id)]
+            if r.type == EventType.ATTEMPT_CLAIMED
         ]
         for run_id in ordered
     }

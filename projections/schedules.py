@@ -24,19 +24,20 @@ from typing import Any
 import orjson
 
 from domain.errors import CorruptionError, PlanError
+from domain.event_types import EventType
 from domain.publication import publication_from_json
 from domain.records import Record
 from domain.revision import revision_from_json
 from domain.schedule_heads import Declaration, declarations, work_at_ms
 from domain.schedule_spec import ScheduleSpec
 from domain.schedules import ScheduleState, fold_schedule
-from domain.streams import SCHEDULE, prefix
+from domain.streams import PUBLICATION, SCHEDULE, prefix
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, PUBLISHER, READ, RUNTIME
 
 COMPONENT = "projections.schedules"
-PUBLISHED = "publication.published"
-STREAM_PREFIXES = (prefix(SCHEDULE), "publication-")
+PUBLISHED = EventType.PUBLICATION_PUBLISHED
+STREAM_PREFIXES = (prefix(SCHEDULE), prefix(PUBLICATION))
 
 MIGRATIONS: list[dict[str, Any]] = [
     {

@@ -16,15 +16,17 @@ from typing import Any
 
 import orjson
 
+from domain import streams
 from domain.aggregate import RunAggregate, fold, lease_stream, run_stream, steps_stream
 from domain.errors import CorruptionError
+from domain.event_types import EventType, Family, of
 from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot, snapshot_document
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.snapshots"
-STREAM_PREFIXES = ("run-",)
+STREAM_PREFIXES = (streams.prefix(streams.RUN),)
 TABLE = "run_snapshots"
 SNAPSHOT_EVERY = 64  # Run stream events between snapshots (bench/snapshots.py)
 _IN_CHUNK = 500  # Runs per IN (...) list
@@ -40,14 +42,14 @@ TABLES: dict[str, tuple[str, ...]] = {}  # checked by verify against the log, no
 # the runtime deletes a finished Run's snapshot: a cache it may already overwrite
 GRANTS = {TABLE: {RUNTIME: (*MOVE, "DELETE"), AUDIT: READ}}
 TAKES_FOLDED = True  # see projections.registry
-_TERMINAL = frozenset(f"workflow.{status}" for status in RUN_TERMINAL)
+_TERMINAL = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 
 
 def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | None = None) -> None:
     """Write a Run's aggregate after these records (`folded`, where the writer has it)
     as its snapshot when they take the Run stream past a multiple of SNAPSHOT_EVERY;
     delete the snapshot of a Run that ended."""
-    ended = sorted({r.stream_id.removeprefix("run-") for r in records if r.type in _TERMINAL})
+    ended = sorted({streams.entity_id(r.stream_id) for r in records if r.type in _TERMINAL})
     for start in range(0, len(ended), _IN_CHUNK):
         chunk = ended[start : start + _IN_CHUNK]
         tx.execute(
@@ -57,7 +59,7 @@ def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | No
         return
     added: dict[str, int] = {}
     for record in records:
-        if record.stream_id.startswith("run-"):
+        if streams.category(record.stream_id) == streams.RUN:
             added[record.stream_id] = added.get(record.stream_id, 0) + 1
     for run_id in sorted(folded):
         after = folded[run_id]
@@ -144,7 +146,7 @@ def _problem(tx, run_id: str, run_version: int, steps_version: int, text: str) -
         return "its row's versions are not its document's"
     found = tx.read_streams([run_stream(run_id), steps_stream(run_id)])
     run_records = found[run_stream(run_id)][:run_version]
-    claimed = [r.data["attempt_id"] for r in run_records if r.type == "attempt.claimed"]
+    claimed = [r.data["attempt_id"] for r in run_records if r.type == EventType.ATTEMPT_CLAIMED]
     leases = tx.read_streams([lease_stream(a) for a in claimed]) if claimed else {}
     try:
         whole = fold(

@@ -15,7 +15,7 @@ from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput, NotFound
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
-from domain.transitions import RUN_RUNNING, STEP_TERMINAL
+from domain.transitions import RUN_RUNNING, STEP_TERMINAL, Status
 from eventstore.api import EventStore
 from projections import run_search
 from projections.run_search import RunCursor, RunFilter
@@ -97,14 +97,14 @@ class StepView:
     def output(self) -> dict[str, Any] | None:
         """The output of the step's succeeded Attempt, or None."""
         for attempt in self.attempts:
-            if attempt.status == "succeeded":
+            if attempt.status == Status.SUCCEEDED:
                 return attempt.output
         return None
 
     @property
     def failed_attempts(self) -> int:
         """Attempts a worker reported failed (lost ones are not counted)."""
-        return sum(1 for attempt in self.attempts if attempt.status == "failed")
+        return sum(1 for attempt in self.attempts if attempt.status == Status.FAILED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +197,7 @@ def get_run(store: EventStore, run_id: str) -> RunView:
             epoch,
             attempts.get(key, []),
             max_attempts=limit,
-            retry_at_ms=retry_at if status == "ready" else None,
+            retry_at_ms=retry_at if status == Status.READY else None,
         )
     return replace(_run_view(rows[0]), steps=steps)
 
@@ -334,7 +334,7 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
             epoch=step.epoch,
             attempts=attempts,
             max_attempts=plan.step(key).max_attempts,
-            retry_at_ms=step.retry_at_ms if step.status == "ready" else None,
+            retry_at_ms=step.retry_at_ms if step.status == Status.READY else None,
         )
     return RunView(
         run_id=run.run_id,

@@ -3,8 +3,8 @@ what a start form offers (plan v2; `domain.params` binds what a start gives)."""
 
 from __future__ import annotations
 
-from domain import event_types
 from domain.errors import InvalidInput, NotFound
+from domain.event_types import EventType
 from domain.params import ParamDefinition
 from domain.revision import revision_from_json
 from domain.streams import publication_stream
@@ -26,7 +26,7 @@ def declared_params(store: EventStore, package: str, workflow: str) -> tuple[Par
         )
     publication_id = heads[0].publication_id
     records = store.read_stream(publication_stream(publication_id))
-    published = next((r for r in records if r.type == event_types.PUBLICATION_PUBLISHED), None)
+    published = next((r for r in records if r.type == EventType.PUBLICATION_PUBLISHED), None)
     if published is None:
         raise NotFound(f"publication {publication_id!r} has no published revision")
     revision = revision_from_json(published.data["revision"])

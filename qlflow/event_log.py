@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from domain import event_types, streams
+from domain.event_types import EventType, Family
 from domain.records import Record
 from domain.transitions import (
     ATTEMPT_INTERRUPTED,
@@ -65,15 +66,15 @@ class _CommitLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # commits of a PostgreSQL store come from many threads
         self._attempts: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        ended = {event_types.of(event_types.ATTEMPT, s): self._attempt_ended
+        ended = {event_types.of(Family.ATTEMPT, s): self._attempt_ended
                  for s in ATTEMPT_TERMINAL}  # fmt: skip
-        runs = {event_types.of(event_types.WORKFLOW, s): self._run_ended for s in RUN_TERMINAL}
+        runs = {event_types.of(Family.WORKFLOW, s): self._run_ended for s in RUN_TERMINAL}
         self._handlers: dict[str, Callable[[Record], None]] = {
-            event_types.ATTEMPT_CLAIMED: self._claimed,
-            event_types.LEASE_GRANTED: self._granted,
-            event_types.of(event_types.STEP, RETRY_CHANGE[1]): self._step_ready,
-            event_types.SCHEDULE_FIRED: self._fired,
-            event_types.SCHEDULE_SKIPPED: self._skipped,
+            EventType.ATTEMPT_CLAIMED: self._claimed,
+            EventType.LEASE_GRANTED: self._granted,
+            event_types.of(Family.STEP, RETRY_CHANGE[1]): self._step_ready,
+            EventType.SCHEDULE_FIRED: self._fired,
+            EventType.SCHEDULE_SKIPPED: self._skipped,
             **ended,
             **runs,
         }

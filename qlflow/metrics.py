@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from domain import event_types, streams
+from domain.event_types import EventType, Family
 from domain.phases import PHASES
 from domain.records import Record
 from domain.transitions import (
@@ -76,9 +77,7 @@ CYCLE_PHASE_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
     registry=_REGISTRY,
 )
-HOST_SLOTS = Gauge(
-    "qlflow_host_slots", "Attempts this host may run at once.", registry=_REGISTRY
-)
+HOST_SLOTS = Gauge("qlflow_host_slots", "Attempts this host may run at once.", registry=_REGISTRY)
 HOST_SLOTS_IN_USE = Gauge(
     "qlflow_host_slots_in_use", "Attempts this host runs now.", registry=_REGISTRY
 )
@@ -99,23 +98,18 @@ class _Counts(Collector):
         # finished whose Task is not known yet is counted at the next scrape
         self._tasks: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._unresolved: list[tuple[tuple[str, str], str, tuple[str, ...]]] = []
-        self.resolve: Callable[[list[tuple[str, str]]], dict[tuple[str, str], str]] | None = (
-            None
-        )
+        self.resolve: Callable[[list[tuple[str, str]]], dict[tuple[str, str], str]] | None = None
         self._handlers: dict[str, Callable[[Record], None]] = {
-            event_types.WORKFLOW_ADMITTED: self._admitted,
-            event_types.ATTEMPT_CLAIMED: self._claimed,
-            event_types.LEASE_GRANTED: self._granted,
-            event_types.LEASE_RELEASED: self._released,
-            event_types.SCHEDULE_FIRED: self._fired,
-            event_types.SCHEDULE_SKIPPED: self._skipped,
-            **{event_types.of(event_types.STEP, s): self._step_ended for s in STEP_TERMINAL},
-            event_types.of(event_types.STEP, RETRY_CHANGE[1]): self._step_ready,
-            **{
-                event_types.of(event_types.ATTEMPT, s): self._attempt_ended
-                for s in ATTEMPT_TERMINAL
-            },
-            **{event_types.of(event_types.WORKFLOW, s): self._run_ended for s in RUN_TERMINAL},
+            EventType.WORKFLOW_ADMITTED: self._admitted,
+            EventType.ATTEMPT_CLAIMED: self._claimed,
+            EventType.LEASE_GRANTED: self._granted,
+            EventType.LEASE_RELEASED: self._released,
+            EventType.SCHEDULE_FIRED: self._fired,
+            EventType.SCHEDULE_SKIPPED: self._skipped,
+            **{event_types.of(Family.STEP, s): self._step_ended for s in STEP_TERMINAL},
+            event_types.of(Family.STEP, RETRY_CHANGE[1]): self._step_ready,
+            **{event_types.of(Family.ATTEMPT, s): self._attempt_ended for s in ATTEMPT_TERMINAL},
+            **{event_types.of(Family.WORKFLOW, s): self._run_ended for s in RUN_TERMINAL},
         }
 
     def observe(self, commit: Commit) -> None:

@@ -33,6 +33,7 @@ from domain.manifest import (
 )
 from domain.manifest_checks import manifest_error
 from domain.revision import MaterializedRevision
+from domain.transitions import Status
 from qlflow.python.source import check_python_task
 
 _CHUNK = 1 << 20
@@ -182,7 +183,7 @@ def task_file_digest(
                 if read > max_bytes:  # it grew while being read
                     raise _too_large(relative, max_bytes)
                 if cancelled is not None and cancelled():
-                    raise TaskFileError(relative, "cancelled", f"reading {relative!r} stopped")
+                    raise TaskFileError(relative, Status.CANCELLED, f"reading {relative!r} stopped")
                 hasher.update(chunk)
         except OSError as error:
             raise TaskFileError(

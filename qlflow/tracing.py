@@ -24,7 +24,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 
-from domain import event_types, streams
+from domain import event_types, streams, transitions
+from domain.event_types import EventType, Family
 from domain.records import Record
 from domain.transitions import ATTEMPT_TERMINAL, RUN_TERMINAL, STEP_TERMINAL
 from eventstore.api import EventStore
@@ -33,8 +34,8 @@ from qlflow.runtime import Runtime
 
 __all__ = ["RunTracing", "trace_runs"]
 
-_ENDED = frozenset(event_types.of(event_types.WORKFLOW, status) for status in RUN_TERMINAL)
-_SUCCEEDED = "succeeded"
+_ENDED = frozenset(event_types.of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
+_SUCCEEDED = transitions.Status.SUCCEEDED
 
 
 def _ns(record: Record) -> int:
@@ -121,7 +122,7 @@ class RunTracing:
         for record in records:
             family, name = event_types.family(record.type), event_types.name(record.type)
             data = record.data
-            if record.type == event_types.STEP_CREATED:
+            if record.type == EventType.STEP_CREATED:
                 steps[data["step_key"]] = self._tracer.start_span(
                     f"qlflow.step {data['step_key']}",
                     context=parent,
@@ -133,7 +134,7 @@ class RunTracing:
                         "qlflow.task_ref": tasks.get(data["step_key"], ""),
                     },
                 )
-            elif record.type == event_types.ATTEMPT_CLAIMED:
+            elif record.type == EventType.ATTEMPT_CLAIMED:
                 step_span = steps[data["step_key"]]
                 attempt_steps[data["attempt_id"]] = data["step_key"]
                 attempts[data["attempt_id"]] = self._tracer.start_span(
@@ -146,12 +147,14 @@ class RunTracing:
                         "qlflow.task_ref": data["admission"]["task_ref"],
                     },
                 )
-            elif family == event_types.ATTEMPT and name in ATTEMPT_TERMINAL and (
-                data["attempt_id"] in attempts
+            elif (
+                family == Family.ATTEMPT
+                and name in ATTEMPT_TERMINAL
+                and (data["attempt_id"] in attempts)
             ):
                 span = attempts.pop(data["attempt_id"])
                 _end(span, name, data.get("result_code"), record)
-            elif family == event_types.STEP and name in STEP_TERMINAL and data["step_key"] in steps:
+            elif family == Family.STEP and name in STEP_TERMINAL and data["step_key"] in steps:
                 _end(steps.pop(data["step_key"]), name, data.get("result_code"), record)
         for span in (*attempts.values(), *steps.values()):  # a log cut short: end them now
             span.end()
@@ -169,4 +172,3 @@ def trace_runs(rt: Runtime, tracer_provider: TracerProvider | None = None) -> Ru
     global one the host configured; qlflow never sets it)."""
     provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
     return RunTracing(rt.store, provider.get_tracer("qlflow"))
-

@@ -11,14 +11,17 @@ from typing import Any
 from domain import event_types
 from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
-from domain.transitions import STEP_TERMINAL
+from domain.event_types import EventType, Family
+from domain.transitions import STEP_TERMINAL, Status
 from eventstore import logs
 from eventstore.api import EventStore
 from projections.audit.run_log import RunLog
 from projections.audit.why_report import StepFailure
 from projections.step_logs import last_lines
 
-FAILED_ENDS = frozenset({"failed", "timed_out", "lost"})  # what `why` names a failure
+FAILED_ENDS = frozenset(
+    {Status.FAILED, Status.TIMED_OUT, Status.LOST}
+)  # what `why` names a failure
 
 
 def failures(
@@ -32,19 +35,19 @@ def failures(
     retried = {  # attempt id -> the instant its step's retry may start
         record.data["attempt_id"]: record.data["retry_at_ms"]
         for record in log.run
-        if record.type == event_types.of(event_types.STEP, "ready") and "retry_at_ms" in record.data
+        if record.type == event_types.of(Family.STEP, Status.READY) and "retry_at_ms" in record.data
     }
     reported: dict[str, int] = {}  # step key -> failures reported so far
     for record in log.run:
         family, end = event_types.family(record.type), event_types.name(record.type)
         data = record.data
-        if family == event_types.ATTEMPT and end in FAILED_ENDS:
+        if family == Family.ATTEMPT and end in FAILED_ENDS:
             attempt = aggregate.attempts.get(data["attempt_id"])
             if attempt is None:
                 continue
             ran: Mapping[str, Any] = execution_rules.split(data)[1] or {}
             with_attempt.add(attempt.step_key)
-            if end == "failed":
+            if end == Status.FAILED:
                 reported[attempt.step_key] = reported.get(attempt.step_key, 0) + 1
             retry_at = retried.get(attempt.attempt_id)
             found.append(
@@ -66,8 +69,8 @@ def failures(
                 )
             )
         elif (
-            family == event_types.STEP
-            and record.type != event_types.STEP_CREATED
+            family == Family.STEP
+            and record.type != EventType.STEP_CREATED
             and data.get("to") in STEP_TERMINAL & FAILED_ENDS
             and data["step_key"] not in with_attempt
         ):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from domain import event_types
 from domain.aggregate import RunAggregate
+from domain.event_types import EventType, Family
 from domain.records import Record
-from domain.transitions import STEP_TERMINAL
+from domain.transitions import STEP_TERMINAL, Status
 from projections.audit.run_log import RunLog
 from projections.audit.why_report import RootCause
 
@@ -23,7 +24,7 @@ def root_cause(log: RunLog, aggregate: RunAggregate) -> tuple[RootCause, int | N
         if _ends_step(record):
             first_terminal.setdefault(record.data["step_key"], record)
     if run.cancel_reason is not None:
-        request = next(r for r in log.run if r.type == event_types.WORKFLOW_CANCEL_REQUESTED)
+        request = next(r for r in log.run if r.type == EventType.WORKFLOW_CANCEL_REQUESTED)
         return (
             RootCause(
                 status=run.status,
@@ -36,14 +37,18 @@ def root_cause(log: RunLog, aggregate: RunAggregate) -> tuple[RootCause, int | N
                     key
                     for key, r in first_terminal.items()
                     if r.global_position > request.global_position
-                    and r.data["to"] in ("cancelled", "timed_out")
+                    and r.data["to"] in (Status.CANCELLED, Status.TIMED_OUT)
                 ),
             ),
             ended_at,
         )
-    if run.status == "succeeded":
-        return RootCause(run.status, "succeeded", final.global_position, ended_at), ended_at
-    wanted = {"failed": ("failed",), "timed_out": ("timed_out",), "cancelled": ("cancelled",)}
+    if run.status == Status.SUCCEEDED:
+        return RootCause(run.status, Status.SUCCEEDED, final.global_position, ended_at), ended_at
+    wanted = {
+        Status.FAILED.value: (Status.FAILED,),
+        Status.TIMED_OUT.value: (Status.TIMED_OUT,),
+        Status.CANCELLED.value: (Status.CANCELLED,),
+    }
     culprits = [
         r
         for r in sorted(first_terminal.values(), key=lambda r: r.global_position)
@@ -53,7 +58,7 @@ def root_cause(log: RunLog, aggregate: RunAggregate) -> tuple[RootCause, int | N
         culprits = [
             r
             for r in sorted(first_terminal.values(), key=lambda r: r.global_position)
-            if r.data["to"] != "succeeded"
+            if r.data["to"] != Status.SUCCEEDED
         ]
     first = culprits[0]
     key = first.data["step_key"]
@@ -62,7 +67,7 @@ def root_cause(log: RunLog, aggregate: RunAggregate) -> tuple[RootCause, int | N
     skipped = tuple(
         k
         for k in aggregate.topo_order
-        if k in descendants and aggregate.steps[k].status == "skipped"
+        if k in descendants and aggregate.steps[k].status == Status.SKIPPED
     )
     return (
         RootCause(
@@ -84,8 +89,8 @@ def root_cause(log: RunLog, aggregate: RunAggregate) -> tuple[RootCause, int | N
 def _ends_step(record: Record) -> bool:
     """A step.* status change to a terminal status."""
     return (
-        event_types.family(record.type) == event_types.STEP
-        and record.type != event_types.STEP_CREATED
+        event_types.family(record.type) == Family.STEP
+        and record.type != EventType.STEP_CREATED
         and record.data["to"] in STEP_TERMINAL
     )
 

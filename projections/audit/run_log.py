@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from domain import event_types
 from domain.errors import InvalidInput, NotFound
+from domain.event_types import EventType
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
 from eventstore.api import EventStore
@@ -33,7 +33,7 @@ class RunLog:
 
 def claimed_attempts(run_records: Sequence[Record]) -> list[Record]:
     """The `attempt.claimed` records of a run stream, in claim order."""
-    return [r for r in run_records if r.type == event_types.ATTEMPT_CLAIMED]
+    return [r for r in run_records if r.type == EventType.ATTEMPT_CLAIMED]
 
 
 def read_run_log(store: EventStore, run_id: str) -> RunLog:

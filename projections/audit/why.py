@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial
 
-from domain import event_types
 from domain.aggregate import AttemptState, RunAggregate, StepRunState, effective_intent, fold
 from domain.decision import check_now
+from domain.event_types import EventType
 from domain.frontier import aggregate_outcome
 from domain.retries import retry_number
 from domain.transitions import (
@@ -22,6 +22,7 @@ from domain.transitions import (
     STEP_RUNNING,
     STEP_TERMINAL,
     STEP_WAITING_APPROVAL,
+    Status,
 )
 from eventstore.api import EventStore
 from projections.audit.failures import failures
@@ -101,7 +102,7 @@ def _intent(log: RunLog, aggregate: RunAggregate, now_ms: int) -> Intent | None:
         return None
     reason, at_ms = effective
     for record in log.run:
-        if record.type == event_types.WORKFLOW_CANCEL_REQUESTED:
+        if record.type == EventType.WORKFLOW_CANCEL_REQUESTED:
             return Intent(reason, at_ms, record.metadata.get("actor"), recorded=True)
     return Intent(reason, at_ms, None, recorded=False)
 
@@ -128,7 +129,7 @@ def _step_wait(aggregate: RunAggregate, step: StepRunState, intent: Intent | Non
     ending_as = ending(intent)
     waiting_on: tuple[str, ...] = ()
     if step.status == STEP_PENDING:
-        waiting_on = tuple(n for n in step.needs if aggregate.steps[n].status != "succeeded")
+        waiting_on = tuple(n for n in step.needs if aggregate.steps[n].status != Status.SUCCEEDED)
         if intent:
             next_step = "the next cycle's cancellation cancels it (it never ran)"
         elif any(aggregate.steps[n].status in STEP_TERMINAL for n in waiting_on):

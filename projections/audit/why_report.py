@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from domain.transitions import ATTEMPT_CLAIMED, LEASE_LEASED
+from domain.transitions import ATTEMPT_CLAIMED, LEASE_LEASED, Status
 
 When = Callable[[int | None], str]
 """How a sentence writes an instant (epoch ms); `epoch` by default, a person's local
@@ -193,7 +193,9 @@ def failure_lines(
     of its log (indented)."""
     lines = []
     for failure in failures:
-        how = {"lost": "lost its Attempt"}.get(failure.status, failure.status.replace("_", " "))
+        how = {Status.LOST.value: "lost its Attempt"}.get(
+            failure.status, failure.status.replace("_", " ")
+        )
         details = [failure.result_code] if failure.result_code else []
         if failure.signal:
             details.append(f"ended by {failure.signal}")
@@ -225,7 +227,9 @@ def failure_lines(
 
 def ending(intent: Intent | None) -> str:
     """How cancel intent ends what it stops: timed_out for a timeout, else cancelled."""
-    return "timed_out" if intent is not None and intent.reason == "timeout" else "cancelled"
+    return (
+        Status.TIMED_OUT if intent is not None and intent.reason == "timeout" else Status.CANCELLED
+    )
 
 
 def attempt_next(block: AttemptBlock, intent: Intent | None, when: When = epoch) -> str:
@@ -277,7 +281,7 @@ def _root_cause_lines(report: WhyReport, when: When) -> list[str]:
     cause = report.root_cause
     assert cause is not None
     lines = [f"run {report.run_id} is {report.status} (ended {when(report.terminal_at_ms)})"]
-    if cause.kind == "succeeded":
+    if cause.kind == Status.SUCCEEDED:
         lines.append("every step succeeded")
     elif cause.kind == "cancel_intent":
         if cause.reason == "timeout":

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import typer
 
+from domain.transitions import Status
 from qlflow.cli import logs
 from qlflow.cli.app import app
 from qlflow.cli.exits import (
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = command.main(args=argv, prog_name="qlflow", standalone_mode=False)
     except typer.Abort:
-        error_line("interrupted")
+        error_line(Status.INTERRUPTED)
         code = EXIT_INTERRUPTED
     except typer.TyperException as error:  # usage errors: typer's own click exceptions
         if type(error).__name__ == "NoArgsIsHelpError":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from domain.errors import CorruptionError, QlflowError, StoreUnavailable
+from domain.transitions import Status
 from qlflow.driver import CycleFailing
 
 EXIT_OK = 0
@@ -23,10 +24,10 @@ EXIT_TIMED_OUT = 4
 EXIT_UNAVAILABLE = 5
 EXIT_INTERRUPTED = 130
 RUN_EXIT_CODES = {
-    "succeeded": EXIT_OK,
-    "failed": EXIT_FAILED,
-    "cancelled": EXIT_CANCELLED,
-    "timed_out": EXIT_TIMED_OUT,
+    Status.SUCCEEDED.value: EXIT_OK,
+    Status.FAILED.value: EXIT_FAILED,
+    Status.CANCELLED.value: EXIT_CANCELLED,
+    Status.TIMED_OUT.value: EXIT_TIMED_OUT,
 }
 
 
@@ -57,7 +58,7 @@ def exit_code_of(error: BaseException) -> int | None:
 def message_of(error: BaseException) -> str:
     """What the one line says about an expected error."""
     if isinstance(error, KeyboardInterrupt):
-        return "interrupted"
+        return Status.INTERRUPTED
     if isinstance(error, OSError) and not isinstance(error, QlflowError):
         where = f": {error.filename}" if error.filename else ""
         return f"{error.strerror or error}{where}"

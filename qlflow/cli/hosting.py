@@ -82,9 +82,7 @@ def observed(
 
     handle = metrics.instrument(rt)
     try:
-        server, thread = start_http_server(
-            metrics_port, metrics_host, registry=metrics.registry()
-        )
+        server, thread = start_http_server(metrics_port, metrics_host, registry=metrics.registry())
     except OSError as error:
         handle.close()
         stop_logs()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.transitions import STEP_READY
+from domain.transitions import STEP_READY, Status
 from projections.views import AttemptView, StepView
 from qlflow.cli.times import when
 
@@ -18,7 +18,7 @@ def attempt_cell(step: StepView, attempt: AttemptView | None, now_ms: int) -> st
     waiting = waiting_retry(step, now_ms)
     if waiting:
         return f"{text}, {waiting}"
-    failed = step.failed_attempts - (1 if attempt.status == "failed" else 0)
+    failed = step.failed_attempts - (1 if attempt.status == Status.FAILED else 0)
     if step.max_attempts > 1 and failed > 0:
         return f"{text} after {failed} failed"
     return text
@@ -28,7 +28,11 @@ def waiting_retry(step: StepView, now_ms: int) -> str:
     """ "retry 2 of 3 at <time>" for a ready step waiting for its retry, else ""."""
     if step.status != STEP_READY or step.retry_at_ms is None:
         return ""
-    if step.attempts and step.attempts[-1].status in ("claimed", "starting", "running"):
+    if step.attempts and step.attempts[-1].status in (
+        Status.CLAIMED,
+        Status.STARTING,
+        Status.RUNNING,
+    ):
         return ""
     return (
         f"retry {step.failed_attempts + 1} of {step.max_attempts} at "

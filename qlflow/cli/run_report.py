@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from domain.transitions import STEP_LOST, STEP_PENDING, STEP_READY, STEP_RUNNING
+from domain.transitions import STEP_LOST, STEP_PENDING, STEP_READY, STEP_RUNNING, Status
 from projections.audit.failures import FAILED_ENDS
 from projections.views import RunView
 from qlflow.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, RUN_EXIT_CODES
@@ -47,15 +47,15 @@ def report_run(
     else:
         lines = failed_lines(rt, run) if rt is not None else None
         console.print(run_document(run, last_lines=lines))
-        if run.status != "succeeded":
+        if run.status != Status.SUCCEEDED:
             console.print(f"run {run.run_id} {run.status}" + _run_reason(run))
     return RUN_EXIT_CODES.get(run.status, EXIT_FAILED)
 
 
 def _run_reason(run: RunView) -> str:
-    if run.status == "failed":
-        failed = [s.step_key for s in run.steps.values() if s.status == "failed"]
-        skipped = [s.step_key for s in run.steps.values() if s.status == "skipped"]
+    if run.status == Status.FAILED:
+        failed = [s.step_key for s in run.steps.values() if s.status == Status.FAILED]
+        skipped = [s.step_key for s in run.steps.values() if s.status == Status.SKIPPED]
         text = f": failed {', '.join(failed) or '-'}"
         return text + (f"; skipped {', '.join(skipped)}" if skipped else "")
     if run.cancel_reason:

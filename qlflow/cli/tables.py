@@ -14,6 +14,7 @@ from actors.supervisor import CycleResult
 from domain import execution as execution_rules
 from domain.phases import PHASES
 from domain.records import Record
+from domain.transitions import Status
 from domain.values import AdmissionReceipt, Publication
 from projections.rebuild import RebuildSummary
 from projections.views import AttemptView, RunView, StepView
@@ -23,18 +24,18 @@ from qlflow.cli.times import duration, when
 from qlflow.clock import wall_clock_ms
 
 STATUS_STYLES = {
-    "succeeded": "green",
-    "running": "cyan",
-    "starting": "cyan",
-    "claimed": "blue",
-    "ready": "blue",
-    "pending": "dim",
-    "failed": "red",
-    "lost": "red",
-    "timed_out": "magenta",
-    "cancelled": "yellow",
-    "skipped": "yellow",
-    "waiting_approval": "blue",
+    Status.SUCCEEDED.value: "green",
+    Status.RUNNING.value: "cyan",
+    Status.STARTING.value: "cyan",
+    Status.CLAIMED.value: "blue",
+    Status.READY.value: "blue",
+    Status.PENDING.value: "dim",
+    Status.FAILED.value: "red",
+    Status.LOST.value: "red",
+    Status.TIMED_OUT.value: "magenta",
+    Status.CANCELLED.value: "yellow",
+    Status.SKIPPED.value: "yellow",
+    Status.WAITING_APPROVAL.value: "blue",
 }
 
 # -- small formatters --------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from domain.errors import FenceError, QlflowError
 from domain.tasks import ON_INTERRUPT_DEFAULT
-from domain.transitions import WORKER_SHUTDOWN
+from domain.transitions import WORKER_SHUTDOWN, Status
 from projections.task_io import TaskInputs
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
@@ -35,7 +35,7 @@ T = TypeVar("T")
 DEFAULT_KILL_AFTER_S = 5.0
 DEFAULT_TTL_MS = 30_000
 START_FAILED = "start_failed"
-INTERRUPTED = "interrupted"  # the outcome of a step its host stopped: it runs again
+INTERRUPTED = Status.INTERRUPTED  # the outcome of a step its host stopped: it runs again
 HOST_STOPS = ("shutdown", "killed")  # stop reasons that are the host's, not the Run's
 
 
@@ -274,12 +274,12 @@ class LocalProcessExecutor:
                 try:
                     item.lease = self._rt.mark_running(item.lease)
                     running_recorded = True
-                    recovered(running_backoff, item.lease, "running")
+                    recovered(running_backoff, item.lease, Status.RUNNING)
                 except FenceError as error:
                     return self._abandon(item, f"lease lost before running: {error}")
                 except transient as error:
                     next_running = now + running_backoff.failed()
-                    retrying(running_backoff, item.lease, "running", error)
+                    retrying(running_backoff, item.lease, Status.RUNNING, error)
                 except QlflowError as error:
                     log.warning("attempt %s: mark_running failed: %s", item.lease.attempt_id, error)
                     running_recorded = True
@@ -336,18 +336,18 @@ class LocalProcessExecutor:
             "signal": signal_name(exit_code),
             "stopped_by": item.stop_reason,
         }
-        outcome = "succeeded" if exit_code == 0 else "failed"
+        outcome = Status.SUCCEEDED if exit_code == 0 else Status.FAILED
         # A step the host stopped (drain over, host leaving) did not fail by itself: it
         # is interrupted and runs again, unless its Task says a stop is a failure.
         stopped_by_host = item.stop_reason in HOST_STOPS and item.term_sent_at is not None
-        code = WORKER_SHUTDOWN if outcome == "failed" and stopped_by_host else None
+        code = WORKER_SHUTDOWN if outcome == Status.FAILED and stopped_by_host else None
         if code is not None and item.on_interrupt == ON_INTERRUPT_DEFAULT:
             outcome = INTERRUPTED
         try:  # what the task wrote to QLFLOW_OUTPUT is its output, and nothing else is
             written = read_output(_io_paths(item.log_path)[1])
         except OutputInvalid as problem:
             execution["error"] = str(problem)
-            outcome, code, written = "failed", OUTPUT_INVALID, None
+            outcome, code, written = Status.FAILED, OUTPUT_INVALID, None
         status, error = self._complete(item, outcome, code, written, execution)
         return report(
             item.lease,
@@ -426,7 +426,7 @@ class LocalProcessExecutor:
         or, stopped by this host before it spawned anything, `interrupted`."""
         log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
         execution = {"log_path": str(log_path), "exit_code": None, "error": reason}
-        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else "failed"
+        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else Status.FAILED
         status, error = self._complete(held, outcome, result_code, None, execution)
         if status is None:
             return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")

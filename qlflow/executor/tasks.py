@@ -13,6 +13,7 @@ from domain.errors import NotFound, QlflowError
 from domain.plan import task_ref
 from domain.revision import MaterializedRevision, revision_from_json
 from domain.tasks import ON_INTERRUPT_DEFAULT, TaskDefinition, task_source_digest
+from domain.transitions import Status
 from projections.published_revisions import published_revisions
 from qlflow.packages import TaskFileError, load_package, task_file_digest
 from qlflow.runtime import Lease, Runtime
@@ -207,7 +208,7 @@ def _check_files(
             raise TaskUnavailable(
                 f"Task {task.task_id!r} in {str(folder)!r}: {error}",
                 result_code=TASK_FILE_REFUSED if refused else None,
-                cancelled=error.problem == "cancelled",
+                cancelled=error.problem == Status.CANCELLED,
             ) from None
     if task_source_digest(task.definition(), digests) != task.source_digest:
         raise TaskUnavailable(

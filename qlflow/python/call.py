@@ -28,6 +28,7 @@ import orjson
 from domain.errors import InvalidInput
 from domain.json_values import check_finite, check_output_size
 from domain.params import ParamValue
+from domain.transitions import Status
 from qlflow.python.context import LogSink, TaskContext, task_logger
 
 EXCEPTION = "exception"  # the function raised
@@ -36,8 +37,8 @@ IMPORT_FAILED = "import_failed"  # its module cannot be imported (missing, raise
 FUNCTION_MISSING = "function_missing"  # the module has no such callable
 PROCESS_DIED = "process_died"  # the pool process ended while the function ran
 
-SUCCEEDED = "succeeded"
-FAILED = "failed"
+SUCCEEDED = Status.SUCCEEDED
+FAILED = Status.FAILED
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from domain.errors import FenceError, QlflowError
 from domain.execution import MAX_TEXT
 from domain.python_tasks import ISOLATION_THREAD, parse_target
 from domain.tasks import ON_INTERRUPT_DEFAULT
-from domain.transitions import WORKER_SHUTDOWN
+from domain.transitions import WORKER_SHUTDOWN, Status
 from projections.task_io import attempt_inputs
 from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture
@@ -394,7 +394,7 @@ class PythonExecutor:
             "pid": item.handle.pid,
             "log_path": str(item.attempt_log.path),
             "stopped_by": item.stop_reason,
-            "error": _cut(outcome.message) if recorded != "succeeded" else None,
+            "error": _cut(outcome.message) if recorded != Status.SUCCEEDED else None,
         }
         status, error = self._complete(item, recorded, result_code, outcome.output, execution)
         return report(
@@ -404,7 +404,7 @@ class PythonExecutor:
             item.handle.pid,
             item.attempt_log.path,
             stopped_by=item.stop_reason,
-            error=error or (outcome.message if outcome.outcome != "succeeded" else None),
+            error=error or (outcome.message if outcome.outcome != Status.SUCCEEDED else None),
         )
 
     def _complete(
@@ -436,7 +436,7 @@ class PythonExecutor:
         log.warning("attempt %s: not run (%s): %s", held.lease.attempt_id, result_code, reason)
         attempt_log.note(f"qlflow: {reason}")
         # stopped by this host before it ran anything: interrupted, it runs again
-        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else "failed"
+        outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else Status.FAILED
         execution = {"log_path": str(attempt_log.path), "error": _cut(reason)}
         status, error = self._complete(held, outcome, result_code, None, execution)
         return report(

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import qlflow
 from domain import event_types
 from domain.errors import StoreUnavailable
+from domain.event_types import EventType, Family
 from qlflow import metrics
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 
@@ -55,9 +56,7 @@ def test_counters_after_a_workload_equal_the_log(rt):
     before = scrape()
     head = rt.store.head_position()
     rt.publish(retrying_diamond(), now_ms=T0)
-    run_ids = [
-        rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)
-    ]
+    run_ids = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)]
     # c fails on every try: one retry, then the step fails, d is skipped, the Run fails
     drive(rt, T0, outcomes={"c": "failed"})
     after = scrape()
@@ -67,7 +66,7 @@ def test_counters_after_a_workload_equal_the_log(rt):
     step_ends = Counter(
         (r.data["step_key"], event_types.name(r.type))
         for r in records
-        if event_types.family(r.type) == event_types.STEP
+        if event_types.family(r.type) == Family.STEP
         and event_types.name(r.type) in {"succeeded", "failed", "skipped"}
     )
     assert step_ends == {("a", "succeeded"): 3, ("b", "succeeded"): 3, ("c", "failed"): 3,
@@ -81,11 +80,11 @@ def test_counters_after_a_workload_equal_the_log(rt):
     )
     assert retries == 3
     assert delta(before, after, "qlflow_step_retries_total", task="demo@1#c") == retries
-    assert delta(before, after, "qlflow_leases_granted_total") == types[event_types.LEASE_GRANTED]
+    assert delta(before, after, "qlflow_leases_granted_total") == types[EventType.LEASE_GRANTED]
     assert delta(before, after, "qlflow_runs_admitted_total") == len(run_ids)
     assert delta(before, after, "qlflow_runs_finished_total", status="failed") == len(run_ids)
     commits = delta(before, after, "qlflow_store_commit_duration_seconds_count")
-    assert commits >= 1 + len(run_ids) + types[event_types.LEASE_GRANTED] // 4
+    assert commits >= 1 + len(run_ids) + types[EventType.LEASE_GRANTED] // 4
     assert delta(before, after, "qlflow_store_commit_round_trips_count") == commits
     for phase in ("recovery", "cancellation", "schedule", "frontier", "admission"):
         assert delta(before, after, "qlflow_cycle_phase_duration_seconds_count", phase=phase) >= 1
