@@ -44,6 +44,7 @@ def _shapes() -> dict[str, EventShape]:
             ("attempt_id", "step_run_id", "step_key", "step_epoch", "attempt_number", "admission"),
         ),
         t.ATTEMPT_STARTING: EventShape(run, ("attempt_id", "lease_id")),
+        t.STEP_REUSED: EventShape(run, (*step_change, "reused_from", "output")),
         t.ATTEMPT_RUNNING: EventShape(run, ("attempt_id", "lease_id")),
         t.STEP_RUN_MUTATED: EventShape(
             streams.STEPS,

@@ -14,6 +14,7 @@ ATTEMPT_CLAIMED = "attempt.claimed"
 ATTEMPT_STARTING = "attempt.starting"
 ATTEMPT_RUNNING = "attempt.running"
 ATTEMPT_INTERRUPTED = "attempt.interrupted"  # its host stopped it; the step runs again
+STEP_REUSED = "step.reused"  # a rerun reuses a succeeded step of its source Run
 
 WORKFLOW = "workflow"
 STEP = "step"

@@ -24,6 +24,7 @@ STEP_READY = "ready"
 STEP_WAITING_APPROVAL = "waiting_approval"
 STEP_RUNNING = "running"
 STEP_LOST = "lost"
+STEP_SUCCEEDED = "succeeded"
 STEP_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "skipped"})
 STEP_STATUSES = frozenset(
     {STEP_PENDING, STEP_READY, STEP_WAITING_APPROVAL, STEP_RUNNING, STEP_LOST} | STEP_TERMINAL
