@@ -114,8 +114,8 @@ def reused_steps(
     reuses: list[Reuse] = []
     differ: list[str] = []
     for key, step in sorted(source.steps.items()):
-        if key in again:
-            continue
+        if key in again or step.status != STEP_SUCCEEDED:
+            continue  # it runs
         new = planned.get(key)
         if new is None or new.source_digest != step.source_digest or new.needs != step.needs:
             differ.append(key)

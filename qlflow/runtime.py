@@ -420,11 +420,14 @@ class Runtime(Inspection, Scheduling):
         id_prefix: str | None = None,
         before: RunCursor | None = None,
         after: RunCursor | None = None,
+        rerun_of: str | None = None,
     ) -> list[views.RunView]:
         """Runs newest first (by admission), filtered: status, package, workflow,
-        admitted in [since_ms, until_ms), run id prefix. A page: the newest `limit`, or
-        those older than `before` / newer than `after` (`views.cursor_of(run)`)."""
+        admitted in [since_ms, until_ms), run id prefix, reruns of one Run (`rerun_of`). A
+        page: the newest `limit`, or those older than `before` / newer than `after`
+        (`views.cursor_of(run)`)."""
         run_filter = self._run_filter(package, workflow, status, since_ms, until_ms, id_prefix)
+        run_filter = replace(run_filter, rerun_of=optional_text("rerun_of", rerun_of))
         for name, cursor in (("before", before), ("after", after)):
             if cursor is not None and not isinstance(cursor, RunCursor):
                 raise InvalidInput(name, "cursor", f"{name} must be a RunCursor, got {cursor!r}")
