@@ -56,7 +56,9 @@ def rerun(
     steps = None if from_steps is None else _step_keys(from_steps)
     if mode == PLAN_SAME and params:
         raise InvalidInput(
-            "params", "same_plan", "a rerun of the same plan binds its parameters; use plan='head' (--head)"
+            "params",
+            "same_plan",
+            "a rerun of the same plan binds its parameters; use plan='head' (--head)",
         )
     if admission_key is None:
         admission_key = authority.read(lambda tx: _default_key(tx, run_id))
