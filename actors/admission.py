@@ -245,12 +245,10 @@ def _admit(
     check_start(
         publication,
         reads.publisher_status(publication),
-        # a rerun of the same plan binds its source's publication, head or not
-        publication
-        if rerun is not None and rerun.same_plan
-        else reads.installation_head(publication),
+        reads.installation_head(publication),
         revision,
         workflow_key,
+        superseded_ok=rerun is not None and rerun.same_plan,
     )
     plan = reads.plan(publication.publication_id, workflow_key, run_id, timeout_ms, params)
     reuses: tuple[Reuse, ...] = ()
