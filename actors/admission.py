@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from actors.authority import Units
@@ -55,6 +56,7 @@ from domain.errors import (
     SchemaError,
     StartGuardError,
 )
+from domain.event_types import EventType
 from domain.fields import ID_PATTERN
 from domain.ids import PUBLICATION_ID, RECEIPT, RUN_ID, derive_id
 from domain.plan import (
@@ -66,6 +68,7 @@ from domain.plan import (
 )
 from domain.publication import PublicationRef, publication_from_json
 from domain.records import NewEvent, Record, StreamAppend
+from domain.rerun import Reuse, reused_steps
 from domain.revision import MaterializedRevision, revision_from_json
 from domain.run_path import admit_and_claim
 from domain.start_guard import check_start
@@ -98,6 +101,18 @@ REFUSALS = (
     SchemaError,
     StartGuardError,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """What makes an admission a rerun (docs/DESIGN.md "Reruns"): the source Run's
+    aggregate, the steps to run again (None: those that did not succeed), whether it
+    binds the source's own publication, and the `rerun_of` record of the new Run."""
+
+    source: RunAggregate
+    from_steps: tuple[str, ...] | None
+    same_plan: bool
+    rerun_of: Mapping[str, Any]
 
 
 def admission_identity(admission_key: str | None, run_id: str | None) -> tuple[str, str]:
@@ -211,8 +226,10 @@ def _admit(
     now_ms: int,
     params: Mapping[str, Any] | None = None,
     workflows: PlannedWorkflows | None = None,
+    rerun: Rerun | None = None,
 ) -> tuple[AdmissionReceipt, RunAggregate | None]:
-    """`admit_in_tx`, with the admitted Run as the commit leaves it (None: a replay)."""
+    """`admit_in_tx`, with the admitted Run as the commit leaves it (None: a replay).
+    A `rerun` (docs/DESIGN.md "Reruns") names its source and reuses its steps."""
     admission_key, run_id = admission_identity(admission_key, run_id)
     reads = PublicationReads(tx, workflows)
     publication = reads.resolve_and_serialize(package)
@@ -231,9 +248,15 @@ def _admit(
         reads.installation_head(publication),
         revision,
         workflow_key,
+        superseded_ok=rerun is not None and rerun.same_plan,
     )
     plan = reads.plan(publication.publication_id, workflow_key, run_id, timeout_ms, params)
-    decision = admission_records(plan, admission_key, now_ms)
+    reuses: tuple[Reuse, ...] = ()
+    if rerun is not None:
+        reuses = reused_steps(rerun.source, plan, rerun.from_steps)
+    decision = admission_records(
+        plan, admission_key, now_ms, rerun.rerun_of if rerun else None, reuses
+    )
     run_events = decision.events(run_stream(run_id))
     mutations = decision.events(steps_stream(run_id))
     mutation_of = {mutation.data["event_id"]: mutation.event_id for mutation in mutations}
@@ -256,6 +279,7 @@ def _admit(
                 event_id=event.event_id,
             )
             for event in run_events[1:]
+            if event.type == EventType.STEP_CREATED
         ),
         final_run_version=len(run_events),
         final_steps_version=len(mutations),
@@ -273,7 +297,7 @@ def _admit(
         },
     )
     receipt_append = StreamAppend(receipt_stream_id(admission_key), 0, (receipt_event,))
-    carried, admitted = admit_and_claim(decision, run_id, now_ms)
+    carried, admitted = admit_and_claim(decision, run_id, now_ms, advance=bool(reuses))
     appends = [*carried.appends, receipt_append]
     folded = {run_id: admitted}
     if reads.definer:

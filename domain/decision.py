@@ -21,7 +21,7 @@ from domain.event_types import EventType, Family, of
 from domain.ids import LEASE_EVENT, derive_id
 from domain.records import NewEvent, StreamAppend
 from domain.streams import lease_stream, run_stream, steps_stream
-from domain.transitions import STEP_TERMINAL, Status, step_change_allowed
+from domain.transitions import STEP_SUCCEEDED, STEP_TERMINAL, Status, step_change_allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +279,39 @@ class DecisionBuilder:
         self._changed[key] = (step_run_id, to_status, epoch)
         if to_status in STEP_TERMINAL:
             self.settled_steps += 1
+
+    def reuse_step(
+        self,
+        key: str,
+        origin: Mapping[str, Any],
+        output: Any,
+        ids: tuple[str, str, tuple[Any, ...]],
+    ) -> None:
+        """`step.reused` and its StepRunMutation: a rerun's StepRun, as created, is
+        succeeded with `output` of the Attempt `origin` names (docs/DESIGN.md "Reruns")."""
+        step_run_id, from_status, epoch = self._current(key)
+        if epoch != 1:
+            raise AssertionError(f"decision bug: StepRun {key!r} reused at epoch {epoch}")
+        event_prefix, mutation_prefix, parts = ids
+        event_id = derive_id(event_prefix, *parts)
+        data = {
+            "step_run_id": step_run_id,
+            "step_key": key,
+            "from": from_status,
+            "to": STEP_SUCCEEDED,
+            "epoch": 2,
+            "result_code": None,
+            "attempt_id": None,
+            "reused_from": dict(origin),
+            "output": output,
+        }
+        version = self.event(event_id, EventType.STEP_REUSED, data)
+        self._mutation(
+            sibling_id(mutation_prefix, event_id), step_run_id, key, from_status, STEP_SUCCEEDED,
+            2, version, event_id,
+        )  # fmt: skip
+        self._changed[key] = (step_run_id, STEP_SUCCEEDED, 2)
+        self.settled_steps += 1
 
     def _mutation(
         self,

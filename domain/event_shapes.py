@@ -45,6 +45,7 @@ def _shapes() -> dict[str, EventShape]:
             ("attempt_id", "step_run_id", "step_key", "step_epoch", "attempt_number", "admission"),
         ),
         EventType.ATTEMPT_STARTING: EventShape(run, ("attempt_id", "lease_id")),
+        EventType.STEP_REUSED: EventShape(run, (*step_change, "reused_from", "output")),
         EventType.ATTEMPT_RUNNING: EventShape(run, ("attempt_id", "lease_id")),
         EventType.STEP_RUN_MUTATED: EventShape(
             streams.STEPS,

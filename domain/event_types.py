@@ -29,6 +29,7 @@ class EventType(StrEnum):
     ATTEMPT_STARTING = "attempt.starting"
     ATTEMPT_RUNNING = "attempt.running"
     ATTEMPT_INTERRUPTED = "attempt.interrupted"  # its host stopped it; the step runs again
+    STEP_REUSED = "step.reused"  # a rerun reuses a succeeded step of its source Run
 
     # --- steps-<run_id> --------------------------------------------------------------------
     STEP_RUN_MUTATED = "step_run.mutated"

@@ -29,6 +29,7 @@ from domain.transitions import (
     RUN_TERMINAL,
     STEP_READY,
     STEP_STATUSES,
+    STEP_SUCCEEDED,
     STEP_TERMINAL,
     Status,
     attempt_change_allowed,
@@ -192,6 +193,8 @@ class Folder:
         try:
             if event_type == EventType.STEP_CREATED:
                 self.step_created(record, data)
+            elif event_type == EventType.STEP_REUSED:
+                self.step_reused(record, data)
             elif kind == "step" and name in STEP_STATUSES:
                 self.step_changed(record, data, name)
             elif event_type == EventType.ATTEMPT_CLAIMED:
@@ -265,6 +268,7 @@ class Folder:
             "source_digest": planned.source_digest,
             "attempt_ids": (),
             "retry_at_ms": None,
+            "reused_from": None,
         }
         self.created += 1
         self.unmatched.append(
@@ -324,6 +328,39 @@ class Folder:
             _StepEvent(
                 record.stream_version, record.event_id, step["step_run_id"], key, from_status,
                 to_status, epoch,
+            )
+        )  # fmt: skip
+
+    def step_reused(self, record: Record, data: Mapping[str, Any]) -> None:
+        """A rerun's reused step (docs/DESIGN.md "Reruns"): from its created status at
+        epoch 1 straight to succeeded, with no Attempt, carrying its origin's output."""
+        key = data["step_key"]
+        step = self.step(key)
+        if step is None or data["step_run_id"] != step["step_run_id"]:
+            raise corrupt(record, f"reuses unknown StepRun {key!r}")
+        if step["epoch"] != 1 or step["attempt_ids"] or data["from"] != step["status"]:
+            raise corrupt(record, f"reuses StepRun {key!r}, which is no longer as created")
+        if data["to"] != STEP_SUCCEEDED or data["epoch"] != 2:
+            raise corrupt(record, f"must reuse {key!r} as succeeded at epoch 2")
+        origin = data["reused_from"]
+        if not isinstance(origin.get("run_id"), str) or not isinstance(
+            origin.get("attempt_id"), str
+        ):
+            raise corrupt(record, "reused_from must name a run_id and an attempt_id")
+        output = data["output"]
+        step["status"] = STEP_SUCCEEDED
+        step["epoch"] = 2
+        step["reused_from"] = MappingProxyType(
+            {
+                "run_id": origin["run_id"],
+                "attempt_id": origin["attempt_id"],
+                "output": None if output is None else MappingProxyType(dict(output)),
+            }
+        )
+        self.unmatched.append(
+            _StepEvent(
+                record.stream_version, record.event_id, step["step_run_id"], key, data["from"],
+                STEP_SUCCEEDED, 2,
             )
         )  # fmt: skip
 

@@ -155,14 +155,23 @@ def complete_and_advance(
     return chained(done, frontier, admission, after=applied(advanced, admission))
 
 
-def admit_and_claim(admission: Decision, run_id: str, now_ms: int) -> tuple[Decision, RunAggregate]:
+def admit_and_claim(
+    admission: Decision, run_id: str, now_ms: int, *, advance: bool = False
+) -> tuple[Decision, RunAggregate]:
     """The admission's records (`domain.admission.admission_records`), then the
     Attempts `decide_attempt_admission` claims for the ready roots of the Run they
-    admit, as one decision; and the Run as it leaves it."""
+    admit, as one decision; and the Run as it leaves it. `advance` (a rerun, whose
+    reused steps are already succeeded) takes the frontier's decision first, so the
+    steps that need only reused ones are ready and claimed in the same commit."""
     run_records, step_records, _ = _records(run_id, admission)
     admitted = fold(run_records, step_records)
+    decisions = [admission]
+    if advance:
+        frontier = decide_frontier(admitted, now_ms, actor=ADMISSION_ACTOR)
+        admitted = applied(admitted, frontier)
+        decisions.append(frontier)
     claims = decide_attempt_admission(admitted, now_ms, actor=ADMISSION_ACTOR)
-    return chained(admission, claims), applied(admitted, claims)
+    return chained(*decisions, claims), applied(admitted, claims)
 
 
 def cancel_and_converge(aggregate: RunAggregate, reason: str, now_ms: int) -> Decision:

@@ -87,6 +87,8 @@ class StepRunState:
     source_digest: str
     attempt_ids: tuple[str, ...] = ()
     retry_at_ms: int | None = None  # a ready StepRun waiting for its retry (plan v2)
+    # a rerun reused it (docs/DESIGN.md "Reruns"): {"run_id", "attempt_id", "output"}
+    reused_from: Mapping[str, Any] | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -56,13 +56,16 @@ def start_refusal(
     installation_head: Publication | None,
     revision: MaterializedRevision,
     workflow_key: str,
+    *,
+    superseded_ok: bool = False,
 ) -> Refusal | None:
     """The first rule that refuses starting `workflow_key` from `publication`, or None.
 
     In order: the publisher is not revoked; the publication is not quarantined, not
     withdrawn, active; it is the head (newest generation) of its installation
     (`installation_head` names the current one); the revision has the Workflow; the
-    Workflow and every Task it uses are enabled."""
+    Workflow and every Task it uses are enabled. `superseded_ok`: a rerun of the same
+    plan (docs/DESIGN.md "Reruns") may bind a publication that is no longer the head."""
     where = (
         f"publication {publication.publication_id} ({publication.package} generation "
         f"{publication.generation})"
@@ -81,7 +84,7 @@ def start_refusal(
         )
     if publication.status != ACTIVE:
         return Refusal("inactive", f"{where} is {publication.status}")
-    if not publication.head:
+    if not publication.head and not superseded_ok:
         head = installation_head
         current = f"generation {head.generation} ({head.publication_id})" if head else "unknown"
         return Refusal(
@@ -109,10 +112,17 @@ def check_start(
     installation_head: Publication | None,
     revision: MaterializedRevision,
     workflow_key: str,
+    *,
+    superseded_ok: bool = False,
 ) -> None:
     """Raise StartGuardError (with `.reason`) if `start_refusal` refuses."""
     refusal = start_refusal(
-        publication, publisher_status, installation_head, revision, workflow_key
+        publication,
+        publisher_status,
+        installation_head,
+        revision,
+        workflow_key,
+        superseded_ok=superseded_ok,
     )
     if refusal is not None:
         error = StartGuardError(refusal.message)

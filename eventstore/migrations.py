@@ -61,6 +61,9 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
     # PostgreSQL: named locks are row locks only the writing roles may take
     {"sqlite": [], "postgresql": list(locks.LOCK_TABLE_MIGRATION)},
+    # PostgreSQL: the append function again, now knowing `step.reused` (docs/DESIGN.md
+    # "Reruns"), for schemas whose function was made before it
+    {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
 )
 
 

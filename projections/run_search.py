@@ -57,6 +57,7 @@ class RunFilter:
     since_ms: int | None = None
     until_ms: int | None = None
     id_prefix: str | None = None
+    rerun_of: str | None = None  # reruns of this Run only (docs/DESIGN.md "Reruns")
 
     def where(self) -> tuple[list[str], list[Any]]:
         """SQL conditions over the runs table (joined with AND) and their parameters."""
@@ -66,6 +67,7 @@ class RunFilter:
             ("package", self.package),
             ("workflow_key", self.workflow),
             ("status", self.status),
+            ("rerun_of", self.rerun_of),
         ):
             if value is not None:
                 where.append(f"{column} = ?")

@@ -284,6 +284,7 @@ def _admit(rows: _Rows, run_id: str, record: Record) -> None:
             "timeout_ms": timeout,
             "deadline_ms": admitted + timeout if timeout is not None else None,
             "params": _json(plan["params"]) if "params" in plan else None,
+            "rerun_of": (data.get("rerun_of") or {}).get("run_id"),
         },
     )
     for step in steps:
@@ -305,6 +306,8 @@ def _admit(rows: _Rows, run_id: str, record: Record) -> None:
                 "updated_at_ms": admitted,
                 "max_attempts": step["retry"]["max_attempts"] if "retry" in step else 1,
                 "retry_at_ms": None,
+                "reused_from": None,
+                "reused_output": None,
             },
         )
 
@@ -327,6 +330,19 @@ def _move_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> Non
     )
     if run is not None and to in STEP_TERMINAL and data["from"] not in STEP_TERMINAL:
         run["open_steps"] -= 1
+
+
+def _reuse_step(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    """A rerun's reused step: succeeded, with its origin and output (docs/DESIGN.md
+    "Reruns")."""
+    _move_step(rows, run_id, run, record)
+    data = record.data
+    output = data["output"]
+    _update(
+        rows.step(run_id, data["step_key"]),
+        reused_from=_json(data["reused_from"]),
+        reused_output=None if output is None else _json(output),
+    )
 
 
 def _claim(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
@@ -406,6 +422,7 @@ _RUN_EVENT_FOLDS = {
     EventType.ATTEMPT_STARTING: _start_attempt,
     EventType.ATTEMPT_RUNNING: _start_attempt,
     EventType.WORKFLOW_CANCEL_REQUESTED: _request_cancel,
+    EventType.STEP_REUSED: _reuse_step,
 }
 _RUN_EVENT_FAMILY_FOLDS = {
     f"{Family.STEP}.": _move_step,

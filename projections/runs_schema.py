@@ -241,6 +241,17 @@ _COUNTS_POSTGRESQL = [
 ]
 MIGRATIONS.append({"sqlite": _COUNTS_SQLITE, "postgresql": _COUNTS_POSTGRESQL})
 COUNTS_TABLE = "run_counts"
+# Step 9: reruns (docs/DESIGN.md "Reruns"): the Run a Run reruns (NULL: none), indexed
+# for `runs --rerun-of`; a reused StepRun's origin (JSON {run_id, attempt_id}) and
+# the output it reuses (JSON), which its dependents are given.
+_RERUN_STEP = [
+    "ALTER TABLE runs ADD COLUMN rerun_of TEXT",
+    "CREATE INDEX runs_rerun_of ON runs (rerun_of, admitted_at_ms DESC, run_id)"
+    " WHERE rerun_of IS NOT NULL",
+    "ALTER TABLE step_runs ADD COLUMN reused_from TEXT",
+    "ALTER TABLE step_runs ADD COLUMN reused_output TEXT",
+]
+MIGRATIONS.append({"sqlite": _RERUN_STEP, "postgresql": _RERUN_STEP})
 
 
 TABLES = {
@@ -289,7 +300,7 @@ RUNS = _Table(
         "run_id", "package", "workflow_key", "publication_id", "plan_digest", "admission_key",
         "status", "version", "steps_version", "step_count", "open_steps", "admitted_at_ms",
         "timeout_ms", "deadline_ms", "cancel_requested_at_ms", "cancel_reason", "result_code",
-        "error_code", "terminal_at_ms", "params", *WINDOW_COLUMNS,
+        "error_code", "terminal_at_ms", "params", *WINDOW_COLUMNS, "rerun_of",
     ),
 )  # fmt: skip
 STEP_RUNS = _Table(
@@ -297,7 +308,7 @@ STEP_RUNS = _Table(
     (
         "run_id", "step_key", "step_run_id", "task_ref", "needs", "status", "epoch",
         "result_code", "live_attempt_id", "attempt_count", "updated_at_ms", "max_attempts",
-        "retry_at_ms",
+        "retry_at_ms", "reused_from", "reused_output",
     ),
 )  # fmt: skip
 ATTEMPTS = _Table(

@@ -107,7 +107,7 @@ class AttemptInputs:
 def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: str) -> AttemptInputs:
     """The inputs of the step and the number of Attempt `attempt_id` in it: three small
     reads sent together (one round trip on PostgreSQL), not the whole Run."""
-    run_rows, step_rows, attempt_rows = store.query_all(
+    run_rows, step_rows, attempt_rows, reused_rows = store.query_all(
         [
             ("SELECT params FROM runs WHERE run_id = ?", (run_id,)),
             (
@@ -118,6 +118,11 @@ def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: st
                 """SELECT step_key, attempt_id, attempt_number, status, output FROM attempts
                    WHERE run_id = ? AND (status = ? OR attempt_id = ?)""",
                 (run_id, ATTEMPT_SUCCEEDED, attempt_id),
+            ),
+            (  # a rerun's reused steps (docs/DESIGN.md "Reruns") hold their output
+                "SELECT step_key, reused_output FROM step_runs "
+                "WHERE run_id = ? AND reused_from IS NOT NULL",
+                (run_id,),
             ),
         ]
     )
@@ -133,6 +138,9 @@ def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: st
         if attempt == attempt_id:
             number = attempt_number
         if status == ATTEMPT_SUCCEEDED and key in outputs and output is not None:
+            outputs[key] = orjson.loads(output)
+    for key, output in reused_rows:
+        if key in outputs and output is not None:
             outputs[key] = orjson.loads(output)
     inputs: TaskInputs = {"params": orjson.loads(params) if params else {}, "needs": outputs}
     return AttemptInputs(inputs, number, max_attempts)

@@ -4,7 +4,7 @@ some version), and event queries over the log."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -92,10 +92,15 @@ class StepView:
     attempts: list[AttemptView] = field(default_factory=list)
     max_attempts: int = 1
     retry_at_ms: int | None = None
+    # a rerun reused it (docs/DESIGN.md "Reruns"): {"run_id", "attempt_id"} of its origin
+    reused_from: dict[str, str] | None = None
+    reused_output: dict[str, Any] | None = None
 
     @property
     def output(self) -> dict[str, Any] | None:
-        """The output of the step's succeeded Attempt, or None."""
+        """The output of the step's succeeded Attempt (or the reused one), or None."""
+        if self.reused_from is not None:
+            return self.reused_output
         for attempt in self.attempts:
             if attempt.status == Status.SUCCEEDED:
                 return attempt.output
@@ -132,6 +137,7 @@ class RunView:
     open_steps: int = 0  # steps not terminal yet
     params: dict[str, Any] = field(default_factory=dict)  # bound by a plan v2
     steps: dict[str, StepView] = field(default_factory=dict)
+    rerun_of: str | None = None  # the Run this one reruns (docs/DESIGN.md "Reruns")
 
     @property
     def terminal(self) -> bool:
@@ -142,13 +148,15 @@ class RunView:
 _RUN_COLUMNS = (
     "run_id, package, workflow_key, publication_id, plan_digest, admission_key, status, "
     "version, admitted_at_ms, deadline_ms, cancel_requested_at_ms, cancel_reason, "
-    "result_code, error_code, terminal_at_ms, step_count, open_steps, params"
+    "result_code, error_code, terminal_at_ms, step_count, open_steps, params, rerun_of"
 )
 
 
 def _run_view(row: tuple[Any, ...]) -> RunView:
-    *values, params = row
-    return replace(RunView(*values), params=orjson.loads(params) if params else {})
+    *values, params, rerun_of = row
+    return replace(
+        RunView(*values), params=orjson.loads(params) if params else {}, rerun_of=rerun_of
+    )
 
 
 _ATTEMPT_COLUMNS = tuple(f.name for f in fields(AttemptView))  # the attempts table's names
@@ -181,9 +189,11 @@ def get_run(store: EventStore, run_id: str) -> RunView:
         epoch,
         limit,
         retry_at,
+        reused_from,
+        reused_output,
     ) in store.query(
         """SELECT step_key, step_run_id, task_ref, needs, status, result_code, epoch,
-                      max_attempts, retry_at_ms
+                      max_attempts, retry_at_ms, reused_from, reused_output
                FROM step_runs WHERE run_id = ? ORDER BY step_key""",
         (run_id,),
     ):
@@ -198,6 +208,8 @@ def get_run(store: EventStore, run_id: str) -> RunView:
             attempts.get(key, []),
             max_attempts=limit,
             retry_at_ms=retry_at if status == Status.READY else None,
+            reused_from=orjson.loads(reused_from) if reused_from else None,
+            reused_output=orjson.loads(reused_output) if reused_output else None,
         )
     return replace(_run_view(rows[0]), steps=steps)
 
@@ -335,6 +347,8 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
             attempts=attempts,
             max_attempts=plan.step(key).max_attempts,
             retry_at_ms=step.retry_at_ms if step.status == Status.READY else None,
+            reused_from=_origin(step.reused_from),
+            reused_output=_plain(step.reused_from["output"]) if step.reused_from else None,
         )
     return RunView(
         run_id=run.run_id,
@@ -357,3 +371,19 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
         params=plan.param_values,
         steps=steps,
     )
+
+
+def _origin(reused_from: Any) -> dict[str, str] | None:
+    """A reused step's origin as the read model holds it: {run_id, attempt_id}."""
+    if reused_from is None:
+        return None
+    return {"run_id": reused_from["run_id"], "attempt_id": reused_from["attempt_id"]}
+
+
+def _plain(value: Any) -> Any:
+    """A folded JSON value (read-only mappings inside) as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value

@@ -7,13 +7,14 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import eventstore
 from actors import admission, publishing, workers
+from actors import rerun as reruns
 from actors.authority import OperationAuthority
 from actors.supervisor import Cycle, CycleResult, PageResult
 from domain.aggregate import RunAggregate
@@ -234,6 +235,32 @@ class Runtime(Inspection, Scheduling):
             now_ms=self._now(now_ms),
         )
 
+    def rerun(
+        self,
+        run_id: str,
+        from_steps: Sequence[str] | None = None,
+        plan: str = "same",
+        admission_key: str | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        now_ms: int | None = None,
+    ) -> AdmissionReceipt:
+        """Admit a new Run from finished Run `run_id` (docs/DESIGN.md "Reruns"): the
+        steps that succeeded and are neither `from_steps` nor downstream of them are
+        reused, the rest run. `plan` is "same" (the source's plan) or "head" (the
+        package's current head; `params` may change then)."""
+        run_id = text("run_id", run_id)
+        admission_key = optional_text("admission_key", admission_key)
+        return reruns.rerun(
+            self._authority,
+            run_id,
+            from_steps=from_steps,
+            plan=plan,
+            admission_key=admission_key,
+            params=params,
+            now_ms=self._now(now_ms),
+        )
+
     def inspect_admission(
         self, run_id: str | None = None, admission_key: str | None = None
     ) -> AdmissionReceipt | None:
@@ -393,11 +420,14 @@ class Runtime(Inspection, Scheduling):
         id_prefix: str | None = None,
         before: RunCursor | None = None,
         after: RunCursor | None = None,
+        rerun_of: str | None = None,
     ) -> list[views.RunView]:
         """Runs newest first (by admission), filtered: status, package, workflow,
-        admitted in [since_ms, until_ms), run id prefix. A page: the newest `limit`, or
-        those older than `before` / newer than `after` (`views.cursor_of(run)`)."""
+        admitted in [since_ms, until_ms), run id prefix, reruns of one Run (`rerun_of`). A
+        page: the newest `limit`, or those older than `before` / newer than `after`
+        (`views.cursor_of(run)`)."""
         run_filter = self._run_filter(package, workflow, status, since_ms, until_ms, id_prefix)
+        run_filter = replace(run_filter, rerun_of=optional_text("rerun_of", rerun_of))
         for name, cursor in (("before", before), ("after", after)):
             if cursor is not None and not isinstance(cursor, RunCursor):
                 raise InvalidInput(name, "cursor", f"{name} must be a RunCursor, got {cursor!r}")

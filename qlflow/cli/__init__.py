@@ -21,6 +21,9 @@ waiting. An error is one line on stderr, `qlflow: error: ...`, never a traceback
 from qlflow.cli import running
 
 # isort: split
+from qlflow.cli import reruns
+
+# isort: split
 from qlflow.cli import hosting
 
 # isort: split
@@ -53,6 +56,7 @@ __all__ = [
     "inspecting",
     "main",
     "packages",
+    "reruns",
     "running",
     "schedules",
     "step_logs",

@@ -30,6 +30,10 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
+        tx.execute("DROP INDEX runs_rerun_of")  # what step 9 made
+        tx.execute("ALTER TABLE runs DROP COLUMN rerun_of")
+        for column in ("reused_from", "reused_output"):
+            tx.execute(f"ALTER TABLE step_runs DROP COLUMN {column}")
         tx.execute("DROP INDEX attempts_active")  # what steps 7 and 8 made
         for sql in _UNDO_COUNTS[dialect]:
             tx.execute(sql)

@@ -1,0 +1,121 @@
+"""A rerun: a new Run admitted from a finished one (docs/DESIGN.md "Reruns").
+
+`rerun` reads the source Run, fixes the admission key once (the caller's, else
+`rerun:<source>:<n>` for the first n no rerun of the source holds yet) and admits
+through `actors.admission` -- so exact replay, the start guard and the single commit
+are admission's -- with the source's reused steps (`domain.rerun`) in that commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from actors.admission import REFUSALS, Rerun, _admit, admission_identity
+from actors.authority import Units
+from actors.loading import read_run_streams
+from domain.errors import InvalidInput
+from domain.rerun import PLAN_SAME, check_mode, check_rerunnable
+from domain.run_state import RunAggregate
+from domain.values import AdmissionReceipt, receipt_stream_id
+from eventstore.api import Reads, Transaction
+
+RERUN_KEY = "rerun"  # the default admission key of a rerun: rerun:<source run>:<n>
+MAX_RERUNS = 10_000  # reruns of one Run the default key counts
+
+
+def rerun_key(source_run_id: str, n: int) -> str:
+    """The default admission key of the n-th rerun (1-based) of a Run."""
+    return f"{RERUN_KEY}:{source_run_id}:{n}"
+
+
+def next_rerun_key(reader: Reads, source_run_id: str) -> str:
+    """The default key of the next rerun of `source_run_id`: the first n whose key
+    admitted nothing yet."""
+    for n in range(1, MAX_RERUNS + 1):
+        key = rerun_key(source_run_id, n)
+        if not reader.read_stream(receipt_stream_id(key)):
+            return key
+    raise InvalidInput("run_id", "reruns", f"run {source_run_id!r} has {MAX_RERUNS} reruns")
+
+
+def rerun(
+    authority: Units,
+    run_id: str,
+    *,
+    from_steps: Sequence[str] | None = None,
+    plan: str = PLAN_SAME,
+    admission_key: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+    now_ms: int,
+) -> AdmissionReceipt:
+    """Admit a rerun of `run_id` (see the module docstring); retried once as `start`
+    is, under the same key, so a lost COMMIT response never makes two Runs."""
+    mode = check_mode(plan)
+    steps = None if from_steps is None else _step_keys(from_steps)
+    if mode == PLAN_SAME and params:
+        raise InvalidInput(
+            "params",
+            "same_plan",
+            "a rerun of the same plan binds its parameters; use plan='head' (--head)",
+        )
+    if admission_key is None:
+        admission_key = authority.read(lambda tx: _default_key(tx, run_id))
+    admission_key, new_run_id = admission_identity(admission_key, None)
+
+    def unit(tx: Transaction) -> tuple[AdmissionReceipt, RunAggregate | None]:
+        source = read_run_streams(tx, run_id).fold()
+        check_rerunnable(source)
+        source_plan = source.plan
+        bound = dict(source_plan.param_values)
+        bound.update(params or {})
+        request = Rerun(
+            source=source,
+            from_steps=steps,
+            same_plan=mode == PLAN_SAME,
+            rerun_of={
+                "run_id": run_id,
+                "reason": reason or _reason(steps),
+                "plan": mode,
+            },
+        )
+        return _admit(
+            tx,
+            source_plan.publication_id if mode == PLAN_SAME else source_plan.installation,
+            source_plan.workflow_key,
+            admission_key,
+            new_run_id,
+            source_plan.timeout_ms,
+            now_ms,
+            bound or None,
+            authority.workflows,
+            request,
+        )
+
+    try:
+        receipt, admitted = authority.execute(unit, name="rerun")
+    except REFUSALS:
+        raise
+    except Exception:
+        receipt, admitted = authority.execute(unit, name="rerun")
+    if admitted is not None:
+        authority.aggregates.put([admitted])
+    return receipt
+
+
+def _default_key(tx: Reads, run_id: str) -> str:
+    read_run_streams(tx, run_id)  # NotFound for an unknown Run, before a key is made
+    return next_rerun_key(tx, run_id)
+
+
+def _reason(steps: tuple[str, ...] | None) -> str:
+    if steps is None:
+        return "rerun of the steps that did not succeed"
+    return f"rerun from {', '.join(steps)}"
+
+
+def _step_keys(from_steps: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(from_steps, str) or not all(isinstance(s, str) and s for s in from_steps):
+        raise InvalidInput("from_steps", "type", "from_steps must be a list of step keys")
+    return tuple(dict.fromkeys(from_steps))
