@@ -87,6 +87,30 @@ class AsyncRuntime:
             now_ms=now_ms,
         )
 
+    async def rerun(
+        self,
+        run_id: str,
+        from_steps: Sequence[str] | None = None,
+        plan: str = "same",
+        admission_key: str | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        now_ms: int | None = None,
+    ) -> AdmissionReceipt:
+        """Admit a new Run from finished Run `run_id` (docs/DESIGN.md "Reruns"): the
+        steps that succeeded and are neither `from_steps` nor downstream of them are
+        reused, the rest run. `plan` is "same" (the source's plan) or "head" (the
+        package's current head; `params` may change then)."""
+        return await asyncio.to_thread(
+            self.runtime.rerun,
+            run_id,
+            from_steps,
+            plan,
+            admission_key,
+            params=params,
+            now_ms=now_ms,
+        )
+
     async def inspect_admission(
         self, run_id: str | None = None, admission_key: str | None = None
     ) -> AdmissionReceipt | None:
@@ -231,10 +255,12 @@ class AsyncRuntime:
         id_prefix: str | None = None,
         before: RunCursor | None = None,
         after: RunCursor | None = None,
+        rerun_of: str | None = None,
     ) -> list[RunView]:
         """Runs newest first (by admission), filtered: status, package, workflow,
-        admitted in [since_ms, until_ms), run id prefix. A page: the newest `limit`, or
-        those older than `before` / newer than `after` (`views.cursor_of(run)`)."""
+        admitted in [since_ms, until_ms), run id prefix, reruns of one Run (`rerun_of`). A
+        page: the newest `limit`, or those older than `before` / newer than `after`
+        (`views.cursor_of(run)`)."""
         return await asyncio.to_thread(
             self.runtime.runs,
             status,
@@ -246,6 +272,7 @@ class AsyncRuntime:
             id_prefix=id_prefix,
             before=before,
             after=after,
+            rerun_of=rerun_of,
         )
 
     async def events(
