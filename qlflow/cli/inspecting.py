@@ -62,6 +62,10 @@ def runs(
     until: Annotated[
         str | None, typer.Option(metavar="TIME", help=f"Admitted before: {TIME_HELP}.")
     ] = None,
+    rerun_of: Annotated[
+        str | None,
+        typer.Option("--rerun-of", metavar="RUN", help="Only the Runs that rerun this Run."),
+    ] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
     json_out: JsonOption = False,
 ) -> None:
@@ -70,6 +74,7 @@ def runs(
     at_least("--limit", limit)
     now = wall_clock_ms()
     with opened(ctx, read_only=True) as rt:
+        source = rt.resolve_run_id(rerun_of) if rerun_of is not None else None
         found = rt.runs(
             status,
             limit + 1,
@@ -77,6 +82,7 @@ def runs(
             workflow=workflow,
             since_ms=optional_time("--since", since, now),
             until_ms=optional_time("--until", until, now),
+            rerun_of=source,
         )
         more, found = len(found) > limit, found[:limit]
         shorts = rt.short_run_ids([r.run_id for r in found])
@@ -84,6 +90,9 @@ def runs(
         write_json([{**_without_steps(r), "short_id": shorts[r.run_id]} for r in found])
     else:
         stdout_console().print(runs_table(found, shorts, now, more=more))
+
+
+_RERUNS_SHOWN = 20  # `show` names at most this many Runs that rerun the one shown
 
 
 def _without_steps(run: RunView) -> dict[str, Any]:
@@ -115,10 +124,12 @@ def show(
         run_id = rt.resolve_run_id(run_id)
         if at_version is None:
             view = rt.get_run(run_id)
+            rerun_as = [r.run_id for r in rt.runs(limit=_RERUNS_SHOWN, rerun_of=run_id)]
             if as_json:
-                write_json(view)
+                write_json({**jsonable(view), "rerun_as": rerun_as})
             else:
-                stdout_console().print(run_document(view, last_lines=failed_lines(rt, view)))
+                document = run_document(view, last_lines=failed_lines(rt, view), rerun_as=rerun_as)
+                stdout_console().print(document)
             return
         state = view_of_aggregate(rt.aggregate_at(run_id, at_version))
     if as_json:

@@ -195,11 +195,14 @@ def run_document(
     run: RunView,
     now_ms: int | None = None,
     last_lines: Mapping[str, Sequence[str]] | None = None,
+    rerun_as: Sequence[str] = (),
 ) -> Group:
-    """A Run as `show` prints it: header, steps, where the logs are, and the last lines
-    of each failed step's log (`last_lines`: step key -> lines)."""
+    """A Run as `show` prints it: header, lineage (docs/DESIGN.md "Reruns"), steps,
+    where the logs are, and the last lines of each failed step's log (`last_lines`:
+    step key -> lines; `rerun_as`: the Runs that rerun this one)."""
     now_ms = now_ms if now_ms is not None else wall_clock_ms()
-    parts: list[Table | Text] = [run_header(run, now_ms), Text(""), steps_table(run, now_ms)]
+    parts: list[Table | Text] = [run_header(run, now_ms), *lineage(run, rerun_as)]
+    parts += [Text(""), steps_table(run, now_ms)]
     logs = log_paths(run)
     if logs is not None:
         parts += [Text(""), logs]
@@ -210,6 +213,24 @@ def run_document(
         parts.append(Text(f"last lines of {step_key} (qlflow logs {run.run_id} {step_key}):"))
         parts += [Text(f"  | {line}", style="red") for line in lines]
     return Group(*parts)
+
+
+def lineage(run: RunView, rerun_as: Sequence[str] = ()) -> list[Text]:
+    """Which Run this one reruns, which of its steps were reused from where, and the
+    Runs that rerun it: one line each, none for a Run without lineage."""
+    lines = []
+    if run.rerun_of is not None:
+        lines.append(Text(f"rerun of {run.rerun_of}"))
+    for step in _in_plan_order(run.steps):
+        if step.reused_from is not None:
+            origin = step.reused_from
+            lines.append(
+                Text(f"  {step.step_key}: reused from run {origin['run_id']} "
+                     f"(attempt {origin['attempt_id']})", style="dim")
+            )  # fmt: skip
+    if rerun_as:
+        lines.append(Text(f"rerun as {', '.join(rerun_as)}"))
+    return lines
 
 
 def _in_plan_order(steps: Mapping[str, StepView]) -> list[StepView]:
