@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.backfill import BackfilledRun, BackfillResult
 from actors.supervisor import CycleResult, PageResult
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, RunState, StepRunState
 from domain.params import ParamDefinition
@@ -46,6 +47,8 @@ from qlflow.python.worker import Worker
 from qlflow.runtime import Completed, Completion, Lease, Profile, Runtime
 
 __all__ = [
+    "BackfillResult",
+    "BackfilledRun",
     "TaskDefinitionView",
     "TaskInputs",
     "AdmissionReceipt",

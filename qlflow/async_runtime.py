@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from actors.backfill import BackfillResult
 from actors.supervisor import CycleResult
 from domain.aggregate import RunAggregate
 from domain.params import ParamDefinition
@@ -108,6 +109,29 @@ class AsyncRuntime:
             plan,
             admission_key,
             params=params,
+            now_ms=now_ms,
+        )
+
+    async def backfill_schedule(
+        self,
+        schedule_id: str,
+        from_ms: int,
+        to_ms: int,
+        *,
+        max_runs: int = 1_000,
+        dry_run: bool = False,
+        now_ms: int | None = None,
+    ) -> BackfillResult:
+        """Admit one Run per occurrence of the schedule in [from_ms, to_ms), with the
+        live firing's admission key (so never two Runs for one occurrence), at most
+        `max_runs` (1..1000), in bounded transactions; `dry_run` lists them only."""
+        return await asyncio.to_thread(
+            self.runtime.backfill_schedule,
+            schedule_id,
+            from_ms,
+            to_ms,
+            max_runs=max_runs,
+            dry_run=dry_run,
             now_ms=now_ms,
         )
 

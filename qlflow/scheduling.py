@@ -1,10 +1,11 @@
-"""The Runtime's calls about schedules: list them, pause one, resume one
-(docs/DESIGN.md, "Schedules"). The cycle's schedule phase fires them."""
+"""The Runtime's calls about schedules: list them, pause one, resume one, backfill
+one (docs/DESIGN.md, "Schedules"). The cycle's schedule phase fires them."""
 
 from __future__ import annotations
 
 from actors import schedules
 from actors.authority import OperationAuthority
+from actors.backfill import BackfillResult, backfill
 from eventstore import BaseStore
 from projections import schedule_views
 from projections.schedule_views import ScheduleView
@@ -37,3 +38,21 @@ class Scheduling:
         what it missed while paused is not fired. True if this call resumed it."""
         schedule_id, now = text("schedule_id", schedule_id), self._now(now_ms)
         return schedules.set_paused(self._authority, schedule_id, False, now)
+
+    def backfill_schedule(
+        self,
+        schedule_id: str,
+        from_ms: int,
+        to_ms: int,
+        *,
+        max_runs: int = 1_000,
+        dry_run: bool = False,
+        now_ms: int | None = None,
+    ) -> BackfillResult:
+        """Admit one Run per occurrence of the schedule in [from_ms, to_ms), with the
+        live firing's admission key (so never two Runs for one occurrence), at most
+        `max_runs` (1..1000), in bounded transactions; `dry_run` lists them only."""
+        schedule_id, now = text("schedule_id", schedule_id), self._now(now_ms)
+        return backfill(
+            self._authority, schedule_id, from_ms, to_ms, now, max_runs=max_runs, dry_run=dry_run
+        )

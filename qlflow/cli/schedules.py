@@ -17,7 +17,7 @@ from projections.schedule_views import ScheduleView
 from qlflow.cli.app import ADMINISTER, INSPECT, JsonOption, app, wants_json
 from qlflow.cli.opening import opened
 from qlflow.cli.output import stdout_console, write_json
-from qlflow.cli.times import relative, when
+from qlflow.cli.times import TIME_HELP, parse_time, relative, when
 from qlflow.clock import wall_clock_ms
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -126,3 +126,47 @@ def resume(
     """Fire a paused schedule again from its next occurrence (what it missed is not
     fired)."""
     _changed(ctx, schedule_id, False, json_out)
+
+
+@schedule_app.command(
+    epilog="Examples: [bold]qlflow schedule backfill sch:57b4… --from 2026-11-01 --to "
+    "2026-12-01 --dry-run[/bold] (list the occurrences); the same without --dry-run admits "
+    "their Runs"
+)
+def backfill(
+    ctx: typer.Context,
+    schedule_id: Annotated[str, typer.Argument(metavar="ID", help="The schedule id.")],
+    from_time: Annotated[
+        str, typer.Option("--from", metavar="TIME", help=f"First instant: {TIME_HELP}.")
+    ],
+    to_time: Annotated[
+        str, typer.Option("--to", metavar="TIME", help=f"End (not included): {TIME_HELP}.")
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the occurrences; admit nothing.")
+    ] = False,
+    max_runs: Annotated[
+        int, typer.Option("--max", metavar="N", help="Admit at most N Runs (1..1000).")
+    ] = 1_000,
+    json_out: JsonOption = False,
+) -> None:
+    """Admit one Run per occurrence of a schedule in [--from, --to), with the admission
+    key the live schedule uses: an occurrence never gets two Runs."""
+    now = wall_clock_ms()
+    start, end = parse_time("--from", from_time, now), parse_time("--to", to_time, now)
+    with opened(ctx) as rt:
+        result = rt.backfill_schedule(schedule_id, start, end, max_runs=max_runs, dry_run=dry_run)
+    if wants_json(ctx, json_out):
+        write_json(result)
+        return
+    table = Table("scheduled for", "run", "status", box=None)
+    for run in result.runs:
+        table.add_row(when(run.scheduled_for_ms, now), run.run_id, run.status)
+    console = stdout_console()
+    console.print(table)
+    verb = "would admit" if dry_run else "admitted"
+    created = sum(1 for run in result.runs if run.status != "existing")
+    console.print(f"{verb} {created} of {len(result.runs)} occurrences")
+    if result.more:
+        last = result.runs[-1].scheduled_for_ms
+        console.print(f"more occurrences remain: run again with --from {last + 1}")
