@@ -236,6 +236,8 @@ def scenario() -> tuple[Op, ...]:
         (54, "renew", "ok", "d", {"ttl_ms": 30 * SECOND, "stop": False}),
         (55, "complete", "ok", "d", {"outcome": "succeeded", "recorded": "succeeded"}),
         (56, "cycle", None, None, {}),
+        # a rerun of the failed diamond: a, b reused, c and d run again (admission commit)
+        (56.5, "rerun", "fail", None, {"admission_key": "fail-rerun"}),
         (57, "withdraw", None, None, {}),
         (58, "start_refused", "late", None, {"workflow": "pair"}),
         (59, "quarantine", None, None, {}),
@@ -281,6 +283,14 @@ class Driver:
             timeout_ms=op.args.get("timeout_ms"),
             now_ms=op.at_ms,
         )
+
+    def _rerun(self, op: Op) -> None:
+        receipt = self.rt.rerun(
+            self.run_id(op.key), admission_key=op.args["admission_key"], now_ms=op.at_ms
+        )
+        reused = {k for k, s in self.rt.get_run(receipt.run_id).steps.items() if s.reused_from}
+        if reused != {"a", "b"}:
+            raise ScenarioError(f"{op}: the rerun reused {sorted(reused)}, not a and b")
 
     def _start_refused(self, op: Op) -> None:
         from qlflow.errors import StartGuardError
