@@ -59,6 +59,12 @@ def why(store: EventStore, run_id: str, now_ms: int, log_lines: int = LAST_LINES
         deadline_passed=run.deadline_ms is not None and now_ms >= run.deadline_ms,
         intent=intent,
         failures=failures(store, log, aggregate, log_lines),
+        rerun_of=(log.run[0].data.get("rerun_of") or {}).get("run_id") if log.run else None,
+        reused=tuple(
+            (key, step.reused_from["run_id"])
+            for key, step in sorted(aggregate.steps.items())
+            if step.reused_from is not None
+        ),
     )
     if run.is_terminal:
         cause, ended_at = root_cause(log, aggregate)

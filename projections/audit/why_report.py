@@ -133,6 +133,8 @@ class WhyReport:
     root_cause: RootCause | None = None
     terminal_at_ms: int | None = None
     failures: tuple[StepFailure, ...] = ()  # every failed, timed out or lost step so far
+    rerun_of: str | None = None  # the Run this one reruns (docs/DESIGN.md, "Reruns")
+    reused: tuple[tuple[str, str], ...] = ()  # (step key, the Run its output came from)
 
     @property
     def terminal(self) -> bool:
@@ -143,13 +145,25 @@ class WhyReport:
         """The report as a JSON object."""
         return {**asdict(self), "terminal": self.terminal}
 
+    def lineage_lines(self) -> list[str]:
+        """Which Run this one reruns and which steps it reused from where."""
+        if self.rerun_of is None:
+            return []
+        origins: dict[str, list[str]] = {}
+        for step_key, origin in self.reused:
+            origins.setdefault(origin, []).append(step_key)
+        reused = "; ".join(f"reused from run {run}: {', '.join(keys)}"
+                           for run, keys in origins.items())  # fmt: skip
+        return [f"a rerun of run {self.rerun_of}" + (f"; {reused}" if reused else "")]
+
     def lines(self, when: When = epoch) -> list[str]:
         """The report as human sentences, instants written by `when`."""
         if self.root_cause is not None:
             failures = failure_lines(self.failures, when, self.run_id)
-            return [*_root_cause_lines(self, when), *failures]
+            return [*_root_cause_lines(self, when), *self.lineage_lines(), *failures]
         lines = [
-            f"run {self.run_id} is running at version {self.version} (as of {when(self.now_ms)})"
+            f"run {self.run_id} is running at version {self.version} (as of {when(self.now_ms)})",
+            *self.lineage_lines(),
         ]
         if self.intent is not None:
             if self.intent.recorded:

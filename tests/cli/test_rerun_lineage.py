@@ -33,6 +33,13 @@ def test_lineage_from_the_command_line(store_url, tmp_path):
     text = run_cli("show", source, db=store_url, cwd=tmp_path)
     assert f"rerun as {rerun_id}" in text.stdout
 
+    why = run_cli("why", rerun_id, db=store_url, cwd=tmp_path)
+    assert f"a rerun of run {source}; reused from run {source}: fetch, left" in why.stdout
+    assert "a rerun of" not in run_cli("why", source, db=store_url, cwd=tmp_path).stdout
+    report = qlflow_json("why", rerun_id, db=store_url, cwd=tmp_path)
+    assert report["rerun_of"] == source
+    assert report["reused"] == [["fetch", source], ["left", source]]
+
 
 def test_rerun_of_an_unknown_run_is_refused(store_url, tmp_path):
     with qlflow.open(store_url) as rt:
