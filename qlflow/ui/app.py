@@ -42,6 +42,8 @@ NOTICES = {
     "cancel-requested": "Cancel requested: the next cycles converge the Run.",
     "cancel-existing": "The Run already had a cancel intent.",
     "started": "Run admitted: a cycle claims its first steps.",
+    "rerun-started": "Rerun admitted: what succeeded is reused, the rest runs.",
+    "rerun-existing": "That rerun already existed: this is its Run.",
     "start-existing": "That admission already existed: this is its Run.",
     "schedule-paused": "Schedule paused: it fires no Run until it is resumed.",
     "schedule-resumed": "Schedule resumed: it fires from its next occurrence.",
@@ -245,6 +247,16 @@ class Pages:
         notice = "cancel-requested" if recorded else "cancel-existing"
         return RedirectResponse(f"{run_url(run_id)}?notice={notice}", status_code=303)
 
+    async def rerun(self, request: Request) -> Response:
+        """Rerun the Run (from the form's `from` step, if any); a refusal (still
+        running, nothing to rerun) is the error page's, nothing admitted."""
+        form = await self._checked_form(request)
+        run_id = request.path_params["run_id"]
+        from_step = form.get("from") or None
+        receipt = await run_in_threadpool(self.dashboard.rerun, run_id, from_step)
+        notice = "rerun-started" if receipt.status == "created" else "rerun-existing"
+        return RedirectResponse(f"{run_url(receipt.run_id)}?notice={notice}", status_code=303)
+
     async def start(self, request: Request) -> Response:
         """Admit a Run with the form's parameters; a refused binding (InvalidInput)
         shows the form again with the error, nothing started."""
@@ -372,6 +384,7 @@ def build(
         Route("/runs/{run_id}", pages.run),
         Route("/runs/{run_id}/live", pages.run_live),
         Route("/runs/{run_id}/cancel", pages.cancel, methods=["POST"]),
+        Route("/runs/{run_id}/rerun", pages.rerun, methods=["POST"]),
         Route("/runs/{run_id}/attempts/{attempt_id}/log", pages.log_tail),
         Route("/runs/{run_id}/steps/{step_key:path}", pages.step),
         Route("/packages", pages.packages),

@@ -18,6 +18,7 @@ from typing import Any
 import eventstore
 from domain.errors import InvalidInput, NotFound
 from domain.transitions import ATTEMPT_TERMINAL, RUN_RUNNING, RUN_TERMINAL, STEP_TERMINAL
+from domain.values import AdmissionReceipt
 from projections.audit import TimelineEntry, WhyReport
 from projections.package_views import PackageView
 from projections.run_search import RunCursor
@@ -142,6 +143,9 @@ class RunsPage:
 # --- one Run ---------------------------------------------------------------------------------
 
 
+RERUNS_SHOWN = 20  # the Runs that rerun one a run page names at most
+
+
 @dataclass(frozen=True, slots=True)
 class RunDetail:
     run: RunView
@@ -152,6 +156,7 @@ class RunDetail:
     stamp: str
     now_ms: int
     retries: dict[str, str]  # step key -> "retry 2 of 3 at <time>" while it waits for one
+    rerun_as: tuple[str, ...] = ()  # the Runs that rerun this one, newest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +278,9 @@ class Dashboard(Starting, Schedules):
             stamp=stamp(run),
             now_ms=now,
             retries={key: waiting_retry(step, now) for key, step in run.steps.items()},
+            rerun_as=tuple(
+                r.run_id for r in self.runtime.runs(limit=RERUNS_SHOWN, rerun_of=run_id)
+            ),
         )
 
     def stamp(self, run_id: str) -> str:
@@ -331,6 +339,14 @@ class Dashboard(Starting, Schedules):
         return self.runtime.packages()
 
     # -- actions --------------------------------------------------------------------------
+    def rerun(self, run_id: str, from_step: str | None) -> AdmissionReceipt:
+        """Rerun a finished Run (from `from_step` and what follows it, else from what did
+        not succeed). The key is the source and the step: a second click gives the same
+        rerun, never another (docs/DESIGN.md, "Reruns")."""
+        key = f"dashboard-rerun:{run_id}:{from_step or ''}"
+        from_steps = [from_step] if from_step else None
+        return self.runtime.rerun(run_id, from_steps, admission_key=key, now_ms=self.now_ms())
+
     def cancel(self, run_id: str) -> bool:
         """Record a user cancel intent (idempotent); the cycle converges the Run."""
         self.runtime.get_run(run_id)  # an unknown id is a NotFound, not a silent no-op

@@ -140,3 +140,40 @@ def test_a_token_of_this_server_still_starts_a_run_from_the_same_origin(rt, clie
         headers={"origin": LOOPBACK},
     )
     assert response.status_code == 303
+
+
+def test_rerun_from_the_run_page_reuses_what_succeeded_and_shows_the_lineage(rt, client, ids):
+    source = ids["failed"]  # b failed, d skipped
+    page = client.get(f"/runs/{source}").text
+    assert 'data-action="rerun"' in page
+    assert 'data-action="rerun"' not in client.get(f"/runs/{ids['succeeded']}").text
+    assert 'data-action="rerun"' not in client.get(f"/runs/{ids['running']}").text
+    token = csrf_of(page)
+    response = client.post(f"/runs/{source}/rerun", data={"csrf": token})
+    assert response.status_code == 303
+    rerun_id = response.headers["location"].split("/runs/")[1].split("?")[0]
+    assert response.headers["location"].endswith("notice=rerun-started")
+    rerun = rt.get_run(rerun_id)
+    assert rerun.rerun_of == source
+    assert sorted(k for k, s in rerun.steps.items() if s.reused_from) == ["a", "c"]
+    again = client.post(f"/runs/{source}/rerun", data={"csrf": token})  # a second click
+    assert again.headers["location"] == f"/runs/{rerun_id}?notice=rerun-existing"
+    assert [r.run_id for r in rt.runs(rerun_of=source)] == [rerun_id]
+    html = client.get(f"/runs/{rerun_id}").text
+    assert 'data-lineage="rerun-of"' in html and source[:8] in html
+    assert f'href="/runs/{rerun_id}" data-lineage="rerun-as"' in client.get(f"/runs/{source}").text
+    step = client.get(f"/runs/{rerun_id}/steps/a").text
+    assert 'data-lineage="reused-from"' in step
+
+
+def test_rerun_from_a_failed_step_and_without_a_token(rt, client, ids):
+    source = ids["failed"]
+    step_page = client.get(f"/runs/{source}/steps/b").text
+    assert 'data-action="rerun-from"' in step_page
+    assert 'data-action="rerun-from"' not in client.get(f"/runs/{source}/steps/a").text
+    refused = client.post(f"/runs/{source}/rerun", data={"from": "b"})
+    assert refused.status_code == 403 and rt.runs(rerun_of=source) == []
+    token = csrf_of(step_page)
+    response = client.post(f"/runs/{source}/rerun", data={"csrf": token, "from": "a"})
+    rerun_id = response.headers["location"].split("/runs/")[1].split("?")[0]
+    assert not any(s.reused_from for s in rt.get_run(rerun_id).steps.values())
