@@ -33,7 +33,10 @@ from projections.publications import PUBLISHER_LOCK_PREFIX
 
 START_REFUSAL = "qlflow_start_refusal"
 ADMIT = "qlflow_admit"
-_VERSION = "qlflow admission guard v2 (the plan is the revision's; qlflow_locks row)"
+_VERSION = (
+    "qlflow admission guard v3 (the plan is the revision's; qlflow_locks row; a same-plan"
+    " rerun binds its source's publication)"
+)
 
 # domain.start_guard.start_refusal, rule for rule
 _START_REFUSAL_BODY = f"""
@@ -64,6 +67,7 @@ DECLARE
     published jsonb;
     refusal text;
     admitted text;
+    same_plan_rerun boolean;
 BEGIN
     SELECT * INTO chosen FROM publications WHERE publication_id = publication;
     IF NOT FOUND THEN
@@ -77,8 +81,18 @@ BEGIN
     SELECT status INTO trust FROM publishers WHERE publisher = chosen.publisher;
     SELECT data::jsonb INTO published FROM events
     WHERE stream_id = 'publication-' || publication ORDER BY stream_version LIMIT 1;
-    refusal := {START_REFUSAL}(trust, chosen.status, chosen.head = 1, published -> 'revision',
-                               workflow_key);
+    -- a same-plan rerun binds its source's publication even when a newer head superseded
+    -- it (domain.start_guard, superseded_ok): every Run the batch admits names a source
+    -- Run whose own admission bound this very publication
+    same_plan_rerun := '{ADMITTED_TYPE}' = ANY (e_types) AND NOT EXISTS (
+        SELECT 1 FROM unnest(e_types, e_data) u(t, d)
+        WHERE t = '{ADMITTED_TYPE}' AND (
+            (d::jsonb -> 'rerun_of' ->> 'plan') IS DISTINCT FROM 'same'
+            OR (SELECT source.publication_id FROM runs source
+                WHERE source.run_id = d::jsonb -> 'rerun_of' ->> 'run_id')
+               IS DISTINCT FROM publication));
+    refusal := {START_REFUSAL}(trust, chosen.status, chosen.head = 1 OR same_plan_rerun,
+                               published -> 'revision', workflow_key);
     IF refusal IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = '{GUARD_SQLSTATE}',
             MESSAGE = format('%s: the database refuses to start %s of publication %s',

@@ -11,7 +11,7 @@ from typing import Any
 from domain.phases import RUN_PHASES
 from domain.streams import LEASE, RUN, STEPS, prefix
 from domain.transitions import ATTEMPT_RUNNING, ATTEMPT_STARTING
-from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
+from eventstore.grants import ADMISSION, AUDIT, MOVE, READ, RUNTIME
 
 COMPONENT = "projections.runs"
 STREAM_PREFIXES = tuple(prefix(c) for c in (RUN, STEPS, LEASE))
@@ -260,6 +260,9 @@ TABLES = {
     "attempts": ("attempt_id",),
 }
 GRANTS = {table: {RUNTIME: MOVE, AUDIT: READ} for table in (*TABLES, COUNTS_TABLE)}
+# the database's start guard reads which publication a rerun's source Run bound
+# (projections.admission_guard: a same-plan rerun may bind a superseded publication)
+GRANTS["runs"] = {**GRANTS["runs"], ADMISSION: READ}
 
 Row = dict[str, Any]
 # a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>

@@ -166,3 +166,14 @@ def test_a_revoked_publishers_package_is_not_rerun(rt):
     with pytest.raises(StartGuardError):
         rt.rerun(source, now_ms=T0 + 2)
     assert _positions(rt) == before
+
+
+def test_a_same_plan_rerun_binds_its_superseded_publication(rt):
+    source = failed_run(rt)
+    published = rt.get_run(source).publication_id
+    rt.publish(manifest(extra_step=True), now_ms=T0 + 1)  # a new head supersedes it
+    receipt = rt.rerun(source, now_ms=T0 + 2)
+    run = rt.get_run(receipt.run_id)
+    assert run.publication_id == published and "report" not in run.steps
+    assert run.params == rt.get_run(source).params  # the digest covers the run id: not equal
+    assert drive(rt, receipt.run_id, T0 + 3) == ["right", "join"]
