@@ -2,7 +2,8 @@
 cannot pass by accident").
 
 A hypothesis state machine drives `qlflow.open(url)` the way hosts do: starts with
-parameters, retry policies with backoff and Workflow deadlines, cancels, cycles,
+parameters, retry policies with backoff and Workflow deadlines, a schedule that fires
+Runs as the clock passes its occurrences, cancels, cycles,
 leases, completions that succeed or fail, workers that vanish (their leases expire),
 and a clock that moves by milliseconds to minutes. After every step it checks:
 
@@ -67,6 +68,11 @@ def manifest() -> dict:
         "workflows": {
             "open": {"params": params, "steps": steps},
             "bounded": {"params": params, "steps": steps, "timeout_ms": 60_000},
+            "timed": {  # the schedule fires a Run every 2 minutes of the model's clock
+                "params": params,
+                "steps": steps[:2],
+                "schedules": [{"cron": "*/2 * * * *", "timezone": "UTC"}],
+            },
         },
     }
 
@@ -94,6 +100,10 @@ class RuntimeModel(RuleBasedStateMachine):
 
     def _events(self) -> int:
         return self.rt.store.head_position()
+
+    def _all_runs(self) -> list[str]:
+        """The Runs started here and those the schedule fired."""
+        return [run.run_id for run in self.rt.runs(limit=PAGE)]
 
     # -- rules ------------------------------------------------------------------------
 
@@ -134,7 +144,8 @@ class RuntimeModel(RuleBasedStateMachine):
     @precondition(lambda self: self.runs)
     @rule(index=st.integers(min_value=0, max_value=20))
     def cancel(self, index: int) -> None:
-        run_id = list(self.runs.values())[index % len(self.runs)]
+        runs = self._all_runs()
+        run_id = runs[index % len(runs)]
         self.rt.cancel(run_id, "user", now_ms=self.now)
 
     @precondition(lambda self: self.acknowledged)
@@ -158,7 +169,7 @@ class RuntimeModel(RuleBasedStateMachine):
     @invariant()
     def index_matches_the_decisions(self) -> None:
         """(a) at now and ahead: on a phase's page exactly when the decision writes."""
-        for run_id in self.runs.values():
+        for run_id in self._all_runs():
             aggregate = self.rt.aggregate_at(run_id)
             work = phase_work(aggregate)
             ahead = {self.now, self.now + 1, self.now + 61_000}
@@ -179,7 +190,7 @@ class RuntimeModel(RuleBasedStateMachine):
     @invariant()
     def never_started_twice(self) -> None:
         """(b) for every step of every Run."""
-        for run_id in self.runs.values():
+        for run_id in self._all_runs():
             aggregate = self.rt.aggregate_at(run_id)
             for key in aggregate.steps:
                 assert_never_started_twice_behind_your_back(aggregate, key)
@@ -187,17 +198,20 @@ class RuntimeModel(RuleBasedStateMachine):
     # -- (c) ----------------------------------------------------------------------------
 
     def _check_liveness(self) -> None:
+        self.rt.cycle(now_ms=self.now)  # arms the schedule if no cycle has yet
+        for view in self.rt.schedules():  # the Runs it fired must end; no new ones
+            self.rt.pause_schedule(view.schedule_id, now_ms=self.now)
         for _ in range(LIVENESS_ROUNDS):
             self.rt.cycle(now_ms=self.now)
             for lease in self.rt.lease_attempts("w", limit=20, ttl_ms=TTL_MS, now_ms=self.now):
                 lease = self.rt.mark_running(lease, now_ms=self.now)
                 self.rt.complete(lease, "succeeded", now_ms=self.now)
-            open_runs = [r for r in self.runs.values() if not self.rt.get_run(r).terminal]
+            open_runs = [r for r in self._all_runs() if not self.rt.get_run(r).terminal]
             if not open_runs:
                 return
             due = [next_due(self.rt, r, self.now) for r in open_runs]
             self.now = min((d for d in due if d is not None), default=self.now + 1_000)
-        stuck = {r: self.rt.get_run(r).status for r in self.runs.values()}
+        stuck = {r: self.rt.get_run(r).status for r in self._all_runs()}
         raise AssertionError(f"not every Run ended in {LIVENESS_ROUNDS} rounds: {stuck}")
 
 
