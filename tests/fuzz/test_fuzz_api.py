@@ -223,6 +223,22 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
         "schedules": call(),
         "pause_schedule": call(either("sch:" + "0" * 32), now_ms=either(NOW)),
         "resume_schedule": call(either("sch:" + "0" * 32), now_ms=either(NOW)),
+        "rerun": call(
+            either(p.run_id),
+            either(None),
+            either("same"),
+            either(None),
+            params=either(None),
+            now_ms=either(NOW),
+        ),
+        "backfill_schedule": call(
+            either("sch:" + "0" * 32),
+            either(NOW - 3_600_000),
+            either(NOW),
+            max_runs=either(10),
+            dry_run=either(True),
+            now_ms=either(NOW),
+        ),
     }
 
 
@@ -233,7 +249,8 @@ METHODS = [
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
-    "task_definition", "schedules", "pause_schedule", "resume_schedule",
+    "task_definition", "schedules", "pause_schedule", "resume_schedule", "rerun",
+    "backfill_schedule",
     "workflow_params",
 ]  # fmt: skip
 
