@@ -112,6 +112,9 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
     return chosen
 
 
+MAX_RERUN_STEPS = 128  # a plan has at most 128 steps
+
+
 class Runtime(Inspection, Scheduling):
     """An opened qlflow runtime. Every method is one or a few short transactions;
     nothing runs between calls (the host drives `cycle`)."""
@@ -251,6 +254,8 @@ class Runtime(Inspection, Scheduling):
         package's current head; `params` may change then)."""
         run_id = text("run_id", run_id)
         admission_key = optional_text("admission_key", admission_key)
+        if from_steps is not None:
+            from_steps = text_list("from_steps", from_steps, MAX_RERUN_STEPS)
         return reruns.rerun(
             self._authority,
             run_id,
