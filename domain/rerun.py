@@ -62,12 +62,18 @@ def check_rerunnable(source: RunAggregate) -> None:
         )
 
 
+def runs_again_by_default(status: str) -> bool:
+    """Whether a finished step with `status` runs again in a rerun without
+    `from_steps` (it did not succeed); for a Run, whether such a rerun has work."""
+    return status != STEP_SUCCEEDED
+
+
 def rerun_steps(source: RunAggregate, from_steps: Iterable[str] | None) -> frozenset[str]:
     """The steps of the source Run that run again: `from_steps` (default: every step
     that did not succeed) and everything downstream of them."""
     steps = source.steps
     if from_steps is None:
-        seeds = {key for key, step in steps.items() if step.status != STEP_SUCCEEDED}
+        seeds = {key for key, step in steps.items() if runs_again_by_default(step.status)}
     else:
         if isinstance(from_steps, str):
             raise InvalidInput("from_steps", "type", "from_steps must be a list of step keys")

@@ -9,6 +9,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 import jinja2
 from starlette.templating import Jinja2Templates
 
+from domain.rerun import runs_again_by_default
 from qlflow.ui import times, values
 from qlflow.ui.data import DEFAULT_PAGE_SIZE, PAGE_SIZES, RUN_STATUSES, short_id
 from qlflow.ui.schedule_list import next_fire_zoned
@@ -102,6 +103,7 @@ def environment() -> jinja2.Environment:
         run_statuses=RUN_STATUSES,
         page_sizes=PAGE_SIZES,
         default_page_size=str(DEFAULT_PAGE_SIZE),
+        runs_again_by_default=runs_again_by_default,
     )
     return env
 
