@@ -119,6 +119,10 @@ class Runtime(Inspection, Scheduling):
     """An opened qlflow runtime. Every method is one or a few short transactions;
     nothing runs between calls (the host drives `cycle`)."""
 
+    url: str
+    profile: Profile  # the deployment profile's page sizes and limits
+    read_only: bool
+
     def __init__(
         self,
         url: str | None = None,
