@@ -20,7 +20,7 @@ from domain.errors import CorruptionError, NotFound
 from domain.event_types import EventType
 from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot
-from eventstore.api import Reads, Transaction
+from eventstore.api import Reads
 from projections import snapshots
 
 
@@ -96,30 +96,6 @@ def read_run_streams(tx: Reads, run_id: str, cache: AggregateCache | None = None
     if found is None:
         raise not_found(run_id)
     return found
-
-
-def read_whole_run_streams(tx: Reads, run_id: str) -> RunStreams:
-    """Every stream of the Run, from its first record. NotFound if it does not exist."""
-    found = _read_whole(tx, [run_id]).get(run_id)
-    if found is None:
-        raise not_found(run_id)
-    return found
-
-
-def load_aggregate(
-    tx: Transaction, run_id: str, cache: AggregateCache | None = None
-) -> RunAggregate:
-    """Lock the Run's stream head (waiting, bounded by the store's lock timeout), then
-    read and fold the Run in `tx`.
-
-    Every writer of a Run's streams holds its head lock until it commits, so the reads
-    see one consistent point of the log even where each statement reads its own
-    snapshot. Worker writes lock and read many Runs at once (`actors.run_writes`);
-    this one-Run form is what a test or an audit reads with; the cycle reads without
-    locks and checks versions when it writes (actors.workflow).
-    """
-    tx.lock_heads([run_stream(run_id)], wait=True)
-    return read_run_streams(tx, run_id, cache).fold()
 
 
 def not_found(run_id: str) -> NotFound:

@@ -23,7 +23,7 @@ import pykka
 from actors import schedules
 from actors.authority import Units
 from actors.run_writes import commit_prepared
-from actors.workflow import Turn, WorkflowActor, WorkflowOutcome, prepare
+from actors.workflow import Turn, WorkflowActor, WorkflowOutcome
 from domain.phases import PHASES, SCHEDULE
 from projections import candidates
 
@@ -117,12 +117,6 @@ def run_page(
         return commit_page(authority, turns, phase)
     finally:
         pykka.get_all([actor.stop(block=False) for actor in actors])
-
-
-def converge(units: Units, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
-    """One Run's turn for `phase`, decided and committed on the calling thread without
-    an actor: a page of one (what a page does, for a caller that has one Run)."""
-    return commit_page(units, [prepare(units, run_id, phase, now_ms)], phase)[0]
 
 
 def commit_page(authority: Units, turns: list[Turn], phase: str) -> list[WorkflowOutcome]:

@@ -70,15 +70,6 @@ def _with_retries(authority: Units, fn: Callable[[Transaction], Batch], name: st
     raise AssertionError("unreachable")
 
 
-def _decide_and_commit(
-    tx: Transaction, run_id: str, decide, attempt_id: str | None = None, units: Units | None = None
-) -> tuple[RunAggregate, Decision]:
-    """One worker write in `tx`: lock, read, decide, commit (raises a refusal)."""
-    cache = units.aggregates if units is not None else None
-    batch = write_runs(tx, [RunWrite(run_id, decide, attempt_id)], cache, wait=True)
-    return batch.written[0].result()
-
-
 def lease_attempts(
     authority: Units,
     worker_id: str,

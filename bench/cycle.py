@@ -59,7 +59,7 @@ import qlflow
 from actors import supervisor, workers
 from actors.authority import LocalUnits
 from actors.run_writes import RunWrite, write_runs
-from actors.supervisor import commit_page, converge
+from actors.supervisor import commit_page
 from actors.workflow import WorkflowOutcome, prepare
 from bench.output import results_path
 from bench.units import InTransaction
@@ -75,6 +75,13 @@ T0 = 1_700_000_000_000
 CANCEL_AT = T0 + 1_000
 TIMEOUT_MS = 60_000
 CONVERGE_AT = T0 + 120_000  # past every timed Run's deadline
+
+
+def converge(units, run_id: str, phase: str, now_ms: int) -> WorkflowOutcome:
+    """One Run's turn for `phase` on the calling thread, without an actor: a page of one."""
+    return commit_page(units, [prepare(units, run_id, phase, now_ms)], phase)[0]
+
+
 LEASE_TTL_MS = 600_000  # no lease expires while the bench converges
 CYCLE_STEP_MS = 10
 COMPLETION_WAVES = 20  # held Attempts finish over this many cycles

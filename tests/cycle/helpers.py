@@ -77,9 +77,9 @@ def record_intent_only(rt, run_id: str, now_ms: int, reason: str = "user") -> No
     """Record cancel intent without the convergence `cancel` carries (what a cancel
     that finds an Attempt's lock held writes): the cycle's cancellation phase then has
     the Run to converge."""
-    from actors.loading import load_aggregate
+    from actors.run_writes import RunWrite, write_runs
     from domain.cancellation import request_cancel
-    from projections.registry import commit
 
     with rt.store.transaction() as tx:
-        commit(tx, request_cancel(load_aggregate(tx, run_id), reason, now_ms).appends)
+        write = RunWrite(run_id, lambda aggregate: request_cancel(aggregate, reason, now_ms))
+        write_runs(tx, [write], None, wait=True).written[0].result()

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import qlflow
-from actors.workers import _decide_and_commit
+from actors.run_writes import RunWrite, write_runs
 from domain import worker as worker_rules
 from eventstore import faults
 from eventstore.url import with_search_path
@@ -55,13 +55,30 @@ def _start(rt, steps, now_ms=T0):
 def _complete_alone(rt, lease, outcome, now_ms):
     """The completion without its consequences: what `complete` wrote before."""
     rt._authority.execute(
-        lambda tx: _decide_and_commit(
-            tx,
-            lease.run_id,
-            lambda agg: worker_rules.complete(
-                agg, lease.attempt_id, lease.lease_id, lease.version, outcome, None, None, now_ms
-            ),
-            attempt_id=lease.attempt_id,
+        lambda tx: (
+            write_runs(
+                tx,
+                [
+                    RunWrite(
+                        lease.run_id,
+                        lambda agg: worker_rules.complete(
+                            agg,
+                            lease.attempt_id,
+                            lease.lease_id,
+                            lease.version,
+                            outcome,
+                            None,
+                            None,
+                            now_ms,
+                        ),
+                        lease.attempt_id,
+                    )
+                ],
+                None,
+                wait=True,
+            )
+            .written[0]
+            .result()
         ),
         name="complete",
     )

@@ -11,7 +11,7 @@ import pytest
 
 import eventstore
 import qlflow
-from actors.loading import load_aggregate
+from actors.loading import read_run_streams
 from domain.errors import InvalidInput, NotFound
 from domain.records import NewEvent, StreamAppend
 from projections import audit
@@ -36,8 +36,8 @@ def start(api, workflow: str, run_id: str = "run-1", now_ms: int = T0):
 
 
 def aggregate(store, run_id: str):
-    with store.transaction() as tx:
-        return load_aggregate(tx, run_id)
+    with store.session() as tx:
+        return read_run_streams(tx, run_id).fold()
 
 
 def lease_of(api, run_id: str, step_key: str, worker: str, now_ms: int, ttl_ms: int = 30_000):

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 import qlflow
-from actors.loading import read_run_streams, read_whole_run_streams
+from actors.loading import RunStreams, claimed_attempt_ids, read_run_streams
+from domain.streams import lease_stream, run_stream, steps_stream
 from projections.rebuild import rebuild
 from projections.snapshots import SNAPSHOT_EVERY
 from projections.verify import SNAPSHOT, verify
@@ -45,10 +46,17 @@ def snapshot_row(store):
     return rows[0] if rows else None
 
 
+def whole_streams(tx, run_id: str) -> RunStreams:
+    """Every record of the Run's streams from the first, read stream by stream."""
+    run = tx.read_stream(run_stream(run_id))
+    leases = {a: tx.read_stream(lease_stream(a)) for a in claimed_attempt_ids(run)}
+    return RunStreams(run_id, run, tx.read_stream(steps_stream(run_id)), leases)
+
+
 def reads(store):
     """(records read through the snapshot, records of a whole read, both folds)."""
     with store.session() as tx:
-        resumed, whole = read_run_streams(tx, RUN), read_whole_run_streams(tx, RUN)
+        resumed, whole = read_run_streams(tx, RUN), whole_streams(tx, RUN)
         return resumed.records_read(), whole.records_read(), resumed.fold(), whole.fold()
 
 
