@@ -260,7 +260,7 @@ def _admit(
     run_events = decision.events(run_stream(run_id))
     mutations = decision.events(steps_stream(run_id))
     mutation_of = {mutation.data["event_id"]: mutation.event_id for mutation in mutations}
-    admitted = run_events[0]
+    admitted_event = run_events[0]
     document = receipt_document(
         run_id=run_id,
         plan_digest=plan.plan_digest,
@@ -270,7 +270,7 @@ def _admit(
         workflow_key=workflow_key,
         publication_id=plan.publication_id,
         publication_digest=plan.publication_digest,
-        admitted_event_id=admitted.event_id,
+        admitted_event_id=admitted_event.event_id,
         steps=tuple(
             ReceiptStep(
                 step_key=event.data["step_key"],
@@ -291,7 +291,7 @@ def _admit(
         data=document,
         metadata={
             "at_ms": now_ms,
-            "causation_id": admitted.event_id,
+            "causation_id": admitted_event.event_id,
             "correlation_id": run_id,
             "actor": ADMISSION_ACTOR,
         },

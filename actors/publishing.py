@@ -27,7 +27,7 @@ from domain.ids import PUBLICATION_EVENT, PUBLISHER_EVENT, derive_id
 from domain.publication import publication_for, publication_to_json
 from domain.records import NewEvent, StreamAppend
 from domain.revision import MaterializedRevision, materialize_revision, revision_to_json
-from domain.values import Publication
+from domain.values import REVOKED, Publication
 from eventstore.api import Transaction
 from projections import publications as read_model
 from projections.registry import commit
@@ -64,7 +64,7 @@ def publish_in_tx(
     revision, publisher = _revision_and_publisher(package, publisher)
     serialize_installation(tx, revision.project, revision.installation)
     serialize_publisher(tx, publisher)
-    if read_model.publisher_status(tx, publisher) == read_model.REVOKED:
+    if read_model.publisher_status(tx, publisher) == REVOKED:
         raise InvalidInput(
             "publisher",
             "revoked",
@@ -176,7 +176,7 @@ def _trust(tx: Transaction, publisher: str, now_ms: int, kind: str, reason: str 
         raise NotFound(f"no publisher {publisher!r} has published anything")
     status = read_model.publisher_status(tx, publisher)
     revoking = kind == read_model.PUBLISHER_REVOKED
-    if (status == read_model.REVOKED) == revoking:
+    if (status == REVOKED) == revoking:
         return False
     stream = PUBLISHER_STREAM + publisher
     version = tx.stream_versions([stream])[stream]

@@ -113,7 +113,9 @@ def run_page(
         # (a live actor thread would keep the process from ever exiting)
         for run_id in run_ids:
             actors.append(WorkflowActor.start(authority, run_id, phase, now_ms))
-        turns: list[Turn] = pykka.get_all([actor.ask("turn", block=False) for actor in actors])
+        turns: list[Turn] = list(
+            pykka.get_all([actor.ask("turn", block=False) for actor in actors])
+        )
         return commit_page(authority, turns, phase)
     finally:
         pykka.get_all([actor.stop(block=False) for actor in actors])

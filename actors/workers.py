@@ -25,9 +25,10 @@ from domain import event_types, run_path
 from domain import worker as worker_rules
 from domain.aggregate import RunAggregate
 from domain.cancellation import request_cancel
-from domain.decision import EMPTY, Decision
+from domain.decision import EMPTY, Decision, LeaseGrant
 from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
 from domain.event_types import Family
+from domain.records import StreamAppend
 from domain.streams import run_stream
 from domain.transitions import Status
 from eventstore.api import Transaction
@@ -129,7 +130,9 @@ def lease_attempts(
     return leases
 
 
-def _lease_value(aggregate, grant, stop_requested: bool = False, started: bool = False) -> Lease:
+def _lease_value(
+    aggregate: RunAggregate, grant: LeaseGrant, stop_requested: bool = False, started: bool = False
+) -> Lease:
     attempt = aggregate.attempts[grant.attempt_id]
     step = aggregate.steps[attempt.step_key]
     return Lease(
@@ -148,7 +151,7 @@ def _lease_value(aggregate, grant, stop_requested: bool = False, started: bool =
 
 def _worker_write(
     authority: Units, lease: Lease, name: str, now: Now, decide: Callable[[RunAggregate], Decision]
-):
+) -> tuple[RunAggregate, Decision]:
     """One fenced worker write on the lease's Run; retried on a version conflict."""
     write = RunWrite(lease.run_id, decide, lease.attempt_id)
     batch = _with_retries(
@@ -201,10 +204,12 @@ def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int | None) -> Le
             agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now()
         ),
     )
+    grant = decision.lease
+    assert grant is not None, "a renewal that does not refuse grants the lease"
     return replace(
         lease,
-        version=decision.lease.version,
-        expires_at_ms=decision.lease.expires_at_ms,
+        version=grant.version,
+        expires_at_ms=grant.expires_at_ms,
         stop_requested=decision.stop_requested,
     )
 
@@ -237,7 +242,7 @@ def complete(
     outcome: str,
     *,
     result_code: str | None,
-    output: dict | None,
+    output: dict[str, Any] | None,
     now_ms: int | None,
     execution: Mapping[str, Any] | None = None,
 ) -> str:
@@ -369,7 +374,9 @@ def _cancel_slice(
         for run_id, aggregate in aggregates.items()
     }
     everyone = tx.try_lock([key for run_keys in keys.values() for key in run_keys])
-    written, appends, changed = [], [], {}
+    written: list[Written] = []
+    appends: list[StreamAppend] = []
+    changed: dict[str, RunAggregate] = {}
     for run_id, aggregate in aggregates.items():
         if everyone or tx.try_lock(keys[run_id]):
             decision = run_path.cancel_and_converge(aggregate, reason, now_ms)

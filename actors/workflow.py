@@ -81,7 +81,7 @@ class WorkflowActor(pykka.ThreadingActor):
         self._phase = phase
         self._now_ms = now_ms
 
-    def on_receive(self, message) -> Turn:
+    def on_receive(self, message: object) -> Turn:
         # Every failure is reported, never raised: a pykka actor dies silently on
         # an exception from a `tell`, and one Workflow must not sink its page.
         try:

@@ -51,6 +51,10 @@ class StoreUsageError(QlflowError, RuntimeError):
 class Reads(Protocol):
     """What a store, a read session and a transaction can all read."""
 
+    def clock_ms(self) -> int:
+        """The store's time (see `Transaction.clock_ms` and `EventStore.clock_ms`)."""
+        ...
+
     def read_stream(self, stream_id: str, after_version: int = 0) -> list[Record]:
         """Events of one stream with stream_version > after_version, in order."""
         ...
