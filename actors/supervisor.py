@@ -24,7 +24,7 @@ from actors import schedules
 from actors.authority import Units
 from actors.run_writes import commit_prepared
 from actors.workflow import Turn, WorkflowActor, WorkflowOutcome
-from domain.phases import PHASES, SCHEDULE
+from domain.phases import PHASES, RUN_PHASES, SCHEDULE
 from projections import candidates
 
 log = logging.getLogger("qlflow.cycle")
@@ -94,7 +94,7 @@ class CycleResult:
     cancellation: PageResult = field(default_factory=PageResult)
     schedule: PageResult = field(default_factory=PageResult)
     frontier: PageResult = field(default_factory=PageResult)
-    admission: PageResult = field(default_factory=PageResult)
+    claim: PageResult = field(default_factory=PageResult)  # Attempts claimed for ready steps
 
     @property
     def changed(self) -> int:
@@ -169,7 +169,7 @@ class Cycle:
         self._pages_per_phase = pages_per_phase
         self._schedule_page_size = schedule_page_size
         self._schedule_grace_ms = schedule_grace_ms
-        self._cursor: dict[str, candidates.Cursor | None] = dict.fromkeys(candidates.PHASES)
+        self._cursor: dict[str, candidates.Cursor | None] = dict.fromkeys(RUN_PHASES)
         # called with (phase, seconds) after each phase (metrics; docs/DESIGN.md,
         # "Observability")
         self.on_phase: Callable[[str, float], None] | None = None

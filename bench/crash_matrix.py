@@ -305,7 +305,7 @@ class Driver:
         result = self.rt.cycle(now_ms=op.at_ms)
         errors = [
             e
-            for phase in ("recovery", "cancellation", "schedule", "frontier", "admission")
+            for phase in ("recovery", "cancellation", "schedule", "frontier", "claim")
             for e in getattr(result, phase).errors
         ]
         if errors:

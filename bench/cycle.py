@@ -64,6 +64,7 @@ from actors.workflow import WorkflowOutcome, prepare
 from bench.output import results_path
 from bench.units import InTransaction
 from domain.cancellation import request_cancel
+from domain.phases import RUN_PHASES
 from eventstore import faults
 from eventstore.url import with_search_path
 from projections import candidates
@@ -203,7 +204,7 @@ def _seed_workflow(auth, i: int) -> list[Held]:
     run_id = receipt.run_id
     held: list[Held] = []
     if kind >= 2:
-        converge(auth, run_id, "admission", T0)
+        converge(auth, run_id, "claim", T0)
     if kind == 4:
         held += [Held(_lease_one(auth, run_id, key), False) for key in ("a", "b")]
     elif kind in (5, 6):
@@ -211,7 +212,7 @@ def _seed_workflow(auth, i: int) -> list[Held]:
         workers.mark_running(auth, first, T0)
         workers.complete(auth, first, "succeeded", result_code=None, output=None, now_ms=T0)
         converge(auth, run_id, "frontier", T0)
-        converge(auth, run_id, "admission", T0)
+        converge(auth, run_id, "claim", T0)
         running = _lease_one(auth, run_id, "b")
         workers.mark_running(auth, running, T0)
         held += [Held(running, True), Held(_lease_one(auth, run_id, "c"), False)]
@@ -259,7 +260,7 @@ def seed_dormant(path: Path, dormant: int) -> None:
                     for i in range(start, min(dormant, start + SEED_BATCH))
                 ]
                 for run_id in run_ids:
-                    converge(auth, run_id, "admission", T0)
+                    converge(auth, run_id, "claim", T0)
                 leases = workers.lease_attempts(
                     auth, "dormant-worker", limit=len(run_ids), ttl_ms=LEASE_TTL_MS, now_ms=T0
                 )
@@ -389,7 +390,7 @@ class HoldRecorder:
         self._local = threading.local()
 
     def __enter__(self) -> HoldRecorder:
-        for phase in candidates.PHASES:
+        for phase in RUN_PHASES:
             faults.arm(f"{phase}.after_begin", self._begun)
             faults.arm(f"{phase}.before_commit", self._worked)
             faults.arm(f"{phase}.after_commit", self._committed)
@@ -464,7 +465,7 @@ def converge_sides(
                 side.seconds += time.perf_counter() - begun
             side.cycles += 1
             side.busy_cycles += bool(result.changed)
-            for phase in candidates.PHASES:
+            for phase in RUN_PHASES:
                 part = getattr(result, phase)
                 side.scanned[phase] = side.scanned.get(phase, 0) + part.scanned
                 side.settled_runs += part.settled_runs
@@ -660,7 +661,7 @@ def bench_dormant(small_url: str, big_url: str, rounds: int) -> dict:
                 label: _query_ms(rt.store, phase, T0 + 10_000 + rounds * 1_000)
                 for label, rt in stores.items()
             }
-            for phase in candidates.PHASES
+            for phase in RUN_PHASES
         }
     small_ms = statistics.median(timings["small"]) * 1000
     big_ms = statistics.median(timings["big"]) * 1000

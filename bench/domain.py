@@ -30,7 +30,7 @@ from rich.table import Table
 from bench.output import results_path
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, extend, fold, lease_stream, run_stream, steps_stream
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.frontier import decide_frontier
@@ -133,14 +133,14 @@ def wide(n: int) -> dict[str, list[str]]:
 
 def frontier_wide() -> tuple[RunAggregate, int]:
     streams = Streams(make_plan(wide(STEPS)))
-    streams.apply(decide_attempt_admission(streams.agg, streams.now_ms))
+    streams.apply(decide_attempt_claims(streams.agg, streams.now_ms))
     streams.finish("s000", "succeeded")
     return streams.agg, streams.now_ms
 
 
 def frontier_chain_failure() -> tuple[RunAggregate, int]:
     streams = Streams(make_plan(chain(STEPS)))
-    streams.apply(decide_attempt_admission(streams.agg, streams.now_ms))
+    streams.apply(decide_attempt_claims(streams.agg, streams.now_ms))
     streams.finish("s000", "failed")
     return streams.agg, streams.now_ms
 
@@ -150,7 +150,7 @@ def cancellation_mixed() -> tuple[RunAggregate, int]:
     unleased claim, live lease, started (starting/running), expired lease."""
     needs = {f"r{i:03d}": [] for i in range(64)} | {f"d{i:03d}": [f"r{i:03d}"] for i in range(64)}
     streams = Streams(make_plan(needs))
-    streams.apply(decide_attempt_admission(streams.agg, streams.now_ms))
+    streams.apply(decide_attempt_claims(streams.agg, streams.now_ms))
 
     def attempt(i: int) -> str:
         return streams.agg.steps[f"r{i:03d}"].attempt_ids[-1]
@@ -171,7 +171,7 @@ def cancellation_mixed() -> tuple[RunAggregate, int]:
 
 def cancellation_all_claims() -> tuple[RunAggregate, int]:
     streams = Streams(make_plan({f"s{i:03d}": [] for i in range(STEPS)}))
-    streams.apply(decide_attempt_admission(streams.agg, streams.now_ms))
+    streams.apply(decide_attempt_claims(streams.agg, streams.now_ms))
     streams.apply(request_cancel(streams.agg, "timeout", streams.now_ms))
     return streams.agg, streams.now_ms
 
@@ -179,10 +179,10 @@ def cancellation_all_claims() -> tuple[RunAggregate, int]:
 def fold_records(target: int = 1_000) -> tuple[tuple, int]:
     """A wide Run driven Step by Step until its streams hold about `target` records."""
     streams = Streams(make_plan(wide(STEPS)))
-    streams.apply(decide_attempt_admission(streams.agg, streams.now_ms))
+    streams.apply(decide_attempt_claims(streams.agg, streams.now_ms))
     streams.finish("s000", "succeeded")
     streams.apply(decide_frontier(streams.agg, streams.now_ms))
-    streams.apply(decide_attempt_admission(streams.agg, streams.now_ms))
+    streams.apply(decide_attempt_claims(streams.agg, streams.now_ms))
     total = 0
     for i in range(1, STEPS):
         streams.finish(f"s{i:03d}", "succeeded" if i % 5 else "failed")
@@ -269,7 +269,7 @@ def main() -> None:
         "cancellation, 128 unleased claims (timeout): most records", cancellation_all_claims,
         decide_cancellation, CANCELLATION_TARGET_US,
     )  # fmt: skip
-    decision_row("attempt admission, 128 ready", fresh_roots, decide_attempt_admission)
+    decision_row("attempt admission, 128 ready", fresh_roots, decide_attempt_claims)
 
     streams, total = fold_records()
     median, best = measure(lambda: fold(*streams), args.repeat)

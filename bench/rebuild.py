@@ -51,7 +51,7 @@ from bench.output import results_path
 from domain import cancellation, worker
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, extend, fold
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.frontier import decide_frontier
 from domain.plan import PLAN_SCHEMA, ExecutionPlan, normalize, task_ref
 from domain.recovery import decide_recovery
@@ -144,7 +144,7 @@ def _tick(tx, sim: SimRun, now: int) -> None:
     _commit(tx, sim, decide_recovery(agg, now))
     _commit(tx, sim, cancellation.decide_cancellation(sim.aggregate, now))
     _commit(tx, sim, decide_frontier(sim.aggregate, now))
-    _commit(tx, sim, decide_attempt_admission(sim.aggregate, now))
+    _commit(tx, sim, decide_attempt_claims(sim.aggregate, now))
     for attempt in list(sim.aggregate.active_attempts()):
         agg = sim.aggregate
         if agg.run.is_terminal:

@@ -127,7 +127,7 @@ class _Run:
 def _seed_one(tx, number: int) -> None:
     from domain import cancellation, worker
     from domain.admission import admission_records
-    from domain.attempts import decide_attempt_admission
+    from domain.attempts import decide_attempt_claims
     from domain.frontier import decide_frontier
 
     package = PACKAGES[number % len(PACKAGES)]
@@ -138,7 +138,7 @@ def _seed_one(tx, number: int) -> None:
     )
     fate = (number * 37) % 100  # spread the fates over time and packages
     if fate >= 90:  # still running: the first step claimed, nobody has it yet
-        run.commit(decide_attempt_admission(run.aggregate, at + 5))
+        run.commit(decide_attempt_claims(run.aggregate, at + 5))
         return
     if fate >= 82:
         run.commit(cancellation.request_cancel(run.aggregate, "user", at + 40))
@@ -147,7 +147,7 @@ def _seed_one(tx, number: int) -> None:
     now = at
     while not run.aggregate.run.is_terminal:
         now += 10
-        run.commit(decide_attempt_admission(run.aggregate, now))
+        run.commit(decide_attempt_claims(run.aggregate, now))
         for attempt in list(run.aggregate.active_attempts()):
             grant = run.commit(
                 worker.grant_lease(run.aggregate, attempt.attempt_id, "bench-w", 60_000, now)

@@ -34,7 +34,7 @@ def attempt_id_for(plan_digest: str, step_run_id: str, step_epoch: int) -> str:
     return derive_id(TASK_ATTEMPT, plan_digest, step_run_id, step_epoch)
 
 
-def decide_attempt_admission(
+def decide_attempt_claims(
     aggregate: RunAggregate,
     now_ms: int,
     executor: str = "local_process",

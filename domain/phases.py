@@ -8,9 +8,9 @@ RECOVERY: Final = "recovery"
 CANCELLATION: Final = "cancellation"
 SCHEDULE: Final = "schedule"  # due schedules admit their Runs (docs/DESIGN.md, "Schedules")
 FRONTIER: Final = "frontier"
-ADMISSION: Final = "admission"  # the attempt claim: ready steps get an Attempt
+CLAIM: Final = "claim"  # ready steps get an Attempt (not a Run's admission, `rt.start`)
 
-PHASES = (RECOVERY, CANCELLATION, SCHEDULE, FRONTIER, ADMISSION)
-RUN_PHASES = (RECOVERY, CANCELLATION, FRONTIER, ADMISSION)
+PHASES = (RECOVERY, CANCELLATION, SCHEDULE, FRONTIER, CLAIM)
+RUN_PHASES = (RECOVERY, CANCELLATION, FRONTIER, CLAIM)
 """The phases whose work is on a Run (the schedule phase's is on a schedule): the
 candidate index keeps a window of instants for each."""

@@ -12,7 +12,7 @@
 
 Nothing here restates a rule: each part is the decision its own module makes
 (`worker.grant_lease`, `worker.mark_starting`, `worker.complete`,
-`frontier.decide_frontier`, `attempts.decide_attempt_admission`), each taken on
+`frontier.decide_frontier`, `attempts.decide_attempt_claims`), each taken on
 the aggregate as the part before it left it (`applied`), so the records are the
 very ones those decisions write one commit at a time — ids, types and data; the
 metadata names the worker as the actor.
@@ -25,7 +25,7 @@ from typing import Any
 
 from domain.admission import ADMISSION_ACTOR
 from domain.aggregate import RunAggregate, extend, fold
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.frontier import decide_frontier
@@ -151,7 +151,7 @@ def complete_and_advance(
     after = applied(aggregate, done)
     frontier = decide_frontier(after, now_ms, actor=actor)
     advanced = applied(after, frontier)
-    admission = decide_attempt_admission(advanced, now_ms, actor=actor)
+    admission = decide_attempt_claims(advanced, now_ms, actor=actor)
     return chained(done, frontier, admission, after=applied(advanced, admission))
 
 
@@ -159,7 +159,7 @@ def admit_and_claim(
     admission: Decision, run_id: str, now_ms: int, *, advance: bool = False
 ) -> tuple[Decision, RunAggregate]:
     """The admission's records (`domain.admission.admission_records`), then the
-    Attempts `decide_attempt_admission` claims for the ready roots of the Run they
+    Attempts `decide_attempt_claims` claims for the ready roots of the Run they
     admit, as one decision; and the Run as it leaves it. `advance` (a rerun, whose
     reused steps are already succeeded) takes the frontier's decision first, so the
     steps that need only reused ones are ready and claimed in the same commit."""
@@ -170,7 +170,7 @@ def admit_and_claim(
         frontier = decide_frontier(admitted, now_ms, actor=ADMISSION_ACTOR)
         admitted = applied(admitted, frontier)
         decisions.append(frontier)
-    claims = decide_attempt_admission(admitted, now_ms, actor=ADMISSION_ACTOR)
+    claims = decide_attempt_claims(admitted, now_ms, actor=ADMISSION_ACTOR)
     return chained(*decisions, claims), applied(admitted, claims)
 
 

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from functools import partial
 
 from domain.aggregate import RunAggregate
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation
 from domain.decision import Decision, HasWork
 from domain.errors import FenceError, InvalidInput
 from domain.frontier import decide_frontier
-from domain.phases import ADMISSION, CANCELLATION, FRONTIER, RECOVERY
+from domain.phases import CANCELLATION, CLAIM, FRONTIER, RECOVERY
 from domain.recovery import decide_recovery
 from domain.transitions import MIN_LEASE_TTL_MS, STEP_READY
 from domain.worker import grant_lease
@@ -44,7 +44,7 @@ DECISIONS: Mapping[str, Callable[..., Decision]] = {
     RECOVERY: decide_recovery,
     CANCELLATION: decide_cancellation,
     FRONTIER: decide_frontier,
-    ADMISSION: decide_attempt_admission,
+    CLAIM: decide_attempt_claims,
 }
 """The cycle's decision for each phase whose work is on a Run (`RUN_PHASES`): called
 `decide(aggregate, now_ms)`, or with `probe=True` to ask only whether it writes."""

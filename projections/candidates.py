@@ -11,11 +11,11 @@ several pages and the caller can rotate where it starts.
 
 from __future__ import annotations
 
-from domain.phases import RUN_PHASES as PHASES
+from domain.phases import RUN_PHASES
 from domain.transitions import ATTEMPT_ACTIVE
 
 __all__ = [
-    "PHASES", "active_attempt_ids", "claimable_attempts", "claimable_condition", "page",
+    "active_attempt_ids", "claimable_attempts", "claimable_condition", "page",
 ]  # fmt: skip
 
 
@@ -48,8 +48,8 @@ def work_page(
     """Up to `limit` Runs with work for `phase` at `now_ms`, as (opened at, run id),
     the work that opened first first (then by id), after `after`: a range of the
     phase's index, whatever the number of dormant Runs."""
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}; one of {PHASES}")
+    if phase not in RUN_PHASES:
+        raise ValueError(f"unknown phase {phase!r}; one of {RUN_PHASES}")
     where, params = _open_at(phase), [now_ms, now_ms]
     if after is not None:
         where += f" AND ({phase}_opens_ms, run_id) > (?, ?)"

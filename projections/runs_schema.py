@@ -129,6 +129,9 @@ MIGRATIONS.append(
 # lease it in; one index per window on its opening instant. The hand-written flags
 # and their indexes go. Running Runs of an older store get an opening of -1 (open at
 # any instant) and are refolded at the next writable open (`backfill`).
+# the phases as steps 4 and 5 named them; step 10 renamed "admission" to "claim"
+_STEP4_PHASES = ("recovery", "cancellation", "frontier", "admission")
+_STEP4_COLUMNS = tuple(f"{p}_{end}_ms" for p in _STEP4_PHASES for end in ("opens", "closes"))
 WINDOW_COLUMNS = tuple(f"{phase}_{end}_ms" for phase in RUN_PHASES for end in ("opens", "closes"))
 GRANT_COLUMNS = ("grant_opens_ms", "grant_closes_ms")
 UNKNOWN_MS = -1  # an opening the migration could not compute: refolded by `backfill`
@@ -148,16 +151,16 @@ def _work_step(integer: str) -> list[str]:
             for phase in ("frontier", "admission", "cancellation")
         ),
         "ALTER TABLE runs DROP COLUMN admission_at_ms",  # step 3's retry index: a window now
-        *(f"ALTER TABLE runs ADD COLUMN {column} {integer}" for column in WINDOW_COLUMNS),
+        *(f"ALTER TABLE runs ADD COLUMN {column} {integer}" for column in _STEP4_COLUMNS),
         *(f"ALTER TABLE attempts ADD COLUMN {column} {integer}" for column in GRANT_COLUMNS),
         "UPDATE runs SET "
-        + ", ".join(f"{phase}_opens_ms = {UNKNOWN_MS}" for phase in RUN_PHASES)
+        + ", ".join(f"{phase}_opens_ms = {UNKNOWN_MS}" for phase in _STEP4_PHASES)
         + " WHERE status = 'running'",
         f"UPDATE attempts SET grant_opens_ms = {UNKNOWN_MS} WHERE status = 'claimed'",
         *(
             f"CREATE INDEX runs_{phase}_opens ON runs ({phase}_opens_ms)"
             f" WHERE {phase}_opens_ms IS NOT NULL"
-            for phase in RUN_PHASES
+            for phase in _STEP4_PHASES
         ),
         "CREATE INDEX attempts_grantable ON attempts (claimed_position)"
         " WHERE grant_opens_ms IS NOT NULL",
@@ -172,12 +175,12 @@ WORK_STEP = len(MIGRATIONS)  # the step that added the windows: `backfill` fills
 # Run's, is past the page's end) instead of walking every Run in id order to find
 # the few with work.
 _WORK_ORDER = [
-    *(f"DROP INDEX runs_{phase}_opens" for phase in RUN_PHASES),
+    *(f"DROP INDEX runs_{phase}_opens" for phase in _STEP4_PHASES),
     "DROP INDEX attempts_grantable",
     *(
         f"CREATE INDEX runs_{phase}_work ON runs ({phase}_opens_ms, run_id)"
         f" WHERE {phase}_opens_ms IS NOT NULL"
-        for phase in RUN_PHASES
+        for phase in _STEP4_PHASES
     ),
     "CREATE INDEX attempts_grant ON attempts (grant_opens_ms, claimed_position)"
     " WHERE grant_opens_ms IS NOT NULL",
@@ -252,6 +255,18 @@ _RERUN_STEP = [
     "ALTER TABLE step_runs ADD COLUMN reused_output TEXT",
 ]
 MIGRATIONS.append({"sqlite": _RERUN_STEP, "postgresql": _RERUN_STEP})
+# Step 10: the cycle's phase that claims Attempts is "claim", not "admission" (the word
+# of a Run's admission, `rt.start`): its window columns and index take the new name.
+_CLAIM_STEP = [
+    *(
+        f"ALTER TABLE runs RENAME COLUMN admission_{end}_ms TO claim_{end}_ms"
+        for end in ("opens", "closes")
+    ),
+    "DROP INDEX runs_admission_work",
+    "CREATE INDEX runs_claim_work ON runs (claim_opens_ms, run_id)"
+    " WHERE claim_opens_ms IS NOT NULL",
+]
+MIGRATIONS.append({"sqlite": _CLAIM_STEP, "postgresql": _CLAIM_STEP})
 
 
 TABLES = {

@@ -47,7 +47,7 @@ def test_publish_start_cycle_and_worker_processes_finish_a_run(tmp_path: Path):
     # the cycle's attempt admission has nothing left to do
     for _ in range(2):
         cycled = qlflow_json("cycle", db=db, cwd=tmp_path)
-        admitted = (cycled["admission"]["scanned"], cycled["admission"]["changed"])
+        admitted = (cycled["claim"]["scanned"], cycled["claim"]["changed"])
         assert admitted == (0, 0)
         worked = qlflow(
             "worker",

@@ -24,7 +24,7 @@ def all_event_ids(rt) -> list[str]:
     return [record.event_id for record in rt.store.iter_all(0)]
 
 
-@pytest.mark.parametrize("phase", ["frontier", "admission", "cancellation"])
+@pytest.mark.parametrize("phase", ["frontier", "claim", "cancellation"])
 def test_lost_commit_response_in_a_cycle_is_replayed_exactly(rt, phase):
     rt.publish(manifest(DIAMOND), now_ms=T0)
     run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
@@ -34,7 +34,7 @@ def test_lost_commit_response_in_a_cycle_is_replayed_exactly(rt, phase):
         # it to the cycle: recovery fails a (lease_expired), the frontier skips the rest
         rt.lease_attempts("w1", ttl_ms=5_000, now_ms=T0, start=True)
         at = T0 + 5_000
-    if phase == "admission":
+    if phase == "claim":
         # the start claims the root; a lease that expires before its start leaves the
         # next claim to the cycle: recovery requeues a, attempt admission claims again
         rt.lease_attempts("w1", ttl_ms=5_000, now_ms=T0)

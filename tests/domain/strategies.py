@@ -29,7 +29,7 @@ from domain.aggregate import (
     run_stream,
     steps_stream,
 )
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision, DecisionBuilder, LeaseGrant
 from domain.errors import FenceError, InvalidInput
@@ -198,7 +198,7 @@ CYCLE = {
     "recovery": decide_recovery,
     "cancellation": decide_cancellation,
     "frontier": decide_frontier,
-    "attempts": decide_attempt_admission,
+    "attempts": decide_attempt_claims,
 }
 WORKER_ACTIONS = ("grant", "start", "running", "renew", "complete", "release")
 ACTIONS = (*CYCLE, "cancel", *WORKER_ACTIONS, "tick")
@@ -404,7 +404,7 @@ def attempt_of(world: World, key: str) -> AttemptState:
 def claim(world: World) -> Decision:
     """Advance the frontier and admit Attempts for every ready Step."""
     world.apply(decide_frontier(world.agg, world.now_ms))
-    return world.apply(decide_attempt_admission(world.agg, world.now_ms))
+    return world.apply(decide_attempt_claims(world.agg, world.now_ms))
 
 
 def lease(world: World, key: str, worker: str = "w1", ttl_ms: int = TTL_MS) -> LeaseGrant:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from domain.aggregate import run_stream
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import request_cancel
 from domain.errors import PlanError
 from domain.retries import reported_failures
@@ -47,7 +47,7 @@ def test_an_interruption_requeues_the_step_without_using_an_attempt():
     assert (step.status, step.retry_at_ms) == ("ready", None)
     assert world.agg.attempts[first].status == "interrupted"
     assert reported_failures(world.agg, "a") == 0  # no attempt used up
-    world.apply(decide_attempt_admission(world.agg, world.now_ms))  # runs again, a new Attempt
+    world.apply(decide_attempt_claims(world.agg, world.now_ms))  # runs again, a new Attempt
     assert attempt_of(world, "a").attempt_id != first
     assert attempt_of(world, "a").status == "claimed"
     assert world.refold() == world.agg  # the log folds to the same Run
@@ -58,7 +58,7 @@ def test_the_fourth_interruption_fails_the_step():
     for done in range(MAX_INTERRUPTIONS):
         assert interruptions(world.agg, "a") == done
         finish(world, "a", "interrupted")
-        world.apply(decide_attempt_admission(world.agg, world.now_ms))
+        world.apply(decide_attempt_claims(world.agg, world.now_ms))
 
     decision = finish(world, "a", "interrupted")
 

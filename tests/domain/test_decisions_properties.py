@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain.aggregate import RunAggregate, run_stream
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.errors import QlflowError
@@ -48,7 +48,7 @@ DECIDERS = {
     "frontier": decide_frontier,
     "recovery": decide_recovery,
     "cancellation": decide_cancellation,
-    "attempts": decide_attempt_admission,
+    "attempts": decide_attempt_claims,
 }
 later = st.sampled_from((0, 1, TTL_MS - 1, TTL_MS, 4 * TTL_MS, 10**6))
 

@@ -8,7 +8,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.attempts import decide_attempt_admission
+from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.frontier import decide_frontier
 from domain.recovery import decide_recovery
@@ -26,7 +26,7 @@ def world_with(max_attempts: int, backoff_ms: int, timeout_ms: int | None = None
 
 
 def claim(world: World) -> str:
-    decision = world.apply(decide_attempt_admission(world.agg, world.now_ms))
+    decision = world.apply(decide_attempt_claims(world.agg, world.now_ms))
     claimed = [e for e in decision.appends[0].events if e.type == "attempt.claimed"]
     assert len(claimed) == 1, decision
     return claimed[0].data["attempt_id"]
@@ -60,13 +60,13 @@ def test_two_failures_then_success_takes_three_attempts_and_waits_each_backoff()
 
     world.tick(999)
     assert waiting_retry(world.agg.steps["a"], world.now_ms)
-    assert decide_attempt_admission(world.agg, world.now_ms).appends == ()
+    assert decide_attempt_claims(world.agg, world.now_ms).appends == ()
     world.tick(1)
     second = claim(world)
     run_attempt(world, second, "failed", "worker_shutdown")  # the host's stop is a failure
     assert world.agg.steps["a"].retry_at_ms == world.now_ms + 2_000  # doubled
     world.tick(1_999)
-    assert decide_attempt_admission(world.agg, world.now_ms).appends == ()
+    assert decide_attempt_claims(world.agg, world.now_ms).appends == ()
     world.tick(1)
     third = claim(world)
     run_attempt(world, third, "succeeded")
@@ -74,7 +74,7 @@ def test_two_failures_then_success_takes_three_attempts_and_waits_each_backoff()
     assert len(world.agg.steps["a"].attempt_ids) == 3
     for _ in range(3):
         cycle(world)
-        world.apply(decide_attempt_admission(world.agg, world.now_ms))
+        world.apply(decide_attempt_claims(world.agg, world.now_ms))
         for attempt in world.agg.active_attempts():
             run_attempt(world, attempt.attempt_id, "succeeded")
     assert world.agg.run.status == "succeeded"

@@ -97,7 +97,7 @@ def test_a_retry_under_a_deadline_is_admitted_from_its_retry_time_until_the_dead
     retry_at = world.agg.steps["a"].retry_at_ms
     deadline = world.agg.run.deadline_ms
     assert retry_at is not None and deadline is not None and world.now_ms < retry_at < deadline
-    work = phase_work(world.agg)["admission"]
+    work = phase_work(world.agg)["claim"]
     assert work == (Window(retry_at, deadline),)
     assert next_opening(work, world.now_ms) == retry_at
 
@@ -122,6 +122,6 @@ def test_a_fresh_run_has_frontier_work_until_its_deadline() -> None:
     world = World(make_plan({"a": [], "b": ["a"]}, timeout_ms=4_000))
     windows = phase_windows(world.agg)
     deadline = world.agg.run.deadline_ms
-    assert windows["admission"] is not None and windows["admission"].closes_ms == deadline
+    assert windows["claim"] is not None and windows["claim"].closes_ms == deadline
     assert windows["cancellation"] is not None and windows["cancellation"].opens_ms == deadline
     assert windows["recovery"] is None

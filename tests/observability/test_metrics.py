@@ -86,7 +86,7 @@ def test_counters_after_a_workload_equal_the_log(rt):
     commits = delta(before, after, "qlflow_store_commit_duration_seconds_count")
     assert commits >= 1 + len(run_ids) + types[EventType.LEASE_GRANTED] // 4
     assert delta(before, after, "qlflow_store_commit_round_trips_count") == commits
-    for phase in ("recovery", "cancellation", "schedule", "frontier", "admission"):
+    for phase in ("recovery", "cancellation", "schedule", "frontier", "claim"):
         assert delta(before, after, "qlflow_cycle_phase_duration_seconds_count", phase=phase) >= 1
     # the store gauges: every Run failed, nothing waits or runs
     assert after[("qlflow_runs", (("status", "failed"),))] == len(run_ids)

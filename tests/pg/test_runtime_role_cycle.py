@@ -42,7 +42,7 @@ def test_every_end_to_end_scenario_is_reused():
     assert len(END_TO_END) >= 15
 
 
-@pytest.mark.parametrize("phase", ["frontier", "admission", "cancellation"])
+@pytest.mark.parametrize("phase", ["frontier", "claim", "cancellation"])
 def test_lost_commit_response_replayed_exactly_as_runtime_role(rt, phase):
     test_faults_and_async.test_lost_commit_response_in_a_cycle_is_replayed_exactly(rt, phase)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import qlflow
+from domain.phases import RUN_PHASES
 from projections import candidates, runs
 from tests.cycle.helpers import DIAMOND, T0, manifest, work
 
@@ -37,7 +38,7 @@ def _back_to_the_flags(rt) -> None:
         tx.execute("DROP INDEX attempts_active")  # what steps 7 and 8 made
         for sql in _UNDO_COUNTS[dialect]:
             tx.execute(sql)
-        for phase in candidates.PHASES:  # what steps 4 and 5 made
+        for phase in RUN_PHASES:  # what steps 4, 5 and 10 made
             tx.execute(f"DROP INDEX runs_{phase}_work")
         tx.execute("DROP INDEX attempts_grant")
         for column in runs.WINDOW_COLUMNS:
@@ -63,13 +64,13 @@ def test_an_upgraded_store_is_backfilled_at_open(store_url, claimed):
         run_id = rt.start("demo", "flow", admission_key="k1", now_ms=T0).run_id
         if claimed:
             rt.lease_attempts("w1", ttl_ms=5_000, now_ms=T0)  # a's Attempt leased, not started
-        before = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
+        before = {phase: candidates.page(rt.store, phase, T0, 10) for phase in RUN_PHASES}
         _back_to_the_flags(rt)
     with qlflow.open(store_url) as rt:  # migrates across WORK_STEP, then refolds the Run
         assert rt.verify_projections().ok
         # step 8 counted the Runs the store already had
         assert rt.store.query("SELECT status, runs FROM run_counts") == [("running", 1)]
-        after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in candidates.PHASES}
+        after = {phase: candidates.page(rt.store, phase, T0, 10) for phase in RUN_PHASES}
         assert after == before
         now = T0 + 6_000 if claimed else T0  # w1's lease of a has run out by then
         for _ in range(10):

@@ -41,7 +41,7 @@ def main(url: str, profile: str, script_json: str) -> int:
                 print(now_ms, result.schedule, file=sys.stderr)
             errors += [
                 error
-                for phase in ("schedule", "frontier", "admission")
+                for phase in ("schedule", "frontier", "claim")
                 for error in getattr(result, phase).errors
             ]
         if errors:

@@ -320,7 +320,7 @@ def test_the_cycle_reports_the_schedule_phase(rt):
     due = rt.cycle(now_ms=DAY0)
     assert (due.schedule.scanned, due.schedule.fired) == (1, 1)
     # its Run's admission claimed its root in the same commit: a worker may lease it now
-    assert due.frontier.scanned + due.admission.scanned == 0
+    assert due.frontier.scanned + due.claim.scanned == 0
     assert len(rt.lease_attempts("w1", now_ms=DAY0)) == 1
     idle = rt.cycle(now_ms=DAY0 + MINUTE).schedule
     assert (idle.scanned, idle.changed) == (0, 0)
