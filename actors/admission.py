@@ -44,6 +44,7 @@ from typing import Any
 from actors.authority import Units
 from actors.planned_workflows import PlannedWorkflows
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
+from actors.retrying import replay_once
 from domain.admission import admission_records
 from domain.aggregate import RunAggregate, run_stream, steps_stream
 from domain.errors import (
@@ -101,6 +102,7 @@ REFUSALS = (
     SchemaError,
     StartGuardError,
 )
+REPLAY_ONCE = replay_once(REFUSALS)  # actors.retrying
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +180,7 @@ def start(
             authority.workflows,
         )
 
-    try:
-        receipt, admitted = authority.execute(unit, name="admission")
-    except REFUSALS:
-        raise
-    except Exception:
-        receipt, admitted = authority.execute(unit, name="admission")
+    receipt, admitted = REPLAY_ONCE.execute(authority, unit, "admission")
     if admitted is not None:
         authority.aggregates.put([admitted])
     return receipt

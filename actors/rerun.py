@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.admission import REFUSALS, Rerun, _admit, admission_identity
+from actors.admission import REPLAY_ONCE, Rerun, _admit, admission_identity
 from actors.authority import Units
 from actors.loading import read_run_streams
 from domain.errors import InvalidInput
@@ -93,12 +93,7 @@ def rerun(
             request,
         )
 
-    try:
-        receipt, admitted = authority.execute(unit, name="rerun")
-    except REFUSALS:
-        raise
-    except Exception:
-        receipt, admitted = authority.execute(unit, name="rerun")
+    receipt, admitted = REPLAY_ONCE.execute(authority, unit, "rerun")
     if admitted is not None:
         authority.aggregates.put([admitted])
     return receipt

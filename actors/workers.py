@@ -20,6 +20,7 @@ from actors.authority import Units
 from actors.clock import Now
 from actors.group_commit import GroupCommit
 from actors.loading import RunStreams, attempt_lock, not_found, read_runs
+from actors.retrying import DECIDE_AGAIN
 from actors.run_writes import Batch, RunWrite, Written, write_runs
 from domain import event_types, run_path
 from domain import worker as worker_rules
@@ -36,8 +37,6 @@ from projections import candidates
 from projections.registry import commit
 
 log = logging.getLogger("qlflow.worker")
-
-CONFLICT_RETRIES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +56,11 @@ class Lease:
 
 
 def _with_retries(authority: Units, fn: Callable[[Transaction], Batch], name: str) -> Batch:
-    """Run a batch write; on a version conflict, read and decide again. The Runs it
-    leaves are kept once its COMMIT has answered."""
-    for attempt in range(CONFLICT_RETRIES):
-        try:
-            batch = authority.execute(fn, name=name)
-        except VersionConflict:
-            if attempt == CONFLICT_RETRIES - 1:
-                raise
-            continue
-        authority.aggregates.put(batch.after.values())
-        return batch
-    raise AssertionError("unreachable")
+    """Run a batch write (`retrying.DECIDE_AGAIN`). The Runs it leaves are kept once
+    its COMMIT has answered."""
+    batch = DECIDE_AGAIN.execute(authority, fn, name)
+    authority.aggregates.put(batch.after.values())
+    return batch
 
 
 def lease_attempts(
