@@ -19,8 +19,9 @@ transaction holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from actors.aggregate_cache import AggregateCache
 from actors.loading import RunStreams, attempt_lock, not_found, read_runs
@@ -32,6 +33,8 @@ from domain.streams import run_stream
 from eventstore.api import Transaction
 from eventstore.validation import EncodedBatch, encode_appends
 from projections.registry import commit_encoded
+
+K = TypeVar("K")
 
 REFUSALS = (FenceError, InvalidInput, NotFound)
 """What a decision raises to refuse one write (answered to its caller; the rest go on)."""
@@ -128,18 +131,30 @@ def _joined(decisions: list[Decision]) -> Decision:
     return decisions[0] if len(decisions) == 1 else chained(*decisions)
 
 
+def try_locks(tx: Transaction, keys: Mapping[K, Sequence[str]]) -> set[K]:
+    """The items whose every lock `tx` took without waiting: all in one try when none
+    is held elsewhere, else item by item (what another transaction holds is skipped)."""
+    if tx.try_lock([key for item_keys in keys.values() for key in item_keys]):
+        return set(keys)
+    return {item for item, item_keys in keys.items() if tx.try_lock(item_keys)}
+
+
+def active_attempt_keys(aggregate: RunAggregate) -> list[str]:
+    """The lock names of the Run's active Attempts (docs/DESIGN.md "Locks")."""
+    return [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
+
+
 def _lock_attempts(tx: Transaction, attempt_ids: set[str], wait: bool) -> set[str]:
     """Take the Attempts' locks in key order; the ids whose lock another transaction
     holds (never any with `wait`: it waits, bounded, then LockTimeout)."""
-    keys = {attempt_lock(a): a for a in attempt_ids}
+    keys = {a: [attempt_lock(a)] for a in attempt_ids}
     if not keys:
         return set()
     if wait:
-        tx.lock_all(sorted(keys))
+        tx.lock_all(sorted(k for (k,) in keys.values()))
         return set()
-    if tx.try_lock(sorted(keys)):
-        return set()
-    return {attempt_id for key, attempt_id in keys.items() if not tx.try_lock([key])}
+    free: set[str] = try_locks(tx, keys)
+    return attempt_ids - free
 
 
 def _lock_runs(tx: Transaction, run_ids: set[str], wait: bool) -> set[str]:
@@ -176,14 +191,13 @@ def commit_prepared(
     The locks of the whole page are asked for at once; only when one is held
     elsewhere is each turn asked for its own."""
     reads = [turn.streams.versions() for turn in prepared]
-    keys = [[attempt_lock(a.attempt_id) for a in t.aggregate.active_attempts()] for t in prepared]
-    everyone = tx.try_lock([key for turn_keys in keys for key in turn_keys])
+    unlocked = try_locks(tx, {i: active_attempt_keys(t.aggregate) for i, t in enumerate(prepared)})
     heads = tx.lock_heads(sorted({s for read in reads for s in read}), wait=False)
     fates = []
     batches = []
     after: dict[str, RunAggregate] = {}
-    for turn, read, turn_keys in zip(prepared, reads, keys, strict=True):
-        if not everyone and not tx.try_lock(turn_keys):
+    for index, (turn, read) in enumerate(zip(prepared, reads, strict=True)):
+        if index not in unlocked:
             fates.append("blocked")
             continue
         current = heads if heads is not None else tx.lock_heads(list(read), wait=False)

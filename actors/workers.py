@@ -19,9 +19,16 @@ from typing import Any
 from actors.authority import Units
 from actors.clock import Now
 from actors.group_commit import GroupCommit
-from actors.loading import RunStreams, attempt_lock, not_found, read_runs
+from actors.loading import RunStreams, not_found, read_runs
 from actors.retrying import DECIDE_AGAIN
-from actors.run_writes import Batch, RunWrite, Written, write_runs
+from actors.run_writes import (
+    Batch,
+    RunWrite,
+    Written,
+    active_attempt_keys,
+    try_locks,
+    write_runs,
+)
 from domain import event_types, run_path
 from domain import worker as worker_rules
 from domain.aggregate import RunAggregate
@@ -361,16 +368,12 @@ def _cancel_slice(
     aggregates = {run_id: read.fold() for run_id, read in found.items()}
     # taken after the heads, so never waited for: a lock held elsewhere (a worker
     # writing its lease) leaves that Run's convergence to the cycle
-    keys = {
-        run_id: [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
-        for run_id, aggregate in aggregates.items()
-    }
-    everyone = tx.try_lock([key for run_keys in keys.values() for key in run_keys])
+    free = try_locks(tx, {run_id: active_attempt_keys(a) for run_id, a in aggregates.items()})
     written: list[Written] = []
     appends: list[StreamAppend] = []
     changed: dict[str, RunAggregate] = {}
     for run_id, aggregate in aggregates.items():
-        if everyone or tx.try_lock(keys[run_id]):
+        if run_id in free:
             decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
         else:
             decision = request_cancel(aggregate, reason, now_ms)
