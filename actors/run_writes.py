@@ -43,11 +43,17 @@ REFUSALS = (FenceError, InvalidInput, NotFound)
 @dataclass(frozen=True, slots=True)
 class RunWrite:
     """One decision to take on one Run: `decide(aggregate)`, under the lock of
-    `attempt_id` (if any) and the Run's stream head."""
+    `attempt_id` (if any) and the Run's stream head.
+
+    With `if_attempts_held`, the write also takes the locks of the Run's active
+    Attempts, after its head and without waiting (a cancel that ends what no worker
+    holds); where another transaction holds one, it decides `if_attempts_held`
+    instead."""
 
     run_id: str
     decide: Callable[[RunAggregate], Decision]
     attempt_id: str | None = None
+    if_attempts_held: Callable[[RunAggregate], Decision] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,8 @@ def write_runs(
     locked = _lock_runs(tx, wanted, wait)
     streams = read_runs(tx, locked, cache)
     current = {run_id: read.fold() for run_id, read in streams.items()}
+    probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
+    free: set[str] = try_locks(tx, {r: active_attempt_keys(current[r]) for r in probing})
     decisions: dict[str, list[Decision]] = {}
     written = []
     for write in writes:
@@ -101,8 +109,11 @@ def write_runs(
         if aggregate is None:
             written.append(Written(run_id, refusal=not_found(run_id)))
             continue
+        decide = write.decide
+        if write.if_attempts_held is not None and run_id not in free:
+            decide = write.if_attempts_held
         try:
-            decision = write.decide(aggregate)
+            decision = decide(aggregate)
         except REFUSALS as refusal:
             written.append(Written(run_id, aggregate, refusal=refusal))
             continue

@@ -19,14 +19,11 @@ from typing import Any
 from actors.authority import Units
 from actors.clock import Now
 from actors.group_commit import GroupCommit
-from actors.loading import RunStreams, not_found, read_runs
 from actors.retrying import DECIDE_AGAIN
 from actors.run_writes import (
     Batch,
     RunWrite,
     Written,
-    active_attempt_keys,
-    try_locks,
     write_runs,
 )
 from domain import event_types, run_path
@@ -36,12 +33,10 @@ from domain.cancellation import request_cancel
 from domain.decision import EMPTY, Decision, LeaseGrant
 from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
 from domain.event_types import Family
-from domain.records import StreamAppend
 from domain.streams import run_stream
 from domain.transitions import Status
 from eventstore.api import Transaction
 from projections import candidates
-from projections.registry import commit
 
 log = logging.getLogger("qlflow.worker")
 
@@ -357,36 +352,6 @@ def cancel(authority: Units, run_id: str, reason: str, now_ms: int | None) -> bo
 CANCEL_SLICE = 64  # Runs read, decided and appended together inside a cancel_many
 
 
-def _cancel_slice(
-    tx: Transaction,
-    found: Mapping[str, RunStreams],
-    reason: str,
-    now_ms: int,
-    after: dict[str, RunAggregate],
-) -> list[Written]:
-    """Decide and append the cancels of Runs whose heads `tx` holds (see cancel_many)."""
-    aggregates = {run_id: read.fold() for run_id, read in found.items()}
-    # taken after the heads, so never waited for: a lock held elsewhere (a worker
-    # writing its lease) leaves that Run's convergence to the cycle
-    free = try_locks(tx, {run_id: active_attempt_keys(a) for run_id, a in aggregates.items()})
-    written: list[Written] = []
-    appends: list[StreamAppend] = []
-    changed: dict[str, RunAggregate] = {}
-    for run_id, aggregate in aggregates.items():
-        if run_id in free:
-            decision = run_path.cancel_and_converge(aggregate, reason, now_ms)
-        else:
-            decision = request_cancel(aggregate, reason, now_ms)
-        written.append(Written(run_id, aggregate, decision))
-        if decision.appends:
-            appends.extend(decision.appends)
-            changed[run_id] = run_path.applied(aggregate, decision)
-    if appends:
-        commit(tx, appends, folded=changed)
-    after.update(changed)
-    return written
-
-
 def cancel_many(
     authority: Units, run_ids: Sequence[str], reason: str, now_ms: int | None
 ) -> list[bool]:
@@ -400,18 +365,31 @@ def cancel_many(
     now = Now(now_ms)
 
     def unit(tx: Transaction) -> Batch:
-        now.bind(tx).lock_heads([run_stream(r) for r in wanted], wait=True)
+        now.bind(tx)
+
+        def converge(aggregate: RunAggregate) -> Decision:
+            return run_path.cancel_and_converge(aggregate, reason, now())
+
+        def intent(aggregate: RunAggregate) -> Decision:
+            # an Attempt's lock held elsewhere (a worker writing its lease) leaves the
+            # Run's convergence to the cycle: the intent alone is recorded
+            return request_cancel(aggregate, reason, now())
+
         written: list[Written] = []
         after: dict[str, RunAggregate] = {}
-        # a slice of Runs at a time inside the one transaction: the memory a call
-        # holds stays that of one slice however many Runs it names
+        # a slice of Runs at a time inside the one transaction (the heads in key order
+        # across slices): the memory a call holds stays that of one slice
         for start in range(0, len(wanted), CANCEL_SLICE):
-            slice_ids = wanted[start : start + CANCEL_SLICE]
-            found = read_runs(tx, slice_ids, authority.aggregates)
-            missing = [r for r in slice_ids if r not in found]
-            if missing:
-                raise not_found(missing[0])
-            written += _cancel_slice(tx, found, reason, now(), after)
+            writes = [
+                RunWrite(run_id, converge, if_attempts_held=intent)
+                for run_id in wanted[start : start + CANCEL_SLICE]
+            ]
+            batch = write_runs(tx, writes, authority.aggregates, wait=True)
+            for found in batch.written:
+                if found.refusal is not None:
+                    raise found.refusal  # a Run that does not exist: nothing is written
+            written += batch.written
+            after.update(batch.after)
         return Batch(written, after)
 
     batch = _with_retries(authority, unit, "cancel")
