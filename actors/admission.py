@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.authority import Units
@@ -87,6 +87,7 @@ from domain.values import (
 from eventstore.api import Reads, Transaction
 from projections import admission_guard, admission_source
 from projections import publications as read_model
+from projections import retention as retained
 from projections.registry import commit, commit_through
 
 MAX_ADMISSION_KEY_CHARS = 1024
@@ -341,7 +342,16 @@ def inspect_admission(
     receipt = receipt_from_document(records[0].data, EXISTING)
     if run_id is not None and receipt.run_id != run_id:
         return None
-    return receipt
+    return with_tombstone(reader, receipt)
+
+
+def with_tombstone(reader: Reads, receipt: AdmissionReceipt) -> AdmissionReceipt:
+    """`receipt`, saying when retention removed its Run if it did (docs/DESIGN.md,
+    "Retention"): the key still answers "existing" with that Run, never a new one."""
+    found = retained.tombstone(reader, receipt.run_id)
+    if found is None:
+        return receipt
+    return replace(receipt, removed_at_ms=found["removed_at_ms"])
 
 
 def published_revision(
@@ -515,7 +525,7 @@ def _exact_replay(
         except PlanError:
             digest = None
     if digest == receipt.plan_digest:
-        return receipt
+        return with_tombstone(tx, receipt)
     raise AdmissionCollision(
         f"admission key {admission_key!r} already admitted run {receipt.run_id!r} "
         f"({receipt.package} {receipt.workflow_key}, plan {receipt.plan_digest}); this request "

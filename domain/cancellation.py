@@ -137,13 +137,15 @@ def decide_cancellation(
     run_terminal = None
     if not blocked and builder.all_steps_terminal():
         run_terminal = Status.TIMED_OUT if timeout else Status.CANCELLED
-        builder.event(
+        builder.end_run(
             derive_id(CANCEL_RUN_EVENT, run_id, cancel_at, "run", run_id, builder.run_version),
-            of(Family.WORKFLOW, run_terminal),
+            run_terminal,
             {
                 "result_code": WORKFLOW_TIMED_OUT if timeout else WORKFLOW_CANCELLED,
                 "error_code": "EXECUTION_TIMED_OUT" if timeout else "EXECUTION_CANCELLED",
             },
+            aggregate.plan.notify,
+            aggregate.plan.workflow_key,
         )
     if builder.is_empty:
         return Decision(blocked=blocked)

@@ -19,6 +19,7 @@ from domain.aggregate import MUTATION_TYPE, RunAggregate, StepRunState
 from domain.errors import InvalidInput
 from domain.event_types import EventType, Family, of
 from domain.ids import LEASE_EVENT, derive_id
+from domain.notify import NotifyRule, due_append
 from domain.records import NewEvent, StreamAppend
 from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import STEP_SUCCEEDED, STEP_TERMINAL, Status, step_change_allowed
@@ -130,6 +131,7 @@ class DecisionBuilder:
         self._run_events: list[NewEvent] = []
         self._mutations: list[NewEvent] = []
         self._lease_events: dict[str, list[NewEvent]] = {}
+        self._outbox: StreamAppend | None = None
         self._base_steps = steps
         # key -> (step_run_id, status, epoch) of the StepRuns this decision changed
         self._changed: dict[str, tuple[str, str, int]] = {}
@@ -367,6 +369,22 @@ class DecisionBuilder:
         )
         return version
 
+    def end_run(
+        self,
+        event_id: str,
+        run_terminal: str,
+        data: dict[str, Any],
+        notify: tuple[NotifyRule, ...],
+        workflow_key: str,
+    ) -> None:
+        """`workflow.<terminal>`, last, and the outbox records of the notify rules
+        it matches, in the same commit (docs/DESIGN.md "Notifications")."""
+        self.event(event_id, of(Family.WORKFLOW, run_terminal), data)
+        self._outbox = due_append(
+            self.run_id, workflow_key, notify, run_terminal, data.get("result_code"), event_id,
+            self._metadata(self.causation_id),
+        )  # fmt: skip
+
     # -- result --
 
     @property
@@ -396,6 +414,8 @@ class DecisionBuilder:
                     tuple(self._lease_events[attempt_id]),
                 )
             )
+        if self._outbox is not None:
+            appends.append(self._outbox)
         fields.setdefault("settled_steps", self.settled_steps)
         fields.setdefault("settled_attempts", self.settled_attempts)
         return Decision(appends=tuple(appends), **fields)

@@ -87,6 +87,15 @@ def _shapes() -> dict[str, EventShape]:
         ),
         EventType.SCHEDULE_PAUSED: EventShape(streams.SCHEDULE, ()),
         EventType.SCHEDULE_RETIRED: EventShape(streams.SCHEDULE, ()),
+        EventType.RETENTION_REMOVED: EventShape(
+            streams.RETENTION, ("runs", "positions", "events", "digest", "removed_at_ms")
+        ),
+        EventType.NOTIFICATION_DUE: EventShape(
+            streams.NOTIFICATION, ("run_id", "rule", "status", "target"), ("run_id",)
+        ),
+        EventType.NOTIFICATION_ATTEMPTED: EventShape(
+            streams.NOTIFICATION, ("rule", "attempt", "delivered", "at_ms", "retry_at_ms")
+        ),
     }
     for kind in (EventType.PUBLICATION_WITHDRAWN, EventType.PUBLICATION_QUARANTINED):
         shapes[kind] = EventShape(

@@ -56,6 +56,12 @@ class EventType(StrEnum):
     SCHEDULE_RESUMED = "schedule.resumed"
     SCHEDULE_RETIRED = "schedule.retired"
 
+    # --- retention-runs: what retention removed ---------------------------------------------
+    RETENTION_REMOVED = "retention.removed"  # one batch of finished Runs, gone from the log
+    # --- notification-<run_id>: the outbox of one Run's notifications --------------------
+    NOTIFICATION_DUE = "notification.due"  # written with the Run's terminal record
+    NOTIFICATION_ATTEMPTED = "notification.attempted"  # one delivery attempt and its outcome
+
 
 def of(family: str, name: str) -> str:
     """`<family>.<name>`: the type of a status change, e.g. of(Family.STEP, "ready")."""

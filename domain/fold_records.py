@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from domain.errors import CorruptionError
-from domain.event_types import EventType
+from domain.event_types import EventType, Family, of
 from domain.plan import ExecutionPlan, PlanStep
 from domain.plan_record import corrupt, is_int, plan_from_data, plan_order
 from domain.records import Record
@@ -187,26 +187,17 @@ class Folder:
         if run["status"] != RUN_RUNNING:
             raise corrupt(record, f"follows the Run's terminal status {run['status']!r}")
         event_type = record.type
-        kind, _, name = event_type.partition(".")
-        if self.created < len(self.planned) and event_type != EventType.STEP_CREATED:
+        if self.created < len(self.planned) and event_type != _STEP_CREATED:
             raise corrupt(record, "comes before every StepRun of the plan was created")
+        handler = _RUN_RECORD_FOLDS.get(event_type)
+        if handler is None:
+            raise corrupt(record, "is not a RunEvent type of docs/EVENTS.md")
+        fold, name = handler
         try:
-            if event_type == EventType.STEP_CREATED:
-                self.step_created(record, data)
-            elif event_type == EventType.STEP_REUSED:
-                self.step_reused(record, data)
-            elif kind == "step" and name in STEP_STATUSES:
-                self.step_changed(record, data, name)
-            elif event_type == EventType.ATTEMPT_CLAIMED:
-                self.attempt_claimed(record, data)
-            elif kind == "attempt" and name in ATTEMPT_CHANGES:
-                self.attempt_changed(record, data, name)
-            elif event_type == EventType.WORKFLOW_CANCEL_REQUESTED:
-                self.cancel_requested(record, data)
-            elif kind == "workflow" and name in RUN_TERMINAL:
-                self.run_ended(record, data, name)
+            if name is None:
+                fold(self, record, data)
             else:
-                raise corrupt(record, "is not a RunEvent type of docs/EVENTS.md")
+                fold(self, record, data, name)
         except (KeyError, TypeError) as error:
             raise corrupt(record, f"data is missing or mistyped: {error!r}") from None
         run["version"] = expected
@@ -452,7 +443,7 @@ class Folder:
             raise corrupt(record, f"version gap: expected v{expected}")
         if record.stream_id != steps_stream(self.plan.run_id):
             raise corrupt(record, f"is not in stream {steps_stream(self.plan.run_id)}")
-        if record.type != MUTATION_TYPE:
+        if record.type != _MUTATION_TYPE:
             raise corrupt(record, f"a StepRunMutation must have type {MUTATION_TYPE}")
         data = record.data
         if self.matched >= len(self.unmatched):
@@ -498,7 +489,8 @@ class Folder:
         if isinstance(lease, LeaseState):
             lease = attempt["lease"] = _fields(lease)
         try:
-            if record.type == EventType.LEASE_GRANTED:
+            kind = record.type
+            if kind == _LEASE_GRANTED:
                 if lease is not None and lease["status"] != LEASE_RELEASED:
                     raise corrupt(
                         record, f"grants while lease {lease['lease_id']!r} is {lease['status']}"
@@ -523,14 +515,14 @@ class Folder:
                     raise corrupt(
                         record, f"names lease {data['lease_id']!r}, not {lease['lease_id']!r}"
                     )
-                if record.type == EventType.LEASE_RENEWED:
+                if kind == _LEASE_RENEWED:
                     lease["version"] = version
                     lease["ttl_ms"] = data["ttl_ms"]
                     lease["expires_at_ms"] = data["expires_at_ms"]
-                elif record.type == EventType.LEASE_COMPLETED:
+                elif kind == _LEASE_COMPLETED:
                     lease["status"] = LEASE_COMPLETED
                     lease["outcome"] = data["outcome"]
-                elif record.type == EventType.LEASE_RELEASED:
+                elif kind == _LEASE_RELEASED:
                     if data["reason"] not in RELEASE_REASONS:
                         raise corrupt(record, f"release reason {data['reason']!r} is unknown")
                     lease["status"] = LEASE_RELEASED
@@ -557,3 +549,35 @@ _ATTEMPT_DEFAULTS = {
 def _fields(state: Any) -> dict[str, Any]:
     """A frozen (slotted) dataclass as a dict of its fields."""
     return {name: getattr(state, name) for name in state.__dataclass_fields__}
+
+
+# The hot loops compare a record's type (a plain str) with these plain values: a
+# StrEnum member's lookup and comparison cost several times a str's (docs/DESIGN.md,
+# "Rebuild").
+_STEP_CREATED = EventType.STEP_CREATED.value
+_MUTATION_TYPE = MUTATION_TYPE.value
+_LEASE_GRANTED = EventType.LEASE_GRANTED.value
+_LEASE_RENEWED = EventType.LEASE_RENEWED.value
+_LEASE_COMPLETED = EventType.LEASE_COMPLETED.value
+_LEASE_RELEASED = EventType.LEASE_RELEASED.value
+
+
+def _run_record_folds() -> dict[str, tuple[Any, str | None]]:
+    """Every RunEvent type after admission -> the Folder method that folds it, and the
+    status it changes to (None: the method takes none)."""
+    folds: dict[str, tuple[Any, str | None]] = {}
+    for family, statuses, method in (
+        (Family.WORKFLOW, RUN_TERMINAL, Folder.run_ended),
+        (Family.ATTEMPT, ATTEMPT_CHANGES, Folder.attempt_changed),
+        (Family.STEP, STEP_STATUSES, Folder.step_changed),
+    ):
+        for status in statuses:
+            folds[of(family, status)] = (method, Status(status).value)
+    folds[EventType.WORKFLOW_CANCEL_REQUESTED.value] = (Folder.cancel_requested, None)
+    folds[EventType.ATTEMPT_CLAIMED.value] = (Folder.attempt_claimed, None)
+    folds[EventType.STEP_REUSED.value] = (Folder.step_reused, None)
+    folds[EventType.STEP_CREATED.value] = (Folder.step_created, None)
+    return folds
+
+
+_RUN_RECORD_FOLDS = _run_record_folds()

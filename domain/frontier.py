@@ -15,7 +15,6 @@ from collections.abc import Iterable
 
 from domain.aggregate import RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
-from domain.event_types import Family, of
 from domain.ids import FRONTIER_EVENT, FRONTIER_MUTATION, WORKFLOW_TERMINAL, derive_id
 from domain.transitions import (
     DEPENDENCY_NOT_SUCCEEDED,
@@ -86,10 +85,12 @@ def decide_frontier(
     run_terminal = None
     if outcome is not None:
         run_terminal, error_code = outcome
-        builder.event(
+        builder.end_run(
             derive_id(WORKFLOW_TERMINAL, digest, "terminal", builder.run_version, run_terminal),
-            of(Family.WORKFLOW, run_terminal),
+            run_terminal,
             {"result_code": error_code, "error_code": error_code},
+            aggregate.plan.notify,
+            aggregate.plan.workflow_key,
         )
     if builder.is_empty:
         return EMPTY

@@ -43,6 +43,8 @@ RUN_ID = "run:"  # run id derived from an admission key when none is given
 STEP_RUN_ID = "srn:"
 SCHEDULE_ID = "sch:"  # a schedule: publisher, package, workflow, cron, zone, params
 SCHEDULE_EVENT = "wse:"  # schedule-<id> stream events
+RETENTION_EVENT = "wrt:"  # retention-runs stream events
+NOTIFICATION_EVENT = "wne:"  # notification-<run_id> outbox events
 
 _PREFIXES = {
     value

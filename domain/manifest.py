@@ -41,6 +41,7 @@ from domain.manifest_checks import (
     text_at,
 )
 from domain.manifest_v2 import params_at, retry_at
+from domain.notify import NotifyError, NotifyRule, parse_notify
 from domain.params import ParamDefinition, bind_params
 from domain.python_tasks import files_problem, isolation_problem, parse_target, target_problem
 from domain.retry import RetryPolicy
@@ -57,7 +58,7 @@ DICT_SOURCE = "<manifest dict>"
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
 TASK_KEYS = ("command", "python", "isolation", "env", "files", "enabled", "on_interrupt")
-WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params")
+WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params", "notify")
 STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
@@ -109,6 +110,7 @@ class WorkflowSpec:
     enabled: bool
     schedules: tuple[ScheduleSpec, ...] = ()
     params: tuple[ParamDefinition, ...] = ()
+    notify: tuple[NotifyRule, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,7 @@ def revision_from_manifest(
             enabled=workflow.enabled,
             schedules=workflow.schedules,
             params=workflow.params,
+            notify=workflow.notify,
         )
         for workflow in manifest.workflows
     ]
@@ -446,6 +449,10 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
     params = params_at(source, table, raw["params"]) if "params" in raw else ()
     schedules = validate_schedules(raw.get("schedules", []), source, table, "schedules")
     _check_schedule_params(source, table, schedules, params)
+    try:
+        notify = parse_notify(raw["notify"]) if "notify" in raw else ()
+    except NotifyError as error:
+        raise manifest_error(source, table, error.field, error.reason) from None
     return WorkflowSpec(
         key=key,
         steps=tuple(steps),
@@ -453,6 +460,7 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
         enabled=enabled,
         schedules=schedules,
         params=params,
+        notify=notify,
     )
 
 

@@ -29,6 +29,7 @@ from domain.fields import (
     refuse_type,
 )
 from domain.ids import STEP_RUN_ID, derive_id
+from domain.notify import NotifyRule, notify_document, plan_notify
 from domain.params import bind_params
 from domain.plan_binding import check_binding, check_revision_integrity, check_step_run_ids
 from domain.plan_v2 import (
@@ -98,6 +99,9 @@ class ExecutionPlan:
     steps: tuple[PlanStep, ...]
     plan_digest: str
     params: Params = ()  # plan v2: bound parameter values, sorted by name
+    # the Workflow's notify rules; in the document only when there are some, so a
+    # plan without them keeps its digest (docs/DESIGN.md "Notifications")
+    notify: tuple[NotifyRule, ...] = ()
 
     @property
     def is_v2(self) -> bool:
@@ -255,6 +259,8 @@ def bind_plan(
     }
     if schema == PLAN_SCHEMA_V2:
         document["params"] = dict(bound)
+    if workflow.notify:
+        document["notify"] = notify_document(workflow.notify)
     return _seal(document, steps)
 
 
@@ -304,6 +310,8 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
     }
     if plan.schema == PLAN_SCHEMA_V2:
         document["params"] = dict(plan.params)
+    if plan.notify:
+        document["notify"] = notify_document(plan.notify)
     return document
 
 
@@ -321,9 +329,12 @@ def _seal(document: dict[str, Any], steps: tuple[PlanStep, ...]) -> ExecutionPla
     size = len(encoded) + len(',"plan_digest":""') + len(digest)
     if size > MAX_PLAN_BYTES:
         raise PlanError("plan_size", f"encoded plan is {size} bytes; at most {MAX_PLAN_BYTES}")
-    fields = {key: value for key, value in document.items() if key not in ("steps", "params")}
+    fields = {
+        key: value for key, value in document.items() if key not in ("steps", "params", "notify")
+    }
     params = tuple(sorted(document.get("params", {}).items()))
-    return ExecutionPlan(**fields, steps=steps, plan_digest=digest, params=params)
+    notify = plan_notify(document["notify"]) if "notify" in document else ()
+    return ExecutionPlan(**fields, steps=steps, plan_digest=digest, params=params, notify=notify)
 
 
 # --- normalizing ----------------------------------------------------------------------
@@ -355,7 +366,10 @@ def normalize(value: object) -> ExecutionPlan:
     if not v2:
         refuse_v2_fields(plan, V2_PLAN_FIELDS, "plan")
     check_fields(
-        plan, (*_PLAN_FIELDS, *(V2_PLAN_FIELDS if v2 else ())), "plan", optional=("plan_digest",)
+        plan,
+        (*_PLAN_FIELDS, *(V2_PLAN_FIELDS if v2 else ())),
+        "plan",
+        optional=("plan_digest", "notify"),
     )
     schema = check_schema(plan["schema"])
     package = check_name(plan["package"], "package", "package")
@@ -399,6 +413,11 @@ def normalize(value: object) -> ExecutionPlan:
         params = normalize_params(plan["params"])
         check_uses_v2(schema, params, (step.max_attempts for step in steps))
         document["params"] = dict(params)
+    if "notify" in plan:
+        rules = plan_notify(plan["notify"])
+        if not rules:  # absent when there are none: one document per plan
+            raise PlanError("not_canonical", "plan states an empty notify")
+        document["notify"] = notify_document(rules)
     normalized = _seal(document, steps)
     if "plan_digest" in plan:
         stated = plan["plan_digest"]

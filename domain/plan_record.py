@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.errors import CorruptionError
+from domain.errors import CorruptionError, PlanError
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.notify import plan_notify
 from domain.plan import ExecutionPlan, PlanStep
 from domain.records import Record
 from domain.transitions import Status
@@ -24,7 +25,9 @@ def corrupt(record: Record, problem: str) -> CorruptionError:
 
 # --- plan ------------------------------------------------------------------------------
 
-_PLAN_FIELDS = tuple(f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params"))
+_PLAN_FIELDS = tuple(
+    f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params", "notify")
+)
 
 
 def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
@@ -50,9 +53,14 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
             for s in value["steps"]
         )
         params = tuple(sorted(value.get("params", {}).items()))
-        plan = ExecutionPlan(**{f: value[f] for f in _PLAN_FIELDS}, steps=steps, params=params)
+        notify = plan_notify(value["notify"]) if "notify" in value else ()
+        plan = ExecutionPlan(
+            **{f: value[f] for f in _PLAN_FIELDS}, steps=steps, params=params, notify=notify
+        )
     except (KeyError, TypeError) as error:
         raise corrupt(record, f"the plan is missing a field: {error!r}") from None
+    except PlanError as error:
+        raise corrupt(record, f"the plan's notify is invalid: {error}") from None
     if not steps:
         raise corrupt(record, "the plan has no Steps")
     if not isinstance(plan.run_id, str) or not isinstance(plan.plan_digest, str):

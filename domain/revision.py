@@ -31,6 +31,7 @@ from domain.fields import (
     refuse_type,
 )
 from domain.ids import REVISION_ID
+from domain.notify import NotifyRule, notify_document, plan_notify
 from domain.params import params_document, params_from_document
 from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec, ScheduleSpecError, validate_schedules
@@ -166,6 +167,8 @@ def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
     # only when there are some, so a revision without schedules keeps its digest
     if workflow.schedules:
         document["schedules"] = [schedule_document(spec) for spec in workflow.schedules]
+    if workflow.notify:  # likewise
+        document["notify"] = notify_document(workflow.notify)
     return document
 
 
@@ -244,7 +247,7 @@ _REVISION_FIELDS = (
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
 _TASK_OPTIONAL_FIELDS = ("python", "isolation", "on_interrupt")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
-_WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params")
+_WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params", "notify")
 _STEP_FIELDS = ("key", "task", "needs")
 
 
@@ -314,6 +317,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 enabled=workflow["enabled"],
                 schedules=_schedules_from_json(workflow.get("schedules", []), what),
                 params=params_from_document(workflow.get("params", {}), what),
+                notify=_notify_from_json(workflow, what),
             )
         )
     revision = materialize_revision(
@@ -340,6 +344,15 @@ def schedule_document(spec: ScheduleSpec) -> dict[str, Any]:
         "misfire": spec.misfire,
         "params": dict(spec.params),
     }
+
+
+def _notify_from_json(workflow: Mapping[str, Any], what: str) -> tuple[NotifyRule, ...]:
+    if "notify" not in workflow:
+        return ()
+    rules = plan_notify(workflow["notify"])
+    if not rules:  # absent when there are none: one document per revision
+        raise PlanError("not_canonical", f"{what} states an empty notify")
+    return rules
 
 
 def _schedules_from_json(value: object, what: str) -> tuple[ScheduleSpec, ...]:

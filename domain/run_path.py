@@ -30,7 +30,7 @@ from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.frontier import decide_frontier
 from domain.records import NewEvent, Record, StreamAppend
-from domain.streams import LEASE, category, entity_id, run_stream, steps_stream
+from domain.streams import LEASE, NOTIFICATION, category, entity_id, run_stream, steps_stream
 from domain.worker import complete, grant_lease, mark_starting
 
 
@@ -73,6 +73,8 @@ def _records(
             step_records = records
         elif category(append.stream_id) == LEASE:
             lease_records[entity_id(append.stream_id)] = records
+        elif category(append.stream_id) == NOTIFICATION:
+            continue  # the outbox is not part of the Run's fold (docs/DESIGN.md "Notifications")
         else:
             raise AssertionError(f"decision bug: append to {append.stream_id!r}")
     return run_records, step_records, lease_records

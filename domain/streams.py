@@ -16,9 +16,21 @@ PUBLICATION: Final = "publication"  # lifecycle of one publication
 PUBLISHER: Final = "publisher"  # trust of one publisher
 ADMISSION: Final = "admission"  # the durable admission receipt of one admission key
 SCHEDULE: Final = "schedule"  # the durable cursor of one schedule
-CATEGORIES = (RUN, STEPS, LEASE, PUBLICATION, PUBLISHER, ADMISSION, SCHEDULE)
+RETENTION: Final = "retention"  # what retention removed, one record per batch
+NOTIFICATION: Final = "notification"  # the notification outbox of one Run
+CATEGORIES = (
+    RUN,
+    STEPS,
+    LEASE,
+    PUBLICATION,
+    PUBLISHER,
+    ADMISSION,
+    SCHEDULE,
+    RETENTION,
+    NOTIFICATION,
+)
 # what the runtime writes (cycles, workers, admission) and what publishers write
-RUNTIME_CATEGORIES = (RUN, STEPS, LEASE, ADMISSION, SCHEDULE)
+RUNTIME_CATEGORIES = (RUN, STEPS, LEASE, ADMISSION, SCHEDULE, NOTIFICATION)
 PROVENANCE_CATEGORIES = (PUBLICATION, PUBLISHER)
 
 
@@ -71,3 +83,16 @@ def publisher_stream(publisher: str) -> str:
 def schedule_stream(schedule_id: str) -> str:
     """The cursor stream of one schedule."""
     return stream_id(SCHEDULE, schedule_id)
+
+
+RETENTION_LOG = "runs"  # the entity of the one retention stream
+
+
+def retention_stream() -> str:
+    """The stream of retention records (one per batch of removed Runs)."""
+    return stream_id(RETENTION, RETENTION_LOG)
+
+
+def notification_stream(run_id: str) -> str:
+    """The notification outbox of one Run."""
+    return stream_id(NOTIFICATION, run_id)

@@ -7,6 +7,7 @@ here, purely, over the canonical JSON of its document.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,6 +92,15 @@ class AdmissionReceipt:
     final_run_version: int
     final_steps_version: int
     admitted_at_ms: int
+    # when retention removed the Run (docs/DESIGN.md "Retention"); not in the document
+    removed_at_ms: int | None = None
+
+    @property
+    def removed(self) -> str | None:
+        """ "removed by retention at <UTC time>" for a Run retention removed, else None."""
+        if self.removed_at_ms is None:
+            return None
+        return f"removed by retention at {utc_text(self.removed_at_ms)}"
 
     def document(self) -> dict[str, Any]:
         """The receipt document as stored in its `admission.receipt` event."""
@@ -199,3 +209,9 @@ def receipt_from_document(document: Mapping[str, Any], status: str) -> Admission
             f"{receipt.receipt_digest!r}"
         )
     return receipt
+
+
+def utc_text(at_ms: int) -> str:
+    """Epoch ms as "YYYY-MM-DD HH:MM:SS UTC"."""
+    moment = datetime.datetime.fromtimestamp(at_ms / 1000, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

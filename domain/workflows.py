@@ -16,6 +16,7 @@ from domain.canonical import domain_digest
 from domain.errors import PlanError
 from domain.fields import check_bool, check_list, check_name, check_positive_int, refuse_type
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
+from domain.notify import NotifyRule
 from domain.params import ParamDefinition, params_document
 from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec
@@ -58,6 +59,7 @@ class WorkflowDefinition:
     enabled: bool = True
     schedules: tuple[ScheduleSpec, ...] = ()
     params: tuple[ParamDefinition, ...] = ()
+    notify: tuple[NotifyRule, ...] = ()  # docs/DESIGN.md "Notifications"
 
     def __post_init__(self) -> None:
         check_name(self.key, "workflow_key", "Workflow key")
@@ -79,6 +81,11 @@ class WorkflowDefinition:
             if not isinstance(param, ParamDefinition):
                 refuse_type(param, f"Workflow {self.key!r} param", "a ParamDefinition")
         object.__setattr__(self, "params", tuple(sorted(params, key=lambda p: p.name)))
+        notify = check_list(self.notify, f"Workflow {self.key!r} notify")
+        for rule in notify:
+            if not isinstance(rule, NotifyRule):
+                refuse_type(rule, f"Workflow {self.key!r} notify rule", "a NotifyRule")
+        object.__setattr__(self, "notify", tuple(notify))
 
     @property
     def step_keys(self) -> tuple[str, ...]:

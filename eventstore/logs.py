@@ -84,9 +84,21 @@ _POSTGRESQL: list[str] = [
     " last_at_ms BIGINT NOT NULL)",
     "CREATE INDEX log_attempts_last_write ON log_attempts (last_at_ms)",
 ]
-MIGRATIONS: tuple[MigrationStep, ...] = ({"sqlite": _SQLITE, "postgresql": _POSTGRESQL},)
+# Step 2: when a log was pruned, so a reader says "pruned on ..." rather than "no
+# output" (docs/DESIGN.md, "Step logs"); the row goes when retention removes the Run
+_PRUNES = (
+    "CREATE TABLE log_prunes (attempt_id TEXT PRIMARY KEY, pruned_at_ms {integer} NOT NULL,"
+    " last_at_ms {integer} NOT NULL)"
+)
+MIGRATIONS: tuple[MigrationStep, ...] = (
+    {"sqlite": _SQLITE, "postgresql": _POSTGRESQL},
+    {
+        "sqlite": [_PRUNES.format(integer="INTEGER")],
+        "postgresql": [_PRUNES.format(integer="BIGINT").replace("TEXT", 'TEXT COLLATE "C"', 1)],
+    },
+)
 
-TABLES = ("log_chunks", "log_attempts")
+TABLES = ("log_chunks", "log_attempts", "log_prunes")
 # the runtime writes logs (and trims their tails); the audit role reads them
 WRITE_LOGS = ("SELECT", "INSERT", "UPDATE", "DELETE")
 GRANTS = {table: {RUNTIME: WRITE_LOGS, AUDIT: READ} for table in TABLES}
@@ -329,9 +341,10 @@ def _check_append(attempt_id: object, pieces: object, cap_bytes: object) -> None
         )
 
 
-def prune(tx: Writes, before_ms: int) -> Pruned:
+def prune(tx: Writes, before_ms: int, at_ms: int | None = None) -> Pruned:
     """Delete every log whose last write is before `before_ms` (its chunks and its
-    state row); events are never touched."""
+    state row), noting when (`at_ms`, else `before_ms`) in `log_prunes`; events are
+    never touched."""
     if isinstance(before_ms, bool) or not isinstance(before_ms, int) or before_ms < 0:
         raise InvalidInput("before_ms", "instant", f"before_ms must be epoch ms: {before_ms!r}")
     old = "SELECT attempt_id FROM log_attempts WHERE last_at_ms < ?"
@@ -340,9 +353,53 @@ def prune(tx: Writes, before_ms: int) -> Pruned:
         f"WHERE attempt_id IN ({old})",
         (before_ms,),
     )
+    tx.execute(
+        "INSERT INTO log_prunes (attempt_id, pruned_at_ms, last_at_ms) "
+        "SELECT attempt_id, ?, last_at_ms FROM log_attempts WHERE last_at_ms < ? "
+        "ON CONFLICT (attempt_id) DO UPDATE SET pruned_at_ms = excluded.pruned_at_ms, "
+        "last_at_ms = excluded.last_at_ms",
+        (before_ms if at_ms is None else at_ms, before_ms),
+    )
     tx.execute(f"DELETE FROM log_chunks WHERE attempt_id IN ({old})", (before_ms,))
     attempts = tx.execute("DELETE FROM log_attempts WHERE last_at_ms < ?", (before_ms,)).rowcount
     return Pruned(int(attempts), int(chunks), int(size))
+
+
+def remove(tx: Writes, attempt_ids: Sequence[str]) -> Pruned:
+    """Delete the logs of the named Attempts (retention removing their Runs)."""
+    attempts = chunks_removed = size = 0
+    ordered = sorted(set(attempt_ids))
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        ((found, found_size),) = tx.query(
+            f"SELECT COUNT(*), COALESCE(SUM(length(bytes)), 0) FROM log_chunks "
+            f"WHERE attempt_id IN ({marks})",
+            chunk,
+        )
+        tx.execute(f"DELETE FROM log_chunks WHERE attempt_id IN ({marks})", chunk)
+        tx.execute(f"DELETE FROM log_prunes WHERE attempt_id IN ({marks})", chunk)
+        cursor = tx.execute(f"DELETE FROM log_attempts WHERE attempt_id IN ({marks})", chunk)
+        attempts += max(cursor.rowcount, 0)
+        chunks_removed += int(found)
+        size += int(found_size)
+    return Pruned(attempts, chunks_removed, size)
+
+
+def pruned_at(reads: Reads, attempt_ids: Sequence[str]) -> dict[str, int]:
+    """Attempt id -> when its log was pruned, for those of `attempt_ids` pruned."""
+    found: dict[str, int] = {}
+    ordered = sorted(set(attempt_ids))
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        found.update(
+            reads.query(
+                f"SELECT attempt_id, pruned_at_ms FROM log_prunes WHERE attempt_id IN ({marks})",
+                chunk,
+            )
+        )
+    return found
 
 
 # --- reading ---------------------------------------------------------------------------

@@ -64,6 +64,12 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     # PostgreSQL: the append function again, now knowing `step.reused` (docs/DESIGN.md
     # "Reruns"), for schemas whose function was made before it
     {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
+    # PostgreSQL: the append function again, now knowing the `retention` stream and
+    # `retention.removed` (docs/DESIGN.md "Retention")
+    {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
+    # PostgreSQL: the append function again, now knowing the notification- outbox
+    # (docs/DESIGN.md "Notifications")
+    {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
 )
 
 

@@ -241,9 +241,12 @@ class SqliteStore(BaseStore):
             self._conn.close()
 
 
+REPLAY_CACHE_KIB = 16 * 1024  # the replay's page cache for its copies
+
+
 class SqliteReplaySession(BaseReplaySession):
     """A replay session on a second connection to the database file; the copies live
-    in its memory-backed temp schema."""
+    in its temp schema, a file behind a page cache of `REPLAY_CACHE_KIB`."""
 
     live_schema = "main"
     temp_schema = "temp"
@@ -252,8 +255,10 @@ class SqliteReplaySession(BaseReplaySession):
     def __init__(self, path: str, synchronous: str, read_only: bool = False) -> None:
         self._conn = connect(path, read_only, REPLAY_LOCK_TIMEOUT_S)
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
-        self._conn.execute("PRAGMA temp_store=MEMORY")
-        self._conn.execute("PRAGMA temp.cache_size=-262144")  # 256 MiB for the copies
+        # the copies live in a temp file behind a bounded page cache, so a rebuild's
+        # memory does not grow with the read models (docs/DESIGN.md, "Rebuild")
+        self._conn.execute("PRAGMA temp_store=FILE")
+        self._conn.execute(f"PRAGMA temp.cache_size=-{REPLAY_CACHE_KIB}")
         self.tx = SqliteTransaction(self._conn)
 
     def columns(self, table: str) -> list[str]:

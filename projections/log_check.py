@@ -11,7 +11,10 @@ is named by stream, version and position:
 - every event has a type, and its data and metadata decode to JSON objects;
 - every event decodes for its fold (`domain.event_shapes`): its stream is of a known
   category and names an entity, its type is one docs/EVENTS.md names for that
-  category, its data has the fields the fold needs and names the stream's entity.
+  category, its data has the fields the fold needs and names the stream's entity;
+- global positions are contiguous from 1 except where retention removed events, and
+  the missing positions are exactly the ranges the retention records name
+  (`domain.retention.uncovered`; docs/DESIGN.md, "Retention").
 
 `LogCheck` looks at the events batch by batch as the replay reads them, and decodes
 each document once for both (`records`); `check_log` reads the log on its own, in
@@ -27,7 +30,9 @@ from typing import Any
 
 import orjson
 
+from domain import retention
 from domain.event_shapes import SHAPES, shape_problem, stream_problem
+from domain.streams import retention_stream
 from eventstore.replay import LazyRecord
 from eventstore.transaction import EVENT_COLUMNS
 
@@ -64,6 +69,9 @@ class LogCheck:
         self.problems: list[LogProblem] = []
         self.broken_at: int | None = None  # the position of the first undecodable document
         self._last: dict[str, tuple[int, int]] = {}  # stream -> (version, position)
+        self._position = 0  # the last position seen
+        self._gaps: list[retention.Range] = []  # positions missing from the log
+        self._removed: list[retention.Range] = []  # positions retention records name
 
     def records(self, rows: Iterable[Sequence[Any]]) -> list[LazyRecord]:
         """Check stored rows (EVENT_COLUMNS); each as a record with its documents
@@ -85,6 +93,12 @@ class LogCheck:
                 or shape_problem(stream, type_, decoded[0]) is not None
             ):
                 decoded = self._documents(stream, version, position, type_, data, metadata)
+            if isinstance(position, int):
+                if position > self._position + 1:
+                    self._gaps.append((self._position + 1, position - 1))
+                self._position = max(self._position, position)
+            if type_ == retention.REMOVED and isinstance(decoded[0], dict):
+                self._removed += retention.removed_ranges(decoded[0])
             previous = last.get(stream)
             expected = 1 if previous is None else previous[0] + 1
             if version != expected:
@@ -101,6 +115,28 @@ class LogCheck:
         """Every problem, the stream heads in the table `streams` (a qualified name)
         compared with the events checked, read through `tx`."""
         problems = self.problems
+        gaps, unnamed = retention.uncovered(self._gaps, self._removed)
+        stream = retention_stream()
+        for first, last_position in gaps:
+            problems.append(
+                LogProblem(
+                    stream,
+                    None,
+                    first,
+                    f"positions {first} to {last_position} are missing and no retention "
+                    "record names them",
+                )
+            )
+        for first, last_position in unnamed:
+            problems.append(
+                LogProblem(
+                    stream,
+                    None,
+                    first,
+                    f"a retention record names positions {first} to {last_position} "
+                    "but the log still has events there",
+                )
+            )
         heads = dict(tx.query(f"SELECT stream_id, version FROM {streams}"))
         last = self._last
         for stream in sorted(last.keys() | heads.keys()):

@@ -17,6 +17,7 @@ from typing import Any
 from domain.errors import AmbiguousId, InvalidInput, NotFound
 from domain.ids import RUN_ID, TASK_ATTEMPT
 from eventstore.api import Reads
+from projections import retention
 
 SHORT_HEX = 8  # a short id shows at least this many hex digits
 CANDIDATES_SHOWN = 10  # an ambiguous prefix lists at most this many matches
@@ -165,7 +166,19 @@ def resolve_run(reads: Reads, text: str) -> str:
     """The Run id `text` names: the id itself, or a unique prefix of it (the `run:` of
     a derived id may be left out). NotFound when nothing matches; AmbiguousId, listing
     the matches, when several do."""
-    return _resolve(reads, "runs", "run_id", "run", text, RUN_ID, "`qlflow runs` lists the runs")
+    try:
+        return _resolve(
+            reads, "runs", "run_id", "run", text, RUN_ID, "`qlflow runs` lists the runs"
+        )
+    except NotFound:
+        # a Run retention removed says so (docs/DESIGN.md, "Retention")
+        wanted = text.strip()
+        removed = retention.tombstones_by_prefix(reads, wanted, 2)
+        if not removed and not wanted.startswith(RUN_ID):
+            removed = retention.tombstones_by_prefix(reads, RUN_ID + wanted, 2)
+        if len(removed) == 1:
+            raise retention.run_not_found(reads, removed[0]) from None
+        raise
 
 
 def resolve_attempt(reads: Reads, text: str, run_id: str | None = None) -> str:

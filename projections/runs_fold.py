@@ -153,6 +153,13 @@ def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
 
 
 _ATTEMPT_EVENT = f"{Family.ATTEMPT}."  # the prefix of every Attempt RunEvent type
+# Plain values for the per-record comparisons: a StrEnum member's lookup and comparison
+# cost several times a str's (docs/DESIGN.md, "Rebuild").
+_WORKFLOW_ADMITTED = EventType.WORKFLOW_ADMITTED.value
+_ATTEMPT_CLAIMED = EventType.ATTEMPT_CLAIMED.value
+_LEASE_GRANTED = EventType.LEASE_GRANTED.value
+_LEASE_RENEWED = EventType.LEASE_RENEWED.value
+_LEASE_COMPLETED = EventType.LEASE_COMPLETED.value
 
 
 def _named_and_created(
@@ -172,9 +179,9 @@ def _named_and_created(
             if kind.startswith(_ATTEMPT_EVENT):
                 attempt_id = record.data["attempt_id"]
                 attempt_ids.add(attempt_id)
-                if kind == EventType.ATTEMPT_CLAIMED:
+                if kind == _ATTEMPT_CLAIMED:
                     claimed.add(attempt_id)
-            elif kind == EventType.WORKFLOW_ADMITTED:
+            elif kind == _WORKFLOW_ADMITTED:
                 admitted.add(entity_id)
         elif family == _STEPS:
             run_ids.add(entity_id)
@@ -236,7 +243,7 @@ def _fold_run_event(rows: _Rows, run_id: str, record: Record) -> None:
     """Fold a RunEvent: admission inserts the Run and its StepRuns; any other event
     moves the Run's version, then does what its type says."""
     kind = record.type
-    if kind == EventType.WORKFLOW_ADMITTED:
+    if kind == _WORKFLOW_ADMITTED:
         _admit(rows, run_id, record)
         return
     run = rows.runs.get(run_id)
@@ -417,12 +424,12 @@ def _end_run(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
 # aside): an exact type first, else its family ("step.<to>", "attempt.<terminal>",
 # "workflow.<terminal>"); any other type only moves the version.
 _RUN_EVENT_FOLDS = {
-    EventType.STEP_CREATED: _create_step,
-    EventType.ATTEMPT_CLAIMED: _claim,
-    EventType.ATTEMPT_STARTING: _start_attempt,
-    EventType.ATTEMPT_RUNNING: _start_attempt,
-    EventType.WORKFLOW_CANCEL_REQUESTED: _request_cancel,
-    EventType.STEP_REUSED: _reuse_step,
+    EventType.STEP_CREATED.value: _create_step,
+    EventType.ATTEMPT_CLAIMED.value: _claim,
+    EventType.ATTEMPT_STARTING.value: _start_attempt,
+    EventType.ATTEMPT_RUNNING.value: _start_attempt,
+    EventType.WORKFLOW_CANCEL_REQUESTED.value: _request_cancel,
+    EventType.STEP_REUSED.value: _reuse_step,
 }
 _RUN_EVENT_FAMILY_FOLDS = {
     f"{Family.STEP}.": _move_step,
@@ -437,7 +444,7 @@ def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | Non
     if attempt is None:
         return None
     kind, data = record.type, record.data
-    if kind == EventType.LEASE_GRANTED:
+    if kind == _LEASE_GRANTED:
         attempt.update(
             lease_id=data["lease_id"],
             lease_version=record.stream_version,
@@ -445,10 +452,10 @@ def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | Non
             worker_id=data["worker_id"],
             expires_at_ms=data["expires_at_ms"],
         )
-    elif kind == EventType.LEASE_RENEWED:
+    elif kind == _LEASE_RENEWED:
         attempt.update(lease_version=record.stream_version, expires_at_ms=data["expires_at_ms"])
     else:
-        status = Status.COMPLETED if kind == EventType.LEASE_COMPLETED else Status.RELEASED
+        status = Status.COMPLETED if kind == _LEASE_COMPLETED else Status.RELEASED
         attempt.update(lease_version=record.stream_version, lease_status=status)
     return attempt["run_id"]
 

@@ -267,6 +267,11 @@ _CLAIM_STEP = [
     " WHERE claim_opens_ms IS NOT NULL",
 ]
 MIGRATIONS.append({"sqlite": _CLAIM_STEP, "postgresql": _CLAIM_STEP})
+# Step 11: finished Runs oldest first, for retention (docs/DESIGN.md "Retention")
+_FINISHED = [
+    "CREATE INDEX runs_finished ON runs (terminal_at_ms, run_id) WHERE terminal_at_ms IS NOT NULL"
+]
+MIGRATIONS.append({"sqlite": _FINISHED, "postgresql": _FINISHED})
 
 
 TABLES = {

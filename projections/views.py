@@ -12,12 +12,12 @@ import orjson
 
 from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
-from domain.errors import InvalidInput, NotFound
+from domain.errors import InvalidInput
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import RUN_RUNNING, STEP_TERMINAL, Status
 from eventstore.api import EventStore
-from projections import run_search
+from projections import retention, run_search
 from projections.run_search import RunCursor, RunFilter
 
 
@@ -166,7 +166,7 @@ def get_run(store: EventStore, run_id: str) -> RunView:
     """The Run as the read models hold it, with its steps and their Attempts."""
     rows = store.query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
     if not rows:
-        raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
+        raise retention.run_not_found(store, run_id)
     attempts: dict[str, list[AttemptView]] = {}
     for step_key, *values in store.query(
         f"""SELECT step_key, {", ".join(_ATTEMPT_COLUMNS)}

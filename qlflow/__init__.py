@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.backfill import BackfilledRun, BackfillResult
+from actors.retention import BatchResult, RetentionReport
 from actors.supervisor import CycleResult, PageResult
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, RunState, StepRunState
 from domain.params import ParamDefinition
@@ -74,6 +75,8 @@ __all__ = [
     "Pruned",
     "Publication",
     "RebuildSummary",
+    "RetentionReport",
+    "BatchResult",
     "Record",
     "RootCause",
     "RunCursor",

@@ -69,6 +69,7 @@ class AsyncRuntime:
     rebuild_projections = _on_a_thread(Runtime.rebuild_projections)
     renew = _on_a_thread(Runtime.renew)
     rerun = _on_a_thread(Runtime.rerun)
+    retain = _on_a_thread(Runtime.retain)
     resolve_attempt_id = _on_a_thread(Runtime.resolve_attempt_id)
     resolve_run_id = _on_a_thread(Runtime.resolve_run_id)
     resume_schedule = _on_a_thread(Runtime.resume_schedule)

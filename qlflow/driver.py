@@ -38,6 +38,7 @@ from domain.phases import PHASES
 from projections.views import RunView
 from qlflow.executor import AttemptReport, RunningProcess
 from qlflow.executor.seam import Executor
+from qlflow.retention_policy import RetentionPolicy
 from qlflow.runtime import CycleResult, Runtime
 from qlflow.transient import Backoff, transient_errors
 from qlflow.worker_pool import WorkerPool
@@ -147,8 +148,10 @@ class Driver:
         once: bool = False,
         drain_s: float = 10.0,
         on_progress: Callable[[RunView], None] | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         self._rt = rt
+        self.retention = retention if retention is not None and retention.active else None
         self.executor = executor
         self.interval_s = interval_ms / 1000
         self.cycles = cycles
@@ -235,6 +238,12 @@ class Driver:
             cycle_result = self._rt.cycle()
             trouble = _store_trouble(cycle_result)
             cycle_failures = self._check_cycle(cycle_result, cycle_failures)
+            if self.retention is not None:
+                # one bounded batch after the cycle: its time stays flat (DESIGN.md "Retention")
+                try:
+                    self.retention.tick(self._rt, self._rt.clock_ms())
+                except QlflowError as error:  # the next cycle tries again
+                    log.warning("retention: %s", error)
         if self.until_run:
             result.run = self._rt.get_run(self.until_run)
             if self._on_progress is not None:

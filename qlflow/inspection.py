@@ -90,7 +90,9 @@ class Inspection:
     def prune_logs(self, before_ms: int) -> Pruned:
         """Delete every step log last written before `before_ms` (never an event)."""
         before_ms = instant("before_ms", before_ms)
-        return self._authority.execute(lambda tx: log_store.prune(tx, before_ms), name="prune")
+        return self._authority.execute(
+            lambda tx: log_store.prune(tx, before_ms, tx.clock_ms()), name="prune"
+        )
 
     # -- finding Runs ------------------------------------------------------------------
     def resolve_run_id(self, text_or_prefix: str) -> str:

@@ -15,18 +15,23 @@ from typing import Any
 import eventstore
 from actors import admission, publishing, workers
 from actors import rerun as reruns
+from actors import retention as retaining
 from actors.authority import OperationAuthority
+from actors.retention import RetentionReport
 from actors.supervisor import Cycle, CycleResult, PageResult
+from domain import retention
 from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
+from eventstore.api import StoreUsageError
 from projections import audit, rebuild, registry, task_io, verify, views
 from projections.audit import TimelineEntry, WhyReport
 from projections.rebuild import Progress, RebuildSummary
 from projections.run_search import RunCursor
 from projections.verify import VerifyReport
+from qlflow import archive as archiving
 from qlflow import packages
 from qlflow.arguments import (
     completions_of,
@@ -508,6 +513,49 @@ class Runtime(Inspection, Scheduling):
     def verify_projections(self, progress: Progress | None = None) -> VerifyReport:
         """Prove the live read models equal a replay of the log (`report.ok`)."""
         return verify.verify(self.store, progress)
+
+    def retain(
+        self,
+        finished_before_ms: int,
+        *,
+        batch: int = retention.DEFAULT_BATCH,
+        max_batches: int | None = None,
+        dry_run: bool = False,
+        now_ms: int | None = None,
+        progress: Callable[[RetentionReport], None] | None = None,
+        archive: str | os.PathLike[str] | None = None,
+    ) -> RetentionReport:
+        """Remove the Runs that finished before `finished_before_ms` (and are not the
+        source of a running rerun) with their events, read-model rows and logs, `batch`
+        Runs per transaction, each batch named by a retention record (docs/DESIGN.md,
+        "Retention"). `dry_run=True` writes nothing and says what would go. With
+        `archive`, each batch is first written to that SQLite file (`qlflow export`'s
+        layout) and fsync'd; an existing file must be an archive of this store."""
+        dry_run = flag("dry_run", dry_run)
+        archiver = None
+        if archive is not None:
+            if not isinstance(archive, (str, os.PathLike)) or not str(archive):
+                raise InvalidInput("archive", "path", f"archive must be a path, got {archive!r}")
+            identity = archiving.store_identity(self.store)
+            target = archiving.check_archive(Path(archive), identity)
+            archiver = archiving.Archiver(target, identity, self.url)
+        if max_batches is not None:
+            positive("max_batches", max_batches)
+        if self.read_only and not dry_run:
+            raise StoreUsageError(
+                "this store was opened read-only: retention removes Runs, open it again "
+                "without read_only (or pass dry_run=True)"
+            )
+        return retaining.retain(
+            self._authority,
+            finished_before_ms,
+            now_ms=self._now(now_ms),
+            batch=batch,
+            max_batches=max_batches,
+            dry_run=dry_run,
+            progress=progress,
+            archiver=None if dry_run else archiver,
+        )
 
     def close(self) -> None:
         """Stop the runtime's actors and close the store. Idempotent."""

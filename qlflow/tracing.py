@@ -22,7 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    TracerProvider,
+)
 
 from domain import event_types, streams, transitions
 from domain.event_types import EventType, Family
@@ -30,12 +40,18 @@ from domain.records import Record
 from domain.transitions import ATTEMPT_TERMINAL, RUN_TERMINAL, STEP_TERMINAL
 from eventstore.api import EventStore
 from eventstore.observers import Commit
+from qlflow import trace_context
 from qlflow.runtime import Runtime
+from qlflow.trace_context import traceparent
 
 __all__ = ["RunTracing", "trace_runs"]
 
 _ENDED = frozenset(event_types.of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 _SUCCEEDED = transitions.Status.SUCCEEDED
+_RUN_PREFIX = streams.prefix(streams.RUN)
+# Runs whose records this process committed, kept until they end (beyond it a
+# Run's stream is read back instead)
+MAX_HELD_RUNS = 10_000
 
 
 def _ns(record: Record) -> int:
@@ -55,14 +71,34 @@ class RunTracing:
         self._store = store
         self._tracer = tracer
         self._ended: queue.Queue[str | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._held: dict[str, list[Record]] = {}  # run stream -> its records seen committed
         self._remove = store.observers.on_commit(self._observe)
         self._thread = threading.Thread(target=self._work, name="qlflow-tracing", daemon=True)
         self._thread.start()
 
     def _observe(self, commit: Commit) -> None:
-        for record in commit.records:
-            if record.type in _ENDED:
-                self._ended.put(streams.entity_id(record.stream_id))
+        """Keep the Run records of the commit (so a Run made in this process is not
+        read back at its end) and queue each Run it ends."""
+        ended = []
+        with self._lock:
+            held = self._held
+            for record in commit.records:
+                stream = record.stream_id
+                if not stream.startswith(_RUN_PREFIX):
+                    continue
+                if record.type in _ENDED:
+                    ended.append(streams.entity_id(stream))
+                records = held.get(stream)
+                if records is None:
+                    if record.stream_version != 1:
+                        continue  # begun before this process saw it: read back at its end
+                    if len(held) >= MAX_HELD_RUNS:  # the oldest is read back instead
+                        del held[next(iter(held))]
+                    records = held[stream] = []
+                records.append(record)
+        for run_id in ended:
+            self._ended.put(run_id)
 
     def _work(self) -> None:
         while True:
@@ -86,9 +122,21 @@ class RunTracing:
         self._ended.put(None)
         self._thread.join()
 
+    def _records(self, run_id: str) -> list[Record]:
+        """The Run's stream: as this process saw it committed when that is all of it
+        (commits observed out of order, or a Run begun elsewhere: read back)."""
+        stream = streams.run_stream(run_id)
+        with self._lock:
+            held = self._held.pop(stream, None)
+        if held is not None:
+            held.sort(key=lambda record: record.stream_version)
+            if all(record.stream_version == n for n, record in enumerate(held, start=1)):
+                return held
+        return self._store.read_stream(stream)
+
     def export(self, run_id: str) -> None:
         """Make the spans of one ended Run from its stream."""
-        records = self._store.read_stream(streams.run_stream(run_id))
+        records = self._records(run_id)
         if not records or records[-1].type not in _ENDED:
             return
         admitted, ended = records[0], records[-1]
@@ -97,7 +145,7 @@ class RunTracing:
         result_code = ended.data.get("result_code")
         run_span = self._tracer.start_span(
             f"qlflow.run {plan['package']}/{plan['workflow_key']}",
-            context=trace.set_span_in_context(trace.INVALID_SPAN),
+            context=_run_parent(run_id),
             start_time=_ns(admitted),
             attributes={
                 "qlflow.run_id": run_id,
@@ -145,6 +193,10 @@ class RunTracing:
                         "qlflow.attempt_id": data["attempt_id"],
                         "qlflow.attempt_number": data["attempt_number"],
                         "qlflow.task_ref": data["admission"]["task_ref"],
+                        # the parent the Attempt's process was told (TRACEPARENT)
+                        "qlflow.traceparent": traceparent(
+                            streams.entity_id(record.stream_id), data["attempt_id"]
+                        ),
                     },
                 )
             elif (
@@ -158,6 +210,19 @@ class RunTracing:
                 _end(steps.pop(data["step_key"]), name, data.get("result_code"), record)
         for span in (*attempts.values(), *steps.values()):  # a log cut short: end them now
             span.end()
+
+
+def _run_parent(run_id: str) -> Context:
+    """The Run span's parent: a remote span whose trace id derives from the run id
+    (`qlflow.trace_context`), so the Run's spans are in the trace its commands and
+    Python Tasks were told about, whichever host makes them."""
+    parent = SpanContext(
+        trace_id=trace_context.trace_id(run_id),
+        span_id=trace_context.root_span_id(run_id),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(parent))
 
 
 def _end(span: Span, outcome: str, result_code: str | None, record: Record) -> None:

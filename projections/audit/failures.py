@@ -85,9 +85,13 @@ def failures(
             )
     if log_lines < 1:
         return tuple(found)
-    states = logs.states(store, [f.attempt_id for f in found if f.attempt_id])
+    attempt_ids = [f.attempt_id for f in found if f.attempt_id]
+    states = logs.states(store, attempt_ids)
+    pruned = logs.pruned_at(store, [a for a in attempt_ids if a not in states])
     return tuple(
-        _with_lines(store, failure, states.get(failure.attempt_id or ""), log_lines)
+        replace(failure, log_pruned_at_ms=pruned[failure.attempt_id])
+        if failure.attempt_id in pruned
+        else _with_lines(store, failure, states.get(failure.attempt_id or ""), log_lines)
         for failure in found
     )
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from domain.errors import InvalidInput, NotFound
+from domain.errors import InvalidInput
 from domain.event_types import EventType
 from domain.records import Record
 from domain.streams import lease_stream, run_stream, steps_stream
 from eventstore.api import EventStore
+from projections import retention
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ def read_run_log(store: EventStore, run_id: str) -> RunLog:
 
     run = upto(store.read_stream(run_stream(run_id)))
     if not run:
-        raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
+        raise retention.run_not_found(store, run_id)
     attempts = [r.data["attempt_id"] for r in claimed_attempts(run)]
     return RunLog(
         run_id=run_id,

@@ -91,6 +91,7 @@ class StepFailure:
     exit_code: int | None = None
     signal: str | None = None
     last_lines: tuple[str, ...] = ()
+    log_pruned_at_ms: int | None = None  # its log was pruned (docs/DESIGN.md "Retention")
     retry: int | None = None  # the failure was retried: the next Attempt's number,
     max_attempts: int | None = None  # of at most this many,
     retry_at_ms: int | None = None  # claimed at or after this instant
@@ -234,6 +235,8 @@ def failure_lines(
         if failure.last_lines:
             lines.append(f"  last lines of its log (qlflow logs {run_id} {failure.step_key}):")
             lines += [f"  | {line}" for line in failure.last_lines]
+        elif failure.log_pruned_at_ms is not None:
+            lines.append(f"  its log was pruned by retention on {when(failure.log_pruned_at_ms)}")
         elif failure.attempt_id:
             lines.append("  its log is empty")
     return lines

@@ -39,10 +39,16 @@ from qlflow.cli import packages
 from qlflow.cli import schedules
 
 # isort: split
+from qlflow.cli import notifying
+
+# isort: split
 from qlflow.cli import administering
 
 # isort: split
 from qlflow.cli import export
+
+# isort: split
+from qlflow.cli import retaining
 
 # isort: split
 from qlflow.cli.app import app
@@ -55,7 +61,9 @@ __all__ = [
     "hosting",
     "inspecting",
     "main",
+    "notifying",
     "packages",
+    "retaining",
     "reruns",
     "running",
     "schedules",

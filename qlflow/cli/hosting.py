@@ -13,9 +13,10 @@ from typing import Annotated, Any
 import typer
 
 from qlflow import event_log
+from qlflow import retention_policy as policies
 from qlflow.cli import logs
 from qlflow.cli.app import RUN_AND_HOST, app
-from qlflow.cli.executors import default_worker_id, local_executor
+from qlflow.cli.executors import default_log_dir, default_worker_id, local_executor
 from qlflow.cli.exits import EXIT_INTERRUPTED, CliError
 from qlflow.cli.opening import opened, redact
 from qlflow.cli.options import (
@@ -38,6 +39,7 @@ from qlflow.cli.output import stderr_console, stdout_console
 from qlflow.cli.signals import SignalRelay
 from qlflow.driver import DEFAULT_SERVE_INTERVAL_MS, Driver
 from qlflow.executor import DEFAULT_KILL_AFTER_S, PublishedTasks
+from qlflow.executor.local import remove_local_logs
 from qlflow.runtime import Runtime
 
 log = logging.getLogger("qlflow.cli")
@@ -61,6 +63,35 @@ def traced(rt: Runtime, wanted: bool) -> Iterator[None]:
         yield
     finally:
         runs.close()
+
+
+@contextlib.contextmanager
+def notifying(rt: Runtime, wanted: bool, say: Callable[..., None]) -> Iterator[None]:
+    """While serving: deliver the notification outbox on a thread of its own
+    (`qlflow.notifications`), each attempt logged."""
+    if not wanted:
+        yield
+        return
+    from qlflow.notifications import AttemptResult, Notifier
+
+    def on_attempt(result: AttemptResult) -> None:
+        outcome = "delivered" if result.delivered else f"failed ({result.error})"
+        say(
+            f"qlflow: notification for run {result.run_id} (rule {result.rule}), attempt "
+            f"{result.attempt}: {outcome}",
+            "notification",
+            run_id=result.run_id,
+            rule=result.rule,
+            attempt=result.attempt,
+            delivered=result.delivered,
+            error=result.error,
+        )
+
+    notifier = Notifier(rt.store, on_attempt=on_attempt).start()
+    try:
+        yield
+    finally:
+        notifier.close()
 
 
 @contextlib.contextmanager
@@ -117,6 +148,7 @@ def _host(
     metrics_host: str = "127.0.0.1",
     log_format: str = "human",
     traces: bool = False,
+    retention: policies.RetentionPolicy | None = None,
 ) -> None:
     at_least("--interval-ms", interval_ms)
     at_least("--metrics-port", metrics_port, 0)
@@ -148,6 +180,7 @@ def _host(
         opened(ctx) as rt,
         observed(rt, metrics_port, metrics_host, say) as track_slots,
         traced(rt, traces),
+        notifying(rt, cycles and not once, say),
     ):
         published = PublishedTasks(rt)
         for folder in folders:
@@ -174,6 +207,7 @@ def _host(
             servable=published.task_refs,
             once=once,
             drain_s=drain_ms / 1000,
+            retention=_with_local_logs(retention, log_dir or default_log_dir(rt.url)),
         )
         track_slots(slots, lambda: driver.pool.busy)
 
@@ -319,9 +353,34 @@ def serve(
     metrics_host: MetricsHostOption = "127.0.0.1",
     log_format: LogFormatOption = "human",
     traces: TracesOption = False,
+    retain_finished: Annotated[
+        str | None,
+        typer.Option(
+            metavar="AGE",
+            help="Remove Runs that finished longer ago than this (30d), one bounded "
+            "batch after each cycle.",
+        ),
+    ] = None,
+    retain_logs: Annotated[
+        str | None,
+        typer.Option(metavar="AGE", help="Delete step logs last written longer ago (7d)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help='A host config (TOML) whose [retention] table sets finished_runs = "30d", '
+            'logs = "7d".',
+        ),
+    ] = None,
 ) -> None:
     """Cycles plus local workers in a loop, until SIGTERM."""
     at_least("--workers", workers)
+    policy = policies.from_config(config) if config is not None else policies.RetentionPolicy()
+    if retain_finished is not None:
+        policy.finished_runs_ms = policies.parse_age("--retain-finished", retain_finished)
+    if retain_logs is not None:
+        policy.logs_ms = policies.parse_age("--retain-logs", retain_logs)
     _host(
         ctx,
         cycles=True,
@@ -339,4 +398,15 @@ def serve(
         metrics_host=metrics_host,
         log_format=log_format,
         traces=traces,
+        retention=policy,
     )
+
+
+def _with_local_logs(
+    policy: policies.RetentionPolicy | None, folder: Path
+) -> policies.RetentionPolicy | None:
+    """`policy`, also deleting the local log folders of the Runs it removes."""
+    if policy is None or not policy.active:
+        return None
+    policy.on_removed = lambda run_ids: remove_local_logs(folder, run_ids)
+    return policy

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +17,7 @@ from rich.text import Text
 from domain import event_types
 from domain.records import Record
 from projections.views import RunView, view_of_aggregate
+from qlflow import archive as archiving
 from qlflow.cli.app import INSPECT, JsonOption, app, wants_json
 from qlflow.cli.exits import EXIT_UNAVAILABLE, CliError
 from qlflow.cli.opening import opened
@@ -34,6 +36,16 @@ MAX_FOLLOW_PAUSE_S = 10.0  # the longest pause of --follow while the store is un
 RunArgument = Annotated[
     str,
     typer.Argument(metavar="RUN", help="Run id, or any unique prefix (run: may be left out)."),
+]
+
+
+ArchiveOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--archive",
+        metavar="FILE",
+        help="Read a Run retention removed from this archive (qlflow retain --archive).",
+    ),
 ]
 
 
@@ -114,12 +126,23 @@ def show(
         int | None,
         typer.Option("--at", metavar="VERSION", help="The state at this Run version."),
     ] = None,
+    archive: ArchiveOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Show a Run with its steps as a table (now, or at any version), and the last lines
     of each failed step's log."""
     at_least("--at", at_version)
     as_json = wants_json(ctx, json_out)
+    if archive is not None:
+        archived = archiving.resolve_archived_run(archive, run_id)
+        shown = view_of_aggregate(archiving.archived_aggregate(archive, archived))
+        if as_json:
+            write_json(shown)
+        else:
+            console = stdout_console()
+            console.print(Text(f"run {archived} from the archive {archive}", style="bold"))
+            console.print(run_document(shown))
+        return
     with opened(ctx, read_only=True) as rt:
         run_id = rt.resolve_run_id(run_id)
         if at_version is None:
@@ -177,6 +200,7 @@ def events(
         bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")
     ] = False,
     interval_ms: Annotated[int, typer.Option(help="Poll interval of --follow.")] = 500,
+    archive: ArchiveOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Events of the log, newest first, filtered by Run, type, time and position."""
@@ -185,6 +209,18 @@ def events(
     at_least("--before", before)
     at_least("--interval-ms", interval_ms)
     as_json = wants_json(ctx, json_out)
+    if archive is not None:
+        if run_id is None:
+            raise CliError("--archive reads one Run's events: give --run RUN")
+        archived = archiving.resolve_archived_run(archive, run_id)
+        records = archiving.archived_records(archive, archived)[::-1]
+        shown = records if every else records[:limit]
+        if as_json:
+            write_json(shown)
+        else:
+            more = len(records) > len(shown)
+            stdout_console().print(events_table(shown, wall_clock_ms(), more=more))
+        return
     wanted = _known_types(split_list(types))
     now = wall_clock_ms()
     since_ms, until_ms = optional_time("--since", since, now), optional_time("--until", until, now)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from eventstore import logs as log_store
 from projections.step_logs import LogChunk
 from qlflow.cli.app import ADMINISTER, INSPECT, JsonOption, app, wants_json
 from qlflow.cli.exits import CliError
@@ -89,8 +90,14 @@ def _attempt(
 def _say_nothing(rt: Runtime, run_id: str, step_key: str | None, attempt: int | str | None) -> None:
     named = rt.log_attempts(run_id, step_key, attempt)
     what = f"step {step_key}" if step_key else f"run {run_id}"
+    pruned = log_store.pruned_at(rt.store, [a.attempt_id for a in named])
     if not named:
         sys.stderr.write(f"qlflow: {what} has no Attempt yet, so no output\n")
+    elif pruned:
+        at = max(pruned.values())
+        sys.stderr.write(
+            f"qlflow: the log of {what} was pruned by retention on {when(at, wall_clock_ms())}\n"
+        )
     else:
         sys.stderr.write(f"qlflow: {what} wrote no output\n")
 

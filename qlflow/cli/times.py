@@ -42,6 +42,11 @@ def parse_duration(option: str, text: str) -> int:
     return total
 
 
+def is_duration(text: str) -> bool:
+    """True when `text` is a duration (`30d`, `1h30m`), not a time."""
+    return _DURATION.fullmatch(text.strip().lower()) is not None
+
+
 def parse_time(option: str, text: str, now_ms: int) -> int:
     """An instant in epoch ms from an option: ISO-8601, a duration before `now_ms`, or
     epoch ms (see the module docstring). A bad value is a CliError naming `option`."""

@@ -6,12 +6,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from qlflow.executor.task_io import OUTPUT_INVALID, OutputInvalid, read_output, 
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.runtime import Lease, Runtime
+from qlflow.trace_context import TRACEPARENT_ENV, traceparent
 from qlflow.transient import Backoff, transient_errors
 
 log = logging.getLogger("qlflow.executor")
@@ -244,6 +246,9 @@ class LocalProcessExecutor:
             QLFLOW_STEP_KEY=lease.step_key,
             QLFLOW_ATTEMPT_ID=lease.attempt_id,
         )
+        # the Run's trace (qlflow/trace_context.py): its spans join the trace qlflow's
+        # spans of this Run are in, whichever host makes them
+        env[TRACEPARENT_ENV] = traceparent(lease.run_id, lease.attempt_id)
         env.update(task_environment(inputs, *_io_paths(log_path)))
         process = spawn(command.argv, command.cwd, env)
         log.info(
@@ -439,9 +444,25 @@ class LocalProcessExecutor:
         return report(lease, None, None, None, log_path, error=reason)
 
     def _log_path(self, lease: Lease) -> Path:
-        run_folder = lease.run_id.replace(":", "_")
         attempt = lease.attempt_id.replace(":", "_")
-        return self.log_dir / run_folder / f"{lease.step_key}-{attempt}.log"
+        return run_log_folder(self.log_dir, lease.run_id) / f"{lease.step_key}-{attempt}.log"
+
+
+def run_log_folder(log_dir: Path, run_id: str) -> Path:
+    """The folder on this host that holds a Run's local step logs (and task I/O)."""
+    return log_dir / run_id.replace(":", "_")
+
+
+def remove_local_logs(log_dir: Path, run_ids: Iterable[str]) -> int:
+    """Delete the local log folder of each Run (retention removed them); how many
+    there were."""
+    removed = 0
+    for run_id in run_ids:
+        path = run_log_folder(log_dir, run_id)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def _io_paths(log_path: Path) -> tuple[Path, Path]:

@@ -30,6 +30,7 @@ from domain.json_values import check_finite, check_output_size
 from domain.params import ParamValue
 from domain.transitions import Status
 from qlflow.python.context import LogSink, TaskContext, task_logger
+from qlflow.trace_context import traceparent
 
 EXCEPTION = "exception"  # the function raised
 OUTPUT_INVALID = "output_invalid"  # it returned something that cannot be an output
@@ -93,6 +94,7 @@ def invoke(call: Call, sink: LogSink, stop_requested: Callable[[], bool]) -> Out
         attempt_id=call.attempt_id,
         log=task_logger(call.step_key, sink),
         _stop=stop_requested,
+        traceparent=traceparent(call.run_id, call.attempt_id),
     )
     try:
         value = function(context)

@@ -24,7 +24,8 @@ class TaskContext:
     `log` is a `logging.Logger` whose lines go to the step's stored log;
     `stop_requested()` turns true once the Run has cancel intent or the host drains:
     a long function should look at it and return (in a pool process it is ended
-    after a grace anyway)."""
+    after a grace anyway). `traceparent` is the Run's W3C trace context (what a
+    command gets as TRACEPARENT), so the function's spans join the Run's trace."""
 
     params: Mapping[str, ParamValue]
     needs: Mapping[str, dict[str, Any] | None]
@@ -35,6 +36,12 @@ class TaskContext:
     attempt_id: str
     log: logging.Logger
     _stop: Callable[[], bool] = field(repr=False)
+    traceparent: str = ""
+
+    def trace_headers(self) -> dict[str, str]:
+        """The Run's W3C trace context as carrier headers, for
+        `opentelemetry.propagate.extract(ctx.trace_headers())`."""
+        return {"traceparent": self.traceparent}
 
     def stop_requested(self) -> bool:
         """Whether the function has been asked to stop."""

@@ -231,6 +231,14 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             params=either(None),
             now_ms=either(NOW),
         ),
+        # archive and progress are left out: a hostile path would be a file written here
+        "retain": call(
+            either(NOW - 1),
+            batch=either(100),
+            max_batches=either(None),
+            dry_run=either(True),
+            now_ms=either(NOW),
+        ),
         "backfill_schedule": call(
             either("sch:" + "0" * 32),
             either(NOW - 3_600_000),
@@ -250,7 +258,7 @@ METHODS = [
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
     "task_definition", "schedules", "pause_schedule", "resume_schedule", "rerun",
-    "backfill_schedule",
+    "backfill_schedule", "retain",
     "workflow_params",
 ]  # fmt: skip
 

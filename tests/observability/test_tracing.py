@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import qlflow
-from qlflow import tracing
+from qlflow import trace_context, tracing
 from tests.cli.helpers import EXAMPLES
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 
@@ -42,7 +42,11 @@ def test_a_diamond_run_is_one_trace_of_run_steps_and_attempts(traced):
         "qlflow.step a", "qlflow.step b", "qlflow.step c", "qlflow.step d",
     ]  # fmt: skip
     root = by_name["qlflow.run diamond/diamond"]
-    assert root.parent is None
+    # its parent is the Run's remote root, ids derived from the run id (what the
+    # Attempts' processes were told as TRACEPARENT)
+    assert root.parent.is_remote
+    assert root.parent.span_id == trace_context.root_span_id(run_id)
+    assert root.context.trace_id == trace_context.trace_id(run_id)
     assert {span.context.trace_id for span in spans} == {root.context.trace_id}
     assert root.attributes["qlflow.run_id"] == run_id
     assert root.attributes["qlflow.plan_digest"] == rt.get_run(run_id).plan_digest
@@ -56,6 +60,10 @@ def test_a_diamond_run_is_one_trace_of_run_steps_and_attempts(traced):
         step = by_name[f"qlflow.step {key}"]
         assert attempt.parent.span_id == step.context.span_id
         assert attempt.attributes["qlflow.task_ref"] == f"diamond@1#{key}"
+        attempt_id = attempt.attributes["qlflow.attempt_id"]
+        told = trace_context.traceparent(run_id, attempt_id)
+        assert attempt.attributes["qlflow.traceparent"] == told
+        assert told.split("-")[1] == f"{root.context.trace_id:032x}"
         assert step.start_time <= attempt.start_time <= attempt.end_time <= step.end_time
     outcomes = {key: by_name[f"qlflow.step {key}"].attributes["qlflow.outcome"] for key in "abcd"}
     assert outcomes == {"a": "succeeded", "b": "succeeded", "c": "failed", "d": "skipped"}
@@ -93,3 +101,26 @@ def test_qlflow_imports_no_opentelemetry_without_traces():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_run_begun_before_tracing_is_read_back_with_the_same_tree(store_url):
+    """A Run whose first records this process did not see committed (another host
+    admitted it, or tracing began later) is traced from its stream, read back."""
+    rt = qlflow.open(store_url)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        rt.publish(manifest(DIAMOND), now_ms=T0)
+        run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
+        runs = tracing.trace_runs(rt, tracer_provider=provider)  # after the admission
+        try:
+            drive(rt, T0)
+            runs.flush()
+        finally:
+            runs.close()
+    finally:
+        rt.close()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 1 + 4 + 4  # the Run, four steps, four Attempts
+    assert {span.context.trace_id for span in spans} == {trace_context.trace_id(run_id)}

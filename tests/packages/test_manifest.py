@@ -157,7 +157,7 @@ ERRORS = [
     (
         HEADER + FETCH + _flow('[{key = "fetch", task = "fetch"}]', 'schedule = "daily"\n'),
         "qlflow.toml: [workflows.nightly] schedule: unknown key (allowed: steps, timeout_ms, "
-        "enabled, schedules, params)",
+        "enabled, schedules, params, notify)",
     ),
     (
         HEADER + FETCH + "[workflows.nightly]\ntimeout_ms = 5\n",

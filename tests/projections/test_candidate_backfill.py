@@ -31,6 +31,7 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
+        tx.execute("DROP INDEX runs_finished")  # what step 10 made
         tx.execute("DROP INDEX runs_rerun_of")  # what step 9 made
         tx.execute("ALTER TABLE runs DROP COLUMN rerun_of")
         for column in ("reused_from", "reused_output"):

@@ -7,6 +7,7 @@ import pytest
 
 import qlflow
 from domain.errors import CorruptionError
+from domain.streams import retention_stream
 from projections.log_check import DOCUMENT
 from projections.rebuild import rebuild
 from projections.verify import verify
@@ -119,7 +120,13 @@ def test_positions_that_do_not_follow_versions_are_named(rt):
     assert not report.ok
     problems = {(p.stream, p.version, p.position) for p in report.log_problems}
     assert (stream, version, top + 10**6) in problems
-    assert all(p.stream == stream or p.stream == "*" for p in report.log_problems)
+    # the positions it left and skipped are gaps no retention record names
+    gaps = {(p.position, p.problem) for p in report.log_problems if p.stream == retention_stream()}
+    assert gaps == {
+        (first, f"positions {first} to {last} are missing and no retention record names them")
+        for first, last in ((position, position), (top + 1, top + 10**6 - 1))
+    }
+    assert all(p.stream in (stream, "*", retention_stream()) for p in report.log_problems)
 
 
 def test_rebuild_names_a_broken_document_and_changes_nothing(rt):

@@ -1,0 +1,45 @@
+"""Removing whole streams from the log: retention's one exception to append-only
+(docs/DESIGN.md, "Retention").
+
+A stream goes whole (its events and its head), inside the caller's transaction, which
+must also append the record that names what went: positions are never reused
+because that record is appended first and is never removed (SQLite takes the next
+position as the highest plus one; PostgreSQL's counter row does not move back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eventstore.transaction import EVENT_COLUMNS
+
+_IN_CHUNK = 500  # values per IN (...) list, well under either database's parameter limit
+
+Row = tuple[Any, ...]
+
+
+def stream_rows(tx: Any, stream_ids: Sequence[str]) -> list[Row]:
+    """The stored rows (EVENT_COLUMNS: position, event id, stream, version, type, data
+    text, metadata text) of every event of the named streams, in position order."""
+    rows: list[Row] = []
+    for chunk in _chunks(sorted(set(stream_ids))):
+        marks = ", ".join("?" * len(chunk))
+        rows += tx.query(f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id IN ({marks})", chunk)
+    rows.sort(key=lambda row: row[0])
+    return rows
+
+
+def remove_streams(tx: Any, stream_ids: Sequence[str]) -> int:
+    """Delete every event and the head of each named stream; the events removed."""
+    removed = 0
+    for chunk in _chunks(sorted(set(stream_ids))):
+        marks = ", ".join("?" * len(chunk))
+        cursor = tx.execute(f"DELETE FROM events WHERE stream_id IN ({marks})", chunk)
+        removed += max(cursor.rowcount, 0)
+        tx.execute(f"DELETE FROM streams WHERE stream_id IN ({marks})", chunk)
+    return removed
+
+
+def _chunks(values: list[str]) -> list[list[str]]:
+    return [values[start : start + _IN_CHUNK] for start in range(0, len(values), _IN_CHUNK)]

@@ -1,0 +1,113 @@
+"""The retention read model: one tombstone row per Run retention removed
+(docs/DESIGN.md, "Retention").
+
+A `retention.removed` record folds into this table and takes the removed Runs' rows
+out of the Runs read model and their snapshots, in the append's transaction. A
+replay of the remaining log gives the same tables: the removed Runs' own records are
+gone, so the replay never makes their rows, and the record still leaves their
+tombstones. A tombstone is what admission, `show`, `logs` and `why` answer for a Run
+that is no longer in the log ("removed by retention at ...").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from domain import streams
+from domain.errors import NotFound
+from domain.event_types import EventType
+from domain.records import Record
+from domain.values import utc_text
+from eventstore.grants import ADMISSION, AUDIT, READ, RUNTIME
+
+COMPONENT = "projections.retention"
+STREAM_PREFIXES = (streams.prefix(streams.RETENTION),)
+TABLE = "removed_runs"
+_COLUMNS = (
+    "run_id",
+    "admission_key",
+    "status",
+    "terminal_at_ms",
+    "removed_at_ms",
+    "retention_version",
+)
+_CREATE = """CREATE TABLE removed_runs (
+    run_id TEXT PRIMARY KEY,
+    admission_key TEXT,
+    status TEXT NOT NULL,
+    terminal_at_ms INTEGER,
+    removed_at_ms INTEGER NOT NULL,
+    retention_version INTEGER NOT NULL
+)"""
+_BY_KEY = "CREATE INDEX removed_runs_by_key ON removed_runs (admission_key)"
+MIGRATIONS = [
+    {"sqlite": [_CREATE, _BY_KEY], "postgresql": [_CREATE.replace("INTEGER", "BIGINT"), _BY_KEY]}
+]
+TABLES = {TABLE: ("run_id",)}
+GRANTS = {TABLE: {RUNTIME: READ, ADMISSION: READ, AUDIT: READ}}
+# the Runs read model's tables and the snapshots, by the column naming the Run
+_RUN_ROWS = ("runs", "step_runs", "attempts", "run_snapshots")
+_IN_CHUNK = 500
+
+
+def apply(tx: Any, records: Sequence[Record]) -> None:
+    """Fold retention records: each removed Run leaves a tombstone and its rows go."""
+    for record in records:
+        if record.type != EventType.RETENTION_REMOVED:
+            continue
+        runs = [run for run in record.data.get("runs", ()) if isinstance(run, dict)]
+        rows = [
+            (
+                run["run_id"],
+                run.get("admission_key"),
+                run.get("status", ""),
+                run.get("terminal_at_ms"),
+                record.data["removed_at_ms"],
+                record.stream_version,
+            )
+            for run in runs
+        ]
+        run_ids = sorted(row[0] for row in rows)
+        for start in range(0, len(run_ids), _IN_CHUNK):
+            chunk = run_ids[start : start + _IN_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for table in _RUN_ROWS:
+                tx.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", chunk)
+        if rows:
+            tx.upsert(TABLE, _COLUMNS, ("run_id",), rows)
+
+
+def tombstone(reads: Any, run_id: str) -> dict[str, Any] | None:
+    """The tombstone of a removed Run, or None when retention did not remove it."""
+    rows = reads.query(f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE run_id = ?", (run_id,))
+    return dict(zip(_COLUMNS, rows[0], strict=True)) if rows else None
+
+
+def tombstones_by_prefix(reads: Any, prefix: str, limit: int = 10) -> list[str]:
+    """Run ids of removed Runs starting with `prefix` (for resolving a short id)."""
+    rows = reads.query(
+        f"SELECT run_id FROM {TABLE} WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?",
+        (prefix, prefix + "\U0010ffff", limit),
+    )
+    return [row[0] for row in rows]
+
+
+def pruned_text(run_id: str, found: dict[str, Any]) -> str:
+    """What a reader is told of a Run retention removed."""
+    ended = found.get("terminal_at_ms")
+    how = f" (it ended {found['status']} at {utc_text(ended)})" if ended is not None else ""
+    return (
+        f"run {run_id!r} was pruned by retention on {utc_text(found['removed_at_ms'])}{how}: "
+        "its events and logs are no longer in this store; an archive written by "
+        "`qlflow retain --archive FILE` still has them"
+    )
+
+
+def run_not_found(reads: Any, run_id: str) -> NotFound:
+    """The NotFound for a Run the read models do not have: pruned by retention (and
+    when), or never there."""
+    found = tombstone(reads, run_id)
+    if found is None:
+        return NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
+    return NotFound(pruned_text(run_id, found))
