@@ -29,6 +29,7 @@ def test_tables_live_in_the_schema_the_url_names(pg_url):
         "events",
         "log_attempts",
         "log_chunks",
+        "log_prunes",
         "qlflow_append_rights",
         "qlflow_locks",
         "qlflow_position",
