@@ -294,7 +294,7 @@ class Runtime(Inspection, Scheduling):
 
     def cycle(self, now_ms: int | None = None) -> CycleResult:
         """One bounded pass of every phase: recovery, cancellation, schedule, frontier,
-        admission."""
+        claim."""
         return self._cycle.run(self._now(now_ms))
 
     # -- workers -----------------------------------------------------------
