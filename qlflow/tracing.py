@@ -1,6 +1,7 @@
 """OpenTelemetry traces of Runs, from the log (docs/DESIGN.md, "Observability").
 
     pip install 'qlflow[otel]'
+    import qlflow.tracing
     tracing = qlflow.tracing.trace_runs(rt)   # the host's TracerProvider (global API)
 
 When a commit ends a Run, its spans are built from the Run's stream with the times
