@@ -226,3 +226,24 @@ def test_run_counts_equal_the_runs_table_through_a_workload_and_a_rebuild(rt):
     assert gauge() == counted()
     rt.rebuild_projections()
     assert gauge() == counted() == {"cancelled": 1, "failed": 3, "running": 1}
+
+
+def test_every_metric_is_named_by_the_prometheus_conventions(rt):
+    """qlflow_ prefix, help text, counters exposed as _total, times in _seconds."""
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    rt.start("demo", "flow", admission_key="k", now_ms=T0)
+    families = list(metrics.registry().collect())
+    names = {family.name for family in families}
+    assert {"qlflow_attempts_queued", "qlflow_attempts_oldest_claim_age_seconds",
+            "qlflow_attempts_running", "qlflow_runs", "qlflow_steps_finished",
+            "qlflow_step_retries", "qlflow_lease_expiries", "qlflow_interruptions",
+            "qlflow_schedule_fires", "qlflow_schedule_skips",
+            "qlflow_cycle_phase_duration_seconds", "qlflow_store_commit_duration_seconds",
+            "qlflow_store_commit_round_trips", "qlflow_store_errors", "qlflow_host_slots",
+            "qlflow_host_slots_in_use"} <= names  # fmt: skip
+    for family in families:
+        assert family.name.startswith("qlflow_") and family.documentation.strip(), family.name
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
+        if "duration" in family.name or "age" in family.name:
+            assert family.name.endswith("_seconds"), family.name
