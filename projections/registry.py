@@ -36,9 +36,9 @@ from eventstore.validation import encode_appends
 
 def modules() -> tuple[ModuleType, ...]:
     """All projection modules, in the order their records are applied."""
-    from projections import publications, retention, runs, schedules, snapshots
+    from projections import notifications, publications, retention, runs, schedules, snapshots
 
-    return (publications, runs, schedules, snapshots, retention)
+    return (publications, runs, schedules, snapshots, retention, notifications)
 
 
 def functions() -> tuple[ServerFunction, ...]:
