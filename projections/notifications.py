@@ -38,10 +38,10 @@ _COLUMNS = (
     "due_at_ms",
     "attempts",
     "delivered",
-    "failed",
+    "given_up",
     "retry_at_ms",
     "last_error",
-    "pending",
+    "to_try",
 )
 _CREATE = """CREATE TABLE notification_deliveries (
     run_id TEXT NOT NULL,
@@ -54,14 +54,14 @@ _CREATE = """CREATE TABLE notification_deliveries (
     due_at_ms INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
     delivered INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
+    given_up INTEGER NOT NULL,
     retry_at_ms INTEGER NOT NULL,
     last_error TEXT,
-    pending INTEGER NOT NULL,
+    to_try INTEGER NOT NULL,
     PRIMARY KEY (run_id, rule)
 )"""
 _DUE = """CREATE INDEX notification_deliveries_due
-    ON notification_deliveries (retry_at_ms, run_id, rule) WHERE pending = 1"""
+    ON notification_deliveries (retry_at_ms, run_id, rule) WHERE to_try = 1"""
 _LISTED = """CREATE INDEX notification_deliveries_listed
     ON notification_deliveries (due_at_ms, run_id, rule)"""
 MIGRATIONS = [
@@ -105,7 +105,7 @@ def backfill(store: Any, from_version: int) -> None:
 def due(reads: Reads, now_ms: int, limit: int) -> list[Delivery]:
     """Pending deliveries whose retry time has come, the longest waiting first."""
     rows = reads.query(
-        f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE pending = 1 AND retry_at_ms <= ? "
+        f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE to_try = 1 AND retry_at_ms <= ? "
         "ORDER BY retry_at_ms, run_id, rule LIMIT ?",
         (now_ms, limit),
     )
@@ -160,7 +160,7 @@ def _row(delivery: Delivery) -> tuple[Any, ...]:
 
 def _from_row(row: Sequence[Any]) -> Delivery:
     (run_id, rule, workflow_key, status, result_code, target, notification_id,
-     due_at_ms, attempts, delivered, failed, retry_at_ms, last_error, _pending) = row  # fmt: skip
+     due_at_ms, attempts, delivered, given_up, retry_at_ms, last_error, _to_try) = row  # fmt: skip
     return Delivery(
         run_id=run_id,
         workflow_key=workflow_key,
@@ -172,7 +172,7 @@ def _from_row(row: Sequence[Any]) -> Delivery:
         due_at_ms=int(due_at_ms),
         attempts=int(attempts),
         delivered=bool(delivered),
-        failed=bool(failed),
+        failed=bool(given_up),
         retry_at_ms=int(retry_at_ms),
         last_error=last_error,
     )

@@ -141,8 +141,9 @@ def deliver_due(
     sender: Sender = send,
 ) -> list[AttemptResult]:
     """Try the pending notifications whose retry time has come (at most `DUE_PAGE`,
-    the longest waiting first), recording each attempt; returns what was tried. An attempt another host recorded first is
-    left to it (its record wins; the receiver may see the notification twice)."""
+    the longest waiting first), recording each attempt; returns what was tried. An
+    attempt another host recorded first is left to it (its record wins; the receiver
+    may see the notification twice)."""
     now = store.clock_ms() if now_ms is None else now_ms
     environment = os.environ if env is None else env
     results = []
