@@ -22,6 +22,7 @@ from actors.supervisor import Cycle, CycleResult, PageResult
 from domain import retention
 from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
+from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
@@ -227,15 +228,20 @@ class Runtime(Inspection, Scheduling):
         run_id: str | None = None,
         timeout_ms: int | None = None,
         params: Mapping[str, Any] | None = None,
+        priority: int | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
         """Admit a Workflow Run durably; an exact replay returns status "existing".
 
         `params` gives the Workflow's declared parameters (name -> str, int or
-        bool); defaults fill the rest and the plan binds them all."""
+        bool); defaults fill the rest and the plan binds them all. `priority`
+        (-1000..1000; None: the Workflow's, 0 unless declared): workers lease the
+        steps of higher-priority Runs first (docs/DESIGN.md "Flow control")."""
         package, workflow = text("package", package), text("workflow", workflow)
         if timeout_ms is not None:
             positive("timeout_ms", timeout_ms)
+        if priority is not None:
+            check_priority(priority)
         return admission.start(
             self._authority,
             package,
@@ -244,6 +250,7 @@ class Runtime(Inspection, Scheduling):
             run_id=run_id,
             timeout_ms=timeout_ms,
             params=params,
+            priority=priority,
             now_ms=self._now(now_ms),
         )
 
