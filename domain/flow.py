@@ -20,6 +20,7 @@ Pure: nothing here reads the store. The rules that give slots out are
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -364,3 +365,42 @@ def _describe(value: object) -> str:
     if isinstance(value, float):
         return f"a float ({value})"
     return f"{type(value).__name__} {value!r}"
+
+
+# --- limits changed at runtime ------------------------------------------------------------
+
+
+def target_digest(target: str) -> str:
+    """The entity id of a target's `limit-` stream: 32 hex digits of its SHA-256."""
+    return hashlib.sha256(target.encode("utf-8")).hexdigest()[:32]
+
+
+def declared_for(target: Target, declared: Mapping[str, Concurrency]) -> Concurrency:
+    """The declared limit a `limits set` target changes: the limit must be declared
+    (by the head of its package), and a key value names a keyed limit's slot.
+    InvalidInput naming `target` otherwise."""
+    found = declared.get(target.limit)
+    if found is None:
+        what = "Task" if target.kind == TASK_LIMIT else "Workflow"
+        raise InvalidInput(
+            "target",
+            "declared",
+            f"{what} {target.package}/{target.name} declares no limit in its package's head "
+            "publication: declare one in qlflow.toml (`limits set` changes a declared limit)",
+        )
+    if target.key is not None and found.key is None:
+        raise InvalidInput(
+            "target",
+            "keyed",
+            f"{target.limit} has no key: set {target.limit} itself, not one key of it",
+        )
+    return found
+
+
+def effective_limit(slot: str, declared: int, overrides: Mapping[str, int]) -> int:
+    """A slot's limit now: the one set for the slot, else for its limit, else the
+    declared one. The one rule every reader of limits asks."""
+    found = overrides.get(slot)
+    if found is None:
+        found = overrides.get(limit_of(slot))
+    return declared if found is None else found

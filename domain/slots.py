@@ -27,7 +27,7 @@ from typing import Final
 from domain.aggregate import AttemptState, RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
 from domain.event_types import EventType
-from domain.flow import SlotRef
+from domain.flow import SlotRef, effective_limit
 from domain.ids import ADMISSION_EVENT, derive_id
 from domain.transitions import LEASE_LEASED
 
@@ -58,11 +58,8 @@ def run_slot_state(aggregate: RunAggregate) -> str | None:
 
 
 def effective_slots(ref: SlotRef, overrides: Mapping[str, int]) -> int:
-    """The slot's limit now: set for the slot, else for its limit, else declared."""
-    found = overrides.get(ref.slot)
-    if found is None:
-        found = overrides.get(ref.limit)
-    return ref.declared if found is None else found
+    """The slot's limit now (`domain.flow.effective_limit`)."""
+    return effective_limit(ref.slot, ref.declared, overrides)
 
 
 def queue_order(priority: int, admitted_at_ms: int, run_id: str) -> tuple[int, int, str]:

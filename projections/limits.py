@@ -11,16 +11,26 @@ before its `slot_until_ms` — a lease that expired holds nothing, with no write
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from domain import streams
 from domain.event_types import EventType
+from domain.flow import (
+    TASK_LIMIT,
+    WORKFLOW_LIMIT,
+    Concurrency,
+    effective_limit,
+    limit_name,
+    limit_of,
+)
 from domain.records import Record
+from domain.revision import revision_from_json
 from domain.slots import HELD, QUEUED
+from domain.streams import publication_stream
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
-from projections import candidates
+from projections import candidates, publications
 
 COMPONENT = "projections.limits"
 STREAM_PREFIXES = (streams.prefix(streams.LIMIT),)
@@ -158,8 +168,9 @@ def queued_runs(reader: Any, slot: str, limit: int) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Holder:
-    """One holder of a slot: an Attempt under its lease, or a Run."""
+class SlotHolder:
+    """One holder of a limit's slot: an Attempt under its lease (until its expiry,
+    on `worker_id`), or a Run of a limited Workflow."""
 
     slot: str
     run_id: str
@@ -179,7 +190,7 @@ class Override:
     set_at_ms: int
 
 
-def holders(reader: Any, now_ms: int) -> list[Holder]:
+def holders(reader: Any, now_ms: int) -> list[SlotHolder]:
     """Every holder of every slot at `now_ms`, by slot."""
     attempts = reader.query(
         """SELECT slot, run_id, attempt_id, step_key, worker_id, slot_until_ms FROM attempts
@@ -189,7 +200,8 @@ def holders(reader: Any, now_ms: int) -> list[Holder]:
     runs = reader.query(
         f"SELECT run_slot, run_id FROM runs WHERE slot_state = '{HELD}' ORDER BY run_slot, run_id"
     )
-    found = [Holder(*row) for row in attempts] + [Holder(slot, run_id) for slot, run_id in runs]
+    found = [SlotHolder(*row) for row in attempts]
+    found += [SlotHolder(slot, run_id) for slot, run_id in runs]
     return sorted(found, key=lambda h: (h.slot, h.run_id, h.attempt_id or ""))
 
 
@@ -222,3 +234,97 @@ def override(reader: Any, target: str) -> tuple[int, int] | None:
     """(slots, version) of the limit last set for `target`, or None."""
     rows = reader.query(f"SELECT slots, version FROM {TABLE} WHERE target = ?", (target,))
     return (rows[0][0], rows[0][1]) if rows else None
+
+
+def override_values(reader: Any, targets: Iterable[str]) -> dict[str, int]:
+    """The limits set for `targets` (those set), by target."""
+    names = sorted(set(targets))
+    rows = reader.query(
+        f"SELECT target, slots FROM {TABLE} WHERE target IN ({_marks(names)})", names
+    )
+    return {target: slots for target, slots in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    """One limit, or one key value of a keyed limit, as `qlflow limits` lists it.
+
+    `target` is what `limits set` takes (`task:<package>/<task>`,
+    `workflow:<package>/<workflow>`, or either with `[<key value>]`). `declared` is
+    the count the package's head declares (None: it declares none any more), `key`
+    a keyed limit's template, `set_to` what `limits set` gave it (with who and
+    when), `limit` the one in force. `in_use` counts the holders at the time asked
+    (a keyed limit's own row: across its key values), `waiting` the Attempts a
+    worker could lease but for the slot (a Task) or the Runs queued (a Workflow)."""
+
+    target: str
+    kind: str
+    declared: int | None
+    key: str | None
+    set_to: int | None
+    set_by: str | None
+    set_at_ms: int | None
+    limit: int | None
+    in_use: int
+    waiting: int
+    holders: tuple[SlotHolder, ...]
+
+
+def list_limits(reader: Any, declared: Mapping[str, Concurrency], now_ms: int) -> list[LimitView]:
+    """Every declared limit, and every key value in use, waited for or set, by target."""
+    set_rows = {row.target: row for row in overrides(reader)}
+    set_values = {target: row.slots for target, row in set_rows.items()}
+    by_slot: dict[str, list[SlotHolder]] = {}
+    for holder in holders(reader, now_ms):
+        by_slot.setdefault(holder.slot, []).append(holder)
+    waiting = queued_counts(reader)
+    for slot, count in waiting_counts(reader, now_ms).items():
+        waiting[slot] = waiting.get(slot, 0) + count
+    targets = set(declared) | set(set_rows) | set(by_slot) | set(waiting)
+    views = []
+    for target in sorted(targets):
+        limit = limit_of(target)
+        declaration = declared.get(limit)
+        own = tuple(by_slot.get(target, ()))
+        in_use = len(own)
+        if target == limit and declaration is not None and declaration.key is not None:
+            in_use = sum(len(h) for slot, h in by_slot.items() if limit_of(slot) == limit)
+        found = set_rows.get(target)
+        views.append(
+            LimitView(
+                target=target,
+                kind=target.partition(":")[0],
+                declared=None if declaration is None else declaration.limit,
+                key=declaration.key if declaration is not None and target == limit else None,
+                set_to=None if found is None else found.slots,
+                set_by=None if found is None else found.set_by,
+                set_at_ms=None if found is None else found.set_at_ms,
+                limit=effective_limit(target, declaration.limit, set_values)
+                if declaration is not None
+                else set_values.get(target, set_values.get(limit)),
+                in_use=in_use,
+                waiting=waiting.get(target, 0),
+                holders=own,
+            )
+        )
+    return views
+
+
+def declared_limits(reader: Any) -> dict[str, Concurrency]:
+    """The limits the head publication of every package declares, by limit name."""
+    found: dict[str, Concurrency] = {}
+    for head in publications.publications(reader):
+        if not head.head:
+            continue
+        records = reader.read_stream(publication_stream(head.publication_id))
+        published = next((r for r in records if r.type == EventType.PUBLICATION_PUBLISHED), None)
+        if published is None:
+            continue
+        revision = revision_from_json(published.data["revision"])
+        for task_id, task in revision.tasks.items():
+            if task.concurrency is not None:
+                found[limit_name(TASK_LIMIT, revision.package, task_id)] = task.concurrency
+        for key, workflow in revision.workflows.items():
+            if workflow.limit is not None:
+                found[limit_name(WORKFLOW_LIMIT, revision.package, key)] = workflow.limit
+    return found

@@ -45,6 +45,7 @@ from qlflow.arguments import (
     text_list,
     texts,
 )
+from qlflow.flow_control import FlowControl
 from qlflow.inspection import Inspection
 from qlflow.scheduling import Scheduling
 
@@ -121,7 +122,7 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
 MAX_RERUN_STEPS = 128  # a plan has at most 128 steps
 
 
-class Runtime(Inspection, Scheduling):
+class Runtime(Inspection, Scheduling, FlowControl):
     """An opened qlflow runtime. Every method is one or a few short transactions;
     nothing runs between calls (the host drives `cycle`)."""
 
