@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import qlflow
+from domain.event_types import EventType
 from qlflow.errors import InvalidInput
 from tests.cycle.helpers import T0
 
@@ -95,9 +96,7 @@ def test_a_limit_set_at_runtime_is_in_force_at_the_next_lease_and_recorded(rt):
     [view] = [v for v in rt.limits(now_ms=T0 + 13) if v.target == "task:etl/a"]
     assert (view.declared, view.set_to, view.limit, view.in_use, view.waiting) == (1, 3, 3, 3, 1)
     assert {h.worker_id for h in view.holders} == {"w1"}
-    [record] = [
-        r for r in rt.store.iter_all() if r.type == "limit.set"  # noqa: the log's own word
-    ]
+    [record] = [r for r in rt.store.iter_all() if r.type == EventType.LIMIT_SET]
     assert record.data == {"target": "task:etl/a", "old": 1, "new": 3, "set_at_ms": T0 + 11}
     assert record.metadata["actor"] == "ops"
     assert not rt.set_limit("task:etl/a", 3, now_ms=T0 + 14).changed  # nothing to write
@@ -105,9 +104,7 @@ def test_a_limit_set_at_runtime_is_in_force_at_the_next_lease_and_recorded(rt):
 
 
 def test_a_keyed_limit_has_one_set_of_slots_per_key_value(rt):
-    rt.publish(
-        package(task_limit={"limit": 1, "key": "{params.region}"}, params=True), now_ms=T0
-    )
+    rt.publish(package(task_limit={"limit": 1, "key": "{params.region}"}, params=True), now_ms=T0)
     eu = start(rt, 2, params={"region": "eu"})
     us = start(rt, 2, at_ms=T0 + 5, params={"region": "us"})
     leases = rt.lease_attempts("w1", limit=10, ttl_ms=TTL_MS, now_ms=T0 + 10)

@@ -3,6 +3,8 @@ binds, and who gets a slot — properties over random facts, no store."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,7 +95,7 @@ def test_the_limit_in_force_is_the_slots_then_its_limits_then_the_declared_one()
 )
 def test_queue_order_is_higher_priority_then_older_then_id(runs):
     ordered = sorted(runs, key=lambda r: queue_order(r[0], r[1], str(r[2])))
-    for before, after in zip(ordered, ordered[1:], strict=False):
+    for before, after in itertools.pairwise(ordered):
         assert before[0] > after[0] or (
             before[0] == after[0] and (before[1], str(before[2])) <= (after[1], str(after[2]))
         )
@@ -176,7 +178,8 @@ def test_a_bad_concurrency_is_refused_naming_its_field(raw, field):
 
 def test_a_limit_target_names_a_task_or_a_workflow_and_maybe_a_key():
     target = parse_target("task:etl/fetch[eu-1]")
-    assert (target.kind, target.package, target.name, target.key) == ("task", "etl", "fetch", "eu-1")
+    found = (target.kind, target.package, target.name, target.key)
+    assert found == ("task", "etl", "fetch", "eu-1")
     assert target.slot == "task:etl/fetch[eu-1]" and target.limit == "task:etl/fetch"
     for bad in ("etl/fetch", "job:etl/fetch", "task:etl", "task:/x", "task:etl/x[]", 3):
         with pytest.raises(InvalidInput):
