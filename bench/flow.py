@@ -3,14 +3,21 @@ drains, in lease order (docs/DESIGN.md "Flow control") against breadth-first.
 
     python -m bench.flow [--pg URL] [--runs 3000] [--workers 4] [--rounds 1]
                          [--sides breadth,fair,fair_limit] [--today PATH]
-                         [--rate R] [--sqlite-only] [--smoke]
+                         [--workloads burst,arrivals] [--sqlite-only] [--smoke]
 
-A producer thread starts `runs` two-step Runs (a -> b) one after another while
-`workers` threads drain them through the public API, each looping
-`lease_attempts(limit=1, start=True)` then `complete` (the completion commits b's
-claim; completions that meet share a commit, as on a host). The steps do nothing,
-so what is measured is the engine's order and its cost. `--rate` paces the
-producer (Runs/s; default: as fast as it can start them).
+`runs` two-step Runs (a -> b) drained by `workers` threads through the public API,
+each looping `lease_attempts(limit=1, start=True)` then `complete` (the completion
+commits b's claim; completions that meet share a commit, as on a host). The steps
+do nothing, so what is measured is the engine's order and its cost. Two workloads:
+
+- `burst`: every Run is admitted before the workers start (the issue's backlog).
+  Whatever the order, the i-th Run to end ends at about i/N of the drain, so the
+  median Run's admission-to-end is at least half the drain; breadth-first makes it
+  about three quarters (every a before any b);
+- `arrivals`: the Runs arrive while the workers drain, faster than they drain: a
+  producer thread keeps at most 8 + 1.6 x (the Runs finished) started, a backlog
+  that grows at 60% of the drain rate on any machine. Here the order decides
+  whether a Run's time is its own wait or the whole backlog's.
 
 Sides, each in a child process with its own SQLite file or PostgreSQL schema:
 - `breadth`: this code, its candidate query ordered as before flow control (by the
@@ -91,7 +98,11 @@ def _breadth_first() -> None:
     candidates.claimable_attempts = claimable
 
 
-def child(url: str, side: str, runs: int, workers: int, rate: float | None) -> dict:
+ARRIVAL_RATIO = 1.6  # arrivals: Runs started per Run finished
+ARRIVAL_HEAD = 8  # arrivals: Runs started before any finished
+
+
+def child(url: str, side: str, runs: int, workers: int, workload: str) -> dict:
     import qlflow
 
     if side == "breadth":
@@ -112,12 +123,11 @@ def child(url: str, side: str, runs: int, workers: int, rate: float | None) -> d
         errors: list[str] = []
 
         def produce() -> None:
-            began = time.perf_counter()
             for index in range(runs):
-                if rate:
-                    wait = began + index / rate - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
+                while workload == "arrivals" and index >= ARRIVAL_HEAD + ARRIVAL_RATIO * (
+                    completed[0] // 2
+                ):
+                    time.sleep(0.001)
                 rt.start(PACKAGE, WORKFLOW, admission_key=f"k{index}")
 
         def work(worker_id: str) -> None:
@@ -137,7 +147,11 @@ def child(url: str, side: str, runs: int, workers: int, rate: float | None) -> d
                 errors.append(f"{type(error).__name__}: {error}")
                 done.set()
 
-        threads = [threading.Thread(target=produce)]
+        if workload == "burst":
+            produce()  # the backlog, before any worker starts
+            threads = []
+        else:
+            threads = [threading.Thread(target=produce)]
         threads += [threading.Thread(target=work, args=(f"w{i}",)) for i in range(workers)]
         for thread in threads:
             thread.start()
@@ -155,6 +169,7 @@ def child(url: str, side: str, runs: int, workers: int, rate: float | None) -> d
     median = statistics.median(latencies)
     return {
         "side": side,
+        "workload": workload,
         "runs": runs,
         "workers": workers,
         "drain_s": round(drain_ms / 1000, 2),
@@ -189,7 +204,7 @@ def place(store: str, pg_url: str | None, workdir: Path) -> Iterator[str]:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def run_child(url: str, side: str, args: argparse.Namespace) -> dict:
+def run_child(url: str, side: str, workload: str, args: argparse.Namespace) -> dict:
     code = ROOT
     if side == "today":
         code = Path(args.today).resolve()
@@ -201,7 +216,7 @@ def run_child(url: str, side: str, args: argparse.Namespace) -> dict:
     )
     command = [
         sys.executable, "-c", launch, str(ROOT / "bench" / "flow.py"), "--child", url, side,
-        str(args.runs), str(args.workers), str(args.rate or 0),
+        str(args.runs), str(args.workers), workload,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(
@@ -222,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="each side this often, interleaved")
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--today", help="a checkout from before flow control: adds `today`")
-    parser.add_argument("--rate", type=float, help="Runs started per second (default: unpaced)")
+    parser.add_argument("--workloads", default="burst,arrivals")
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="40 Runs, 2 workers, one round")
     args = parser.parse_args(argv)
@@ -233,15 +248,17 @@ def main(argv: list[str] | None = None) -> int:
         sides.append("today")
     stores = ["sqlite"] + ([] if args.sqlite_only or not args.pg else ["postgresql"])
     results = []
+    workloads = [w for w in args.workloads.split(",") if w]
     with tempfile.TemporaryDirectory() as folder:
         for store in stores:
-            for _ in range(args.rounds):
-                for side in sides:
-                    with place(store, args.pg, Path(folder)) as url:
-                        found = run_child(url, side, args)
-                    found["store"] = store
-                    results.append(found)
-                    print(_row(found), flush=True)
+            for workload in workloads:
+                for _ in range(args.rounds):
+                    for side in sides:
+                        with place(store, args.pg, Path(folder)) as url:
+                            found = run_child(url, side, workload, args)
+                        found["store"] = store
+                        results.append(found)
+                        print(_row(found), flush=True)
     print(" | ".join(HEADER))
     for found in results:
         print(_row(found))
@@ -255,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 HEADER = (
-    "store", "side", "runs", "drain s", "Runs/s", "median ms", "p95 ms", "median/drain",
+    "store", "workload", "side", "runs", "drain s", "Runs/s", "median ms", "p95 ms", "median/drain",
     "lease trips",
 )  # fmt: skip
 
@@ -264,7 +281,7 @@ def _row(found: dict) -> str:
     return " | ".join(
         str(found.get(key))
         for key in (
-            "store", "side", "runs", "drain_s", "runs_per_s", "median_ms", "p95_ms",
+            "store", "workload", "side", "runs", "drain_s", "runs_per_s", "median_ms", "p95_ms",
             "median_share", "lease_round_trips",
         )
     )  # fmt: skip
@@ -272,8 +289,8 @@ def _row(found: dict) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        url, side, runs, workers, rate = sys.argv[2:7]
-        found = child(url, side, int(runs), int(workers), float(rate) or None)
+        url, side, runs, workers, workload = sys.argv[2:7]
+        found = child(url, side, int(runs), int(workers), workload)
         print(orjson.dumps(found).decode(), flush=True)
         sys.exit(0)
     sys.exit(main())

@@ -40,7 +40,8 @@ TASK_LIMIT: Final = "task"
 WORKFLOW_LIMIT: Final = "workflow"
 LIMIT_KINDS = (TASK_LIMIT, WORKFLOW_LIMIT)
 
-_PLACEHOLDER = re.compile(r"\{params\.([A-Za-z0-9][A-Za-z0-9_-]{0,63})\}")
+PLACEHOLDER_PATTERN: Final = r"\{params\.([A-Za-z0-9][A-Za-z0-9_-]{0,63})\}"
+_PLACEHOLDER = re.compile(PLACEHOLDER_PATTERN)
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
 _TARGET = re.compile(rf"({'|'.join(LIMIT_KINDS)}):({_NAME})/({_NAME})(?:\[(.+)\])?", re.S)
 CONCURRENCY_KEYS = ("limit", "key")
@@ -377,7 +378,8 @@ def target_digest(target: str) -> str:
 
 def declared_for(target: Target, declared: Mapping[str, Concurrency]) -> Concurrency:
     """The declared limit a `limits set` target changes: the limit must be declared
-    (by the head of its package), and a key value names a keyed limit's slot.
+    (by the newest publication of its package), and a key value names a keyed
+    limit's slot.
     InvalidInput naming `target` otherwise."""
     found = declared.get(target.limit)
     if found is None:
@@ -385,8 +387,9 @@ def declared_for(target: Target, declared: Mapping[str, Concurrency]) -> Concurr
         raise InvalidInput(
             "target",
             "declared",
-            f"{what} {target.package}/{target.name} declares no limit in its package's head "
-            "publication: declare one in qlflow.toml (`limits set` changes a declared limit)",
+            f"{what} {target.package}/{target.name} declares no limit in the newest "
+            "publication of its package: declare one in qlflow.toml (`limits set` changes "
+            "a declared limit)",
         )
     if target.key is not None and found.key is None:
         raise InvalidInput(

@@ -28,11 +28,13 @@ from domain.flow import (
 from domain.records import Record
 from domain.revision import revision_from_json
 from domain.slots import HELD, QUEUED
-from domain.streams import publication_stream
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 from projections import candidates, publications
+from projections.published_revisions import FUNCTIONS as _REVISION_FUNCTIONS
+from projections.published_revisions import published_revisions
 
 COMPONENT = "projections.limits"
+PUBLISHED_REVISIONS_SIGNATURE = _REVISION_FUNCTIONS[0].signature
 STREAM_PREFIXES = (streams.prefix(streams.LIMIT),)
 TABLE = "flow_limits"
 _COLUMNS = ("target", "slots", "set_by", "set_at_ms", "version")
@@ -310,21 +312,40 @@ def list_limits(reader: Any, declared: Mapping[str, Concurrency], now_ms: int) -
     return views
 
 
-def declared_limits(reader: Any) -> dict[str, Concurrency]:
-    """The limits the head publication of every package declares, by limit name."""
+def declared_limits(store: Any, packages: Iterable[str] | None = None) -> dict[str, Concurrency]:
+    """The limits the newest generation of each installation of `packages` declares
+    (None: every package the store can name), by limit name. Read through
+    `projections.published_revisions`, so a least-privilege runtime role can ask too."""
     found: dict[str, Concurrency] = {}
-    for head in publications.publications(reader):
-        if not head.head:
-            continue
-        records = reader.read_stream(publication_stream(head.publication_id))
-        published = next((r for r in records if r.type == EventType.PUBLICATION_PUBLISHED), None)
-        if published is None:
-            continue
-        revision = revision_from_json(published.data["revision"])
-        for task_id, task in revision.tasks.items():
-            if task.concurrency is not None:
-                found[limit_name(TASK_LIMIT, revision.package, task_id)] = task.concurrency
-        for key, workflow in revision.workflows.items():
-            if workflow.limit is not None:
-                found[limit_name(WORKFLOW_LIMIT, revision.package, key)] = workflow.limit
+    for package in sorted(set(known_packages(store) if packages is None else packages)):
+        newest: dict[tuple[str, str], dict[str, Any]] = {}
+        for _, data in published_revisions(store, package=package):
+            revision = data["revision"]
+            where = (revision["project"], revision["installation"])
+            if where not in newest or newest[where]["generation"] < revision["generation"]:
+                newest[where] = revision
+        for document in newest.values():
+            revision = revision_from_json(document)
+            for task_id, task in revision.tasks.items():
+                if task.concurrency is not None:
+                    found[limit_name(TASK_LIMIT, revision.package, task_id)] = task.concurrency
+            for key, workflow in revision.workflows.items():
+                if workflow.limit is not None:
+                    found[limit_name(WORKFLOW_LIMIT, revision.package, key)] = workflow.limit
     return found
+
+
+def known_packages(store: Any) -> set[str]:
+    """The packages whose limits `qlflow limits` lists: every published one where the
+    publications can be read (a least-privilege runtime role reads none), and those of
+    the Runs and of the limits set at runtime."""
+    names = {row[0] for row in store.query("SELECT DISTINCT package FROM runs")}
+    names |= {
+        target.partition(":")[2].partition("/")[0]
+        for (target,) in store.query(f"SELECT target FROM {TABLE}")
+    }
+    with store.session() as session:
+        least_privilege = session.function_comment(PUBLISHED_REVISIONS_SIGNATURE) is not None
+    if not least_privilege:
+        names |= {publication.package for publication in publications.publications(store)}
+    return names
