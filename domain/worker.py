@@ -27,7 +27,7 @@ from domain.event_types import EventType, Family, of
 from domain.execution import check_execution
 from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVENT, derive_id
 from domain.json_values import check_finite, check_output_size
-from domain.lease_terms import lease_expiry
+from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.retries import retry_after_failure
 from domain.transitions import (
     ATTEMPT_CLAIMED,
@@ -43,8 +43,6 @@ from domain.transitions import (
     LEASE_LEASED,
     LEASE_RELEASED,
     MAX_INTERRUPTIONS,
-    MAX_LEASE_TTL_MS,
-    MIN_LEASE_TTL_MS,
     RELEASE_REASONS,
     STEP_READY,
     STEP_RUNNING,
@@ -74,7 +72,7 @@ def grant_lease(
     worker presents from now on.
     """
     check_now(now_ms)
-    _check_ttl(ttl_ms)
+    check_lease_ttl(ttl_ms)
     if not isinstance(worker_id, str) or not worker_id or len(worker_id) > 128:
         raise InvalidInput(
             "worker_id", "non_empty", "worker_id must be a string of 1..128 characters"
@@ -203,7 +201,7 @@ def renew(
     (`replayed`), so a worker that lost the response learns its new version.
     """
     check_now(now_ms)
-    _check_ttl(ttl_ms)
+    check_lease_ttl(ttl_ms)
     attempt = _attempt(aggregate, attempt_id)
     _require_running(aggregate)
     stop = effective_intent(aggregate, now_ms) is not None
@@ -469,19 +467,6 @@ def _require_admitted_epoch(aggregate: RunAggregate, attempt: AttemptState) -> N
         raise FenceError(
             f"stale admission: Attempt {attempt.attempt_id!r} was admitted at epoch "
             f"{attempt.step_epoch}, StepRun {step.key!r} is {step.status} at epoch {step.epoch}"
-        )
-
-
-def _check_ttl(ttl_ms: object) -> None:
-    if (
-        isinstance(ttl_ms, bool)
-        or not isinstance(ttl_ms, int)
-        or not MIN_LEASE_TTL_MS <= ttl_ms <= MAX_LEASE_TTL_MS
-    ):
-        raise InvalidInput(
-            "ttl_ms",
-            "range",
-            f"ttl_ms must be an int from {MIN_LEASE_TTL_MS} to {MAX_LEASE_TTL_MS}, got {ttl_ms!r}",
         )
 
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from actors.authority import OperationAuthority
 from domain.errors import InvalidInput
 from domain.params import ParamDefinition
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
-from eventstore import BaseStore
 from eventstore import logs as log_store
 from eventstore.logs import LogState, Piece, Pruned
 from projections import package_views, run_search, step_logs, views, workflow_params
@@ -18,16 +16,15 @@ from projections.package_views import PackageView
 from projections.run_search import RunFilter
 from projections.step_logs import LogAttempt, LogChunk
 from qlflow.arguments import instant, optional_text, positive, text, texts
+from qlflow.store_bound import StoreBound
 
 RUN_STATUSES = frozenset({RUN_RUNNING, *RUN_TERMINAL})  # what a runs search filters on
 
 
-class Inspection:
-    """Mixed into `Runtime`: what it needs is its store, its authority and the log cap
-    of its profile."""
+class Inspection(StoreBound):
+    """Mixed into `Runtime`: the calls for finding out what happened; it needs the log
+    cap of its profile too."""
 
-    store: BaseStore
-    _authority: OperationAuthority
     log_cap_bytes: int  # how much of one Attempt's output the store keeps (head and tail)
 
     # -- step logs ---------------------------------------------------------------------

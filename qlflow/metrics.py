@@ -1,5 +1,6 @@
 """Prometheus metrics of a qlflow host (docs/DESIGN.md, "Observability").
 
+    import qlflow.metrics                  # a submodule: imported when asked for
     rt = qlflow.open(url)
     qlflow.metrics.instrument(rt)          # count what this runtime commits
     app.mount("/metrics", prometheus_client.make_asgi_app(qlflow.metrics.registry()))

@@ -175,17 +175,6 @@ class Runtime(Inspection, Scheduling, FlowControl):
         self._close_at_exit = close_at_exit
         atexit.register(close_at_exit)
 
-    def clock_ms(self) -> int:
-        """The store's time as last seen (docs/DESIGN.md, "One clock per store"): what
-        every call without `now_ms` decides at — PostgreSQL's clock, read by each write
-        in the round trip of its first statement and estimated between writes from
-        this host's clock; SQLite's host clock."""
-        return self.store.clock_ms()
-
-    def _now(self, now_ms: int | None) -> int:
-        """`now_ms` as given (checked), or the store's time as last seen."""
-        return self.clock_ms() if now_ms is None else instant("now_ms", now_ms)
-
     # -- packages and admission -------------------------------------------
     def publish(
         self,
@@ -313,7 +302,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
 
     def cycle(self, now_ms: int | None = None) -> CycleResult:
         """One bounded pass of every phase: recovery, cancellation, schedule, frontier,
-        admission."""
+        claim."""
         return self._cycle.run(self._now(now_ms))
 
     # -- workers -----------------------------------------------------------

@@ -4,23 +4,15 @@ one (docs/DESIGN.md, "Schedules"). The cycle's schedule phase fires them."""
 from __future__ import annotations
 
 from actors import schedules
-from actors.authority import OperationAuthority
 from actors.backfill import BackfillResult, backfill
-from eventstore import BaseStore
 from projections import schedule_views
 from projections.schedule_views import ScheduleView
-from qlflow.arguments import instant, text
+from qlflow.arguments import text
+from qlflow.store_bound import StoreBound
 
 
-class Scheduling:
-    """Mixed into `Runtime`: what it needs is its store and its authority."""
-
-    store: BaseStore
-    _authority: OperationAuthority
-
-    def _now(self, now_ms: int | None) -> int:
-        """`now_ms` as given (checked), or the store's time as last seen."""
-        return self.store.clock_ms() if now_ms is None else instant("now_ms", now_ms)
+class Scheduling(StoreBound):
+    """Mixed into `Runtime`: the calls on schedules."""
 
     def schedules(self) -> list[ScheduleView]:
         """Every schedule of a head publication that is not retired, by package,

@@ -17,7 +17,10 @@ virtual clock: a cycle, a lease of what is claimable, each python Task's functio
 called in this process, and — when nothing is left to do now — the clock moved to
 the next instant something is due (a retry's backoff ending, the Workflow's
 deadline, a lease expiring), as the domain's windows say. A retry 10 minutes away
-costs no waiting. Command Tasks need a host (`qlflow run`): they are refused.
+costs no waiting. `run_schedules` does the same for a package's schedules: the clock
+jumps from one occurrence to the next (a week of a nightly across a DST change is a
+few milliseconds), and each Run fired is driven to its end. Command Tasks need a host
+(`qlflow run`): they are refused.
 """
 
 from __future__ import annotations
@@ -87,6 +90,40 @@ def run_to_end(
         publication.package, workflow, params=params, timeout_ms=timeout_ms, now_ms=clock.now_ms
     )
     return drive(rt, receipt.run_id, tasks, clock, max_rounds=max_rounds)
+
+
+def run_schedules(
+    rt: Runtime,
+    package: str | os.PathLike[str],
+    *,
+    until_ms: int,
+    clock: VirtualClock | None = None,
+    max_runs: int = 1_000,
+) -> list[RunView]:
+    """Publish the package folder `package` and let its schedules fire on `clock` until
+    `until_ms`: the clock jumps to each next occurrence, a cycle admits it as a host's
+    would (misfire and the start guard apply), and every Run fired is driven to its
+    end before the clock moves on. Returns the fired Runs in the order they fired."""
+    clock = clock or VirtualClock()
+    folder = Path(package).resolve()
+    publication = rt.publish(folder, now_ms=clock.now_ms)
+    tasks = PublishedTasks(rt, {publication.package: folder})
+    fired: list[RunView] = []
+    seen: set[str] = set()
+    for _ in range(MAX_ROUNDS):
+        rt.cycle(now_ms=clock.now_ms)  # arms what was published, admits what is due
+        ours = [s for s in rt.schedules() if s.package == publication.package]
+        for run_id in sorted({s.last_run_id for s in ours if s.last_run_id} - seen):
+            seen.add(run_id)
+            fired.append(drive(rt, run_id, tasks, clock))
+            if len(fired) >= max_runs:
+                return fired
+        upcoming = [s.next_fire_at_ms for s in ours if s.next_fire_at_ms is not None]
+        next_fire = min(upcoming, default=None)
+        if next_fire is None or next_fire > until_ms:
+            return fired
+        clock.advance_to(next_fire)
+    raise Stuck(f"the schedules of {publication.package} did not reach {until_ms}")
 
 
 def drive(

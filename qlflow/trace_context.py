@@ -9,6 +9,7 @@ the hosts restarted. The span ids handed to an Attempt derive from its attempt i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 TRACEPARENT_ENV = "TRACEPARENT"
@@ -19,6 +20,7 @@ def _digest(*parts: str) -> bytes:
     return hashlib.sha256(_DOMAIN + "\0".join(parts).encode()).digest()
 
 
+@functools.lru_cache(maxsize=1024)  # a Run's spans and its Attempts' TRACEPARENTs ask again
 def trace_id(run_id: str) -> int:
     """The 128-bit trace id of a Run (never 0, which W3C forbids)."""
     return int.from_bytes(_digest("run", run_id)[:16]) or 1

@@ -1,12 +1,16 @@
 """OpenTelemetry traces of Runs, from the log (docs/DESIGN.md, "Observability").
 
     pip install 'qlflow[otel]'
+    import qlflow.tracing
     tracing = qlflow.tracing.trace_runs(rt)   # the host's TracerProvider (global API)
 
 When a commit ends a Run, its spans are built from the Run's stream with the times
-the log recorded — a span per Run (admission to terminal), a child per Step (first
-record to its end) and, under it, one per Attempt (claim to end) — with the ids,
-plan digest, outcome and result code as attributes. Built from the log, a trace does
+the log recorded — a span per Run (admission to terminal), a child per Step (created
+to its end) and, under it, one per Attempt (claim to end) — with the ids, plan
+digest, outcome and result code as attributes. One pass over the stream finds where
+each Step and Attempt begins and ends; each span is then made with all its
+attributes at once and ended at once, the SDK's cheapest path (DESIGN.md has the
+cost). Built from the log, a trace does
 not depend on which host ran what, or on one host living through the whole Run. The
 spans are made on a thread of their own, so a commit waits for none of it. qlflow
 never installs a TracerProvider: without one configured by the host, the API's
@@ -16,6 +20,7 @@ rest of qlflow never does.
 
 from __future__ import annotations
 
+import operator
 import queue
 import threading
 from collections.abc import Mapping
@@ -47,8 +52,21 @@ from qlflow.trace_context import traceparent
 __all__ = ["RunTracing", "trace_runs"]
 
 _ENDED = frozenset(event_types.of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
-_SUCCEEDED = transitions.Status.SUCCEEDED
+# what a span needs of a record: whether it begins or ends a Step or an Attempt
+_STEP_BEGINS, _STEP_ENDS, _ATTEMPT_BEGINS, _ATTEMPT_ENDS = "sb", "se", "ab", "ae"
+_STEP_END_TYPES = {event_types.of(Family.STEP, s): _STEP_ENDS for s in STEP_TERMINAL}
+_ATTEMPT_END_TYPES = {event_types.of(Family.ATTEMPT, s): _ATTEMPT_ENDS for s in ATTEMPT_TERMINAL}
+_KINDS: dict[str, str] = {
+    EventType.STEP_CREATED: _STEP_BEGINS,
+    EventType.ATTEMPT_CLAIMED: _ATTEMPT_BEGINS,
+    **_STEP_END_TYPES,
+    **_ATTEMPT_END_TYPES,
+}
+_OUTCOMES = {t: event_types.name(t) for t in (*_ENDED, *_STEP_END_TYPES, *_ATTEMPT_END_TYPES)}
+_UNFINISHED = "unfinished"  # a Step or Attempt the log does not end before the Run's end
+_NOT_ERRORS = frozenset({transitions.Status.SUCCEEDED.value, _UNFINISHED})
 _RUN_PREFIX = streams.prefix(streams.RUN)
+_VERSION = operator.attrgetter("stream_version")
 # Runs whose records this process committed, kept until they end (beyond it a
 # Run's stream is read back instead)
 MAX_HELD_RUNS = 10_000
@@ -56,12 +74,6 @@ MAX_HELD_RUNS = 10_000
 
 def _ns(record: Record) -> int:
     return int(record.metadata["at_ms"]) * 1_000_000
-
-
-def _status(outcome: str, result_code: str | None) -> Status:
-    if outcome == _SUCCEEDED:
-        return Status(StatusCode.OK)
-    return Status(StatusCode.ERROR, result_code or outcome)
 
 
 class RunTracing:
@@ -129,7 +141,7 @@ class RunTracing:
         with self._lock:
             held = self._held.pop(stream, None)
         if held is not None:
-            held.sort(key=lambda record: record.stream_version)
+            held.sort(key=_VERSION)  # one pass when observed in order
             if all(record.stream_version == n for n, record in enumerate(held, start=1)):
                 return held
         return self._store.read_stream(stream)
@@ -141,75 +153,122 @@ class RunTracing:
             return
         admitted, ended = records[0], records[-1]
         plan: Mapping[str, Any] = admitted.data["plan"]
-        outcome = event_types.name(ended.type)
+        outcome = _OUTCOMES[ended.type]
         result_code = ended.data.get("result_code")
-        run_span = self._tracer.start_span(
+        end_ns = _ns(ended)
+        tracer = self._tracer
+        run_span = tracer.start_span(
             f"qlflow.run {plan['package']}/{plan['workflow_key']}",
             context=_run_parent(run_id),
             start_time=_ns(admitted),
-            attributes={
-                "qlflow.run_id": run_id,
-                "qlflow.package": plan["package"],
-                "qlflow.workflow": plan["workflow_key"],
-                "qlflow.plan_digest": plan["plan_digest"],
-                "qlflow.outcome": outcome,
-                "qlflow.result_code": result_code or "",
-            },
+            attributes=_with_code(
+                {
+                    "qlflow.run_id": run_id,
+                    "qlflow.package": plan["package"],
+                    "qlflow.workflow": plan["workflow_key"],
+                    "qlflow.plan_digest": plan["plan_digest"],
+                    "qlflow.outcome": outcome,
+                },
+                result_code,
+            ),
         )
-        run_span.set_status(_status(outcome, result_code))
-        self._children(run_span, plan, records)
-        run_span.end(end_time=_ns(ended))
-
-    def _children(self, run_span: Span, plan: Mapping[str, Any], records: list[Record]) -> None:
-        """A span per Step and, inside it, per Attempt, in the order the log has them."""
-        tasks = {step["key"]: step["task_ref"] for step in plan["steps"]}
         parent = trace.set_span_in_context(run_span)
-        steps: dict[str, Span] = {}
-        attempts: dict[str, Span] = {}
-        attempt_steps: dict[str, str] = {}
-        for record in records:
-            family, name = event_types.family(record.type), event_types.name(record.type)
-            data = record.data
-            if record.type == EventType.STEP_CREATED:
-                steps[data["step_key"]] = self._tracer.start_span(
-                    f"qlflow.step {data['step_key']}",
-                    context=parent,
-                    start_time=_ns(record),
-                    attributes={
-                        "qlflow.run_id": streams.entity_id(record.stream_id),
-                        "qlflow.step_key": data["step_key"],
-                        "qlflow.step_run_id": data["step_run_id"],
-                        "qlflow.task_ref": tasks.get(data["step_key"], ""),
+        tasks = {step["key"]: step["task_ref"] for step in plan["steps"]}
+        for step in _steps(records):
+            step_span = tracer.start_span(
+                f"qlflow.step {step.key}",
+                context=parent,
+                start_time=step.start_ns,
+                attributes=_with_code(
+                    {
+                        "qlflow.step_key": step.key,
+                        "qlflow.step_run_id": step.step_run_id,
+                        "qlflow.task_ref": tasks.get(step.key, ""),
+                        "qlflow.outcome": step.outcome,
                     },
+                    step.result_code,
+                ),
+            )
+            in_step = trace.set_span_in_context(step_span) if step.attempts else parent
+            for attempt in step.attempts:
+                attempt_span = tracer.start_span(
+                    f"qlflow.attempt {step.key} #{attempt.number}",
+                    context=in_step,
+                    start_time=attempt.start_ns,
+                    attributes=_with_code(
+                        {
+                            "qlflow.attempt_id": attempt.attempt_id,
+                            "qlflow.attempt_number": attempt.number,
+                            "qlflow.outcome": attempt.outcome,
+                            # the parent the Attempt's process was told (TRACEPARENT)
+                            "qlflow.traceparent": traceparent(run_id, attempt.attempt_id),
+                        },
+                        attempt.result_code,
+                    ),
                 )
-            elif record.type == EventType.ATTEMPT_CLAIMED:
-                step_span = steps[data["step_key"]]
-                attempt_steps[data["attempt_id"]] = data["step_key"]
-                attempts[data["attempt_id"]] = self._tracer.start_span(
-                    f"qlflow.attempt {data['step_key']} #{data['attempt_number']}",
-                    context=trace.set_span_in_context(step_span),
-                    start_time=_ns(record),
-                    attributes={
-                        "qlflow.attempt_id": data["attempt_id"],
-                        "qlflow.attempt_number": data["attempt_number"],
-                        "qlflow.task_ref": data["admission"]["task_ref"],
-                        # the parent the Attempt's process was told (TRACEPARENT)
-                        "qlflow.traceparent": traceparent(
-                            streams.entity_id(record.stream_id), data["attempt_id"]
-                        ),
-                    },
-                )
-            elif (
-                family == Family.ATTEMPT
-                and name in ATTEMPT_TERMINAL
-                and (data["attempt_id"] in attempts)
-            ):
-                span = attempts.pop(data["attempt_id"])
-                _end(span, name, data.get("result_code"), record)
-            elif family == Family.STEP and name in STEP_TERMINAL and data["step_key"] in steps:
-                _end(steps.pop(data["step_key"]), name, data.get("result_code"), record)
-        for span in (*attempts.values(), *steps.values()):  # a log cut short: end them now
-            span.end()
+                _end(attempt_span, attempt.outcome, attempt.result_code, attempt.end_ns or end_ns)
+            _end(step_span, step.outcome, step.result_code, step.end_ns or end_ns)
+        _end(run_span, outcome, result_code, end_ns)
+
+
+class _Attempt:
+    """One Attempt as its records tell it (an open one has no end yet)."""
+
+    __slots__ = ("attempt_id", "end_ns", "number", "outcome", "result_code", "start_ns")
+
+    def __init__(self, data: Mapping[str, Any], start_ns: int) -> None:
+        self.attempt_id: str = data["attempt_id"]
+        self.number: int = data["attempt_number"]
+        self.start_ns = start_ns
+        self.end_ns: int | None = None
+        self.outcome = _UNFINISHED
+        self.result_code: str | None = None
+
+
+class _Step:
+    """One Step as its records tell it, with its Attempts in claim order."""
+
+    __slots__ = ("attempts", "end_ns", "key", "outcome", "result_code", "start_ns",
+                 "step_run_id")  # fmt: skip
+
+    def __init__(self, data: Mapping[str, Any], start_ns: int) -> None:
+        self.key: str = data["step_key"]
+        self.step_run_id: str = data["step_run_id"]
+        self.start_ns = start_ns
+        self.end_ns: int | None = None
+        self.outcome = _UNFINISHED
+        self.result_code: str | None = None
+        self.attempts: list[_Attempt] = []
+
+
+def _steps(records: list[Record]) -> list[_Step]:
+    """The Steps of a Run's stream with their Attempts, in one pass: only the records
+    that begin or end one are looked at, so the spans are made afterwards with every
+    attribute at once (the SDK's cheapest path)."""
+    steps: dict[str, _Step] = {}
+    attempts: dict[str, _Attempt] = {}
+    for record in records:
+        kind = _KINDS.get(record.type)
+        if kind is None:
+            continue
+        data = record.data
+        if kind == _STEP_BEGINS:
+            steps[data["step_key"]] = _Step(data, _ns(record))
+        elif kind == _ATTEMPT_BEGINS:
+            step = steps.get(data["step_key"])
+            if step is not None:
+                attempt = attempts[data["attempt_id"]] = _Attempt(data, _ns(record))
+                step.attempts.append(attempt)
+        else:
+            ended: _Step | _Attempt | None = (
+                attempts.get(data["attempt_id"]) if kind == _ATTEMPT_ENDS
+                else steps.get(data["step_key"])
+            )  # fmt: skip
+            if ended is not None and ended.end_ns is None:
+                ended.end_ns = _ns(record)
+                ended.outcome = _OUTCOMES[record.type]
+                ended.result_code = data.get("result_code")
+    return list(steps.values())
 
 
 def _run_parent(run_id: str) -> Context:
@@ -225,11 +284,20 @@ def _run_parent(run_id: str) -> Context:
     return trace.set_span_in_context(NonRecordingSpan(parent))
 
 
-def _end(span: Span, outcome: str, result_code: str | None, record: Record) -> None:
-    span.set_attribute("qlflow.outcome", outcome)
-    span.set_attribute("qlflow.result_code", result_code or "")
-    span.set_status(_status(outcome, result_code))
-    span.end(end_time=_ns(record))
+def _with_code(attributes: dict[str, Any], result_code: str | None) -> dict[str, Any]:
+    """`attributes` with qlflow.result_code when there is one (each attribute costs
+    the SDK a validation: none is set empty)."""
+    if result_code:
+        attributes["qlflow.result_code"] = result_code
+    return attributes
+
+
+def _end(span: Span, outcome: str, result_code: str | None, end_ns: int) -> None:
+    """End a span at the log's time; an outcome but success is an error (success
+    leaves the status unset, as OpenTelemetry asks of an instrumentation library)."""
+    if outcome not in _NOT_ERRORS:
+        span.set_status(Status(StatusCode.ERROR, result_code or outcome))
+    span.end(end_time=end_ns)
 
 
 def trace_runs(rt: Runtime, tracer_provider: TracerProvider | None = None) -> RunTracing:

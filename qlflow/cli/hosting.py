@@ -162,11 +162,12 @@ def _host(
     check_ttl(ttl_ms)
     folders = [package_folder(p) for p in package_dirs or []]
     err = stderr_console()
+    host_id = worker_id or default_worker_id()
 
     def say(message: str, event: str = "host", **fields: Any) -> None:
-        """A host's message: a line for a person, or a JSON event."""
+        """A host's message: a line for a person, or a JSON event naming the host."""
         if as_json:
-            event_log.emit(event, message, **fields)
+            event_log.emit(event, message, worker_id=host_id, **fields)
         else:
             err.print(message, soft_wrap=True, highlight=False)
 
@@ -198,7 +199,7 @@ def _host(
         driver = Driver(
             rt,
             executor,
-            worker_id=worker_id or default_worker_id(),
+            worker_id=host_id,
             workers=slots,
             interval_ms=interval_ms,
             ttl_ms=ttl_ms,

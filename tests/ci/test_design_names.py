@@ -55,3 +55,16 @@ def test_every_dotted_name_the_design_names_exists() -> None:
     assert len(names) > 5
     missing = [name for name in names if not resolves(name)]
     assert not missing, f"docs/DESIGN.md names what does not exist: {missing}"
+
+
+def test_every_section_names_the_modules_it_describes() -> None:
+    """Each top-level section of the design names at least one module, file or name of
+    ours (its subsections may lean on it), so a reader can go from prose to code."""
+    sections = re.split(r"^## ", DESIGN.read_text(), flags=re.M)[1:]
+    assert len(sections) > 20
+    silent = [
+        section.splitlines()[0]
+        for section in sections
+        if not any(token.startswith(PACKAGES) for token in CODE.findall(section))
+    ]
+    assert not silent, f"docs/DESIGN.md sections that name no module of ours: {silent}"

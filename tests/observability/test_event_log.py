@@ -13,7 +13,7 @@ import qlflow
 from domain.errors import StoreUnavailable
 from qlflow import event_log
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
-from tests.observability.test_metrics import retrying_diamond
+from tests.observability.workloads import eventful, retrying_diamond
 
 
 class Lines(logging.Handler):
@@ -82,3 +82,39 @@ def test_a_store_error_is_a_json_line_with_its_reason(tmp_path, lines):
     [error] = [orjson.loads(line) for line in lines.lines]
     assert (error["event"], error["level"]) == ("store_error", "warning")
     assert error["reason"] == raised.value.reason
+
+
+def test_expiry_interruption_and_schedules_are_json_lines_with_their_ids(store_url, lines):
+    rt = qlflow.open(store_url)
+    stop = event_log.log_commits(rt.store)
+    try:
+        run_id = eventful(rt)
+        log = list(rt.store.iter_all(0))
+    finally:
+        stop()
+        rt.close()
+    events = [orjson.loads(line) for line in lines.lines]
+    by_kind: dict[str, list[dict]] = {}
+    for event in events:
+        by_kind.setdefault(event["event"], []).append(event)
+    # the Attempt whose lease expired before it started: a completion, lost
+    [lost] = [e for e in by_kind["completion"] if e["outcome"] == "lost"]
+    assert (lost["run_id"], lost["step_key"], lost["result_code"]) == (run_id, "a", "lease_expired")
+    [stopped] = by_kind["interruption"]
+    interrupted = [r for r in log if r.type == "attempt.interrupted"]
+    assert stopped["attempt_id"] == interrupted[0].data["attempt_id"]
+    assert (stopped["run_id"], stopped["step_key"]) == (run_id, "a")
+    assert stopped["result_code"] == "worker_shutdown"
+    [fired] = by_kind["schedule_fired"]
+    [fire] = [r for r in log if r.type == "schedule.fired"]
+    assert fired["schedule_id"] == fire.stream_id.removeprefix("schedule-")
+    assert (fired["run_id"], fired["scheduled_for_ms"]) == (
+        fire.data["run_id"], fire.data["scheduled_for_ms"],
+    )  # fmt: skip
+    [skipped] = by_kind["schedule_skipped"]
+    assert (skipped["schedule_id"], skipped["reason"]) == (fired["schedule_id"], "late")
+    # one lease line per grant the log holds, each with its ids
+    grants = [r.data for r in log if r.type == "lease.granted"]
+    assert [(e["lease_id"], e["attempt_id"]) for e in by_kind["lease"]] == [
+        (g["lease_id"], g["attempt_id"]) for g in grants
+    ]

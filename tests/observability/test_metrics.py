@@ -15,6 +15,7 @@ from domain.errors import StoreUnavailable
 from domain.event_types import EventType, Family
 from qlflow import metrics
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
+from tests.observability.workloads import eventful, retrying_diamond
 
 
 def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -41,15 +42,6 @@ def rt(store_url):
     yield runtime
     handle.close()
     runtime.close()
-
-
-def retrying_diamond() -> dict:
-    """The diamond; step c may be tried twice (one retry at once)."""
-    document = manifest(DIAMOND)
-    for step in document["workflows"]["flow"]["steps"]:
-        if step["key"] == "c":
-            step["retry"] = {"max_attempts": 2, "backoff_ms": 0}
-    return document
 
 
 def test_counters_after_a_workload_equal_the_log(rt):
@@ -92,6 +84,71 @@ def test_counters_after_a_workload_equal_the_log(rt):
     assert after[("qlflow_runs", (("status", "failed"),))] == len(run_ids)
     assert after[("qlflow_runs", (("status", "running"),))] == 0
     assert not [key for key in after if key[0] == "qlflow_attempts_queued"]
+
+
+def counted_by_the_log(records) -> Counter:
+    """What each counter should say, by name and labels, read from the records
+    alone (the oracle: the log, not the metrics module's mapping)."""
+    tasks = {}
+    expected: Counter = Counter()
+    for r in records:
+        kind, data = r.type, r.data
+        family, _, name = kind.partition(".")
+        if kind == "workflow.admitted":
+            expected[("qlflow_runs_admitted_total", ())] += 1
+            run_id = r.stream_id.removeprefix("run-")
+            tasks.update({(run_id, s["key"]): s["task_ref"] for s in data["plan"]["steps"]})
+        elif kind == "lease.granted":
+            expected[("qlflow_leases_granted_total", ())] += 1
+        elif kind == "lease.released" and data["reason"] == "lease_expired":
+            expected[("qlflow_lease_expiries_total", ())] += 1
+        elif kind == "attempt.interrupted":
+            expected[("qlflow_interruptions_total", ())] += 1
+        elif kind == "schedule.fired":
+            expected[("qlflow_schedule_fires_total", ())] += 1
+        elif kind == "schedule.skipped":
+            expected[("qlflow_schedule_skips_total", (("reason", data["reason"]),))] += 1
+        elif family == "workflow" and name in {"succeeded", "failed", "cancelled", "timed_out"}:
+            expected[("qlflow_runs_finished_total", (("status", name),))] += 1
+        elif family == "step":
+            task = tasks[(r.stream_id.removeprefix("run-"), data["step_key"])]
+            if name in {"succeeded", "failed", "cancelled", "timed_out", "skipped"}:
+                labels = (("outcome", name), ("task", task))
+                expected[("qlflow_steps_finished_total", labels)] += 1
+            elif kind == "step.ready" and data.get("retry_at_ms") is not None:
+                expected[("qlflow_step_retries_total", (("task", task),))] += 1
+    return expected
+
+
+def test_every_counter_equals_the_log_after_expiries_interruptions_and_schedules(rt):
+    """Every counter the metrics have, after a workload with a lease that expires, an
+    interruption, a retry, a schedule fire and a skip, is what the log says."""
+    before = scrape()
+    head = rt.store.head_position()
+    eventful(rt)
+    after = scrape()
+    expected = counted_by_the_log(rt.store.iter_all(head))
+    counters = {key[0] for key in expected}
+    assert counters == {
+        "qlflow_runs_admitted_total",
+        "qlflow_leases_granted_total",
+        "qlflow_lease_expiries_total",
+        "qlflow_interruptions_total",
+        "qlflow_schedule_fires_total",
+        "qlflow_schedule_skips_total",
+        "qlflow_runs_finished_total",
+        "qlflow_steps_finished_total",
+        "qlflow_step_retries_total",
+    }  # fmt: skip: the workload makes every kind
+    moved = {
+        key: after[key] - before.get(key, 0.0)
+        for key in after
+        if key[0] in counters and after[key] != before.get(key, 0.0)
+    }
+    assert moved == expected
+    assert expected[("qlflow_lease_expiries_total", ())] == 1
+    assert expected[("qlflow_interruptions_total", ())] == 1
+    assert expected[("qlflow_schedule_skips_total", (("reason", "late"),))] == 1
 
 
 def test_queue_and_running_gauges_follow_claims_and_leases(rt):
@@ -169,3 +226,24 @@ def test_run_counts_equal_the_runs_table_through_a_workload_and_a_rebuild(rt):
     assert gauge() == counted()
     rt.rebuild_projections()
     assert gauge() == counted() == {"cancelled": 1, "failed": 3, "running": 1}
+
+
+def test_every_metric_is_named_by_the_prometheus_conventions(rt):
+    """qlflow_ prefix, help text, counters exposed as _total, times in _seconds."""
+    rt.publish(manifest(DIAMOND), now_ms=T0)
+    rt.start("demo", "flow", admission_key="k", now_ms=T0)
+    families = list(metrics.registry().collect())
+    names = {family.name for family in families}
+    assert {"qlflow_attempts_queued", "qlflow_attempts_oldest_claim_age_seconds",
+            "qlflow_attempts_running", "qlflow_runs", "qlflow_steps_finished",
+            "qlflow_step_retries", "qlflow_lease_expiries", "qlflow_interruptions",
+            "qlflow_schedule_fires", "qlflow_schedule_skips",
+            "qlflow_cycle_phase_duration_seconds", "qlflow_store_commit_duration_seconds",
+            "qlflow_store_commit_round_trips", "qlflow_store_errors", "qlflow_host_slots",
+            "qlflow_host_slots_in_use"} <= names  # fmt: skip
+    for family in families:
+        assert family.name.startswith("qlflow_") and family.documentation.strip(), family.name
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
+        if "duration" in family.name or "age" in family.name:
+            assert family.name.endswith("_seconds"), family.name

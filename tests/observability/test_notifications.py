@@ -77,11 +77,17 @@ def failed_run(rt, url: str) -> str:
     return run_id
 
 
-def check_signature(body: bytes, headers: dict[str, str]) -> None:
+def check_signature(body: bytes, headers: dict[str, str], at_ms: int | None = None) -> None:
+    """The header is `t=<unix s>,v1=<HMAC-SHA256 of "<t>." + body>` (and t is the
+    attempt's time when `at_ms` is given)."""
     stamp, mac = headers[SIGNATURE_HEADER].split(",")
     timestamp = stamp.removeprefix("t=")
+    if at_ms is not None:
+        assert timestamp == str(at_ms // 1000)
     expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
     assert mac == f"v1={expected.hexdigest()}"
+    forged = hmac.new(b"another secret", f"{timestamp}.".encode() + body, hashlib.sha256)
+    assert mac != f"v1={forged.hexdigest()}"
 
 
 def test_the_due_record_is_written_in_the_terminal_commit(store_url, hook):
@@ -131,8 +137,8 @@ def test_signed_webhook_retried_after_a_500_then_delivered(store_url, hook):
         [done] = deliveries(rt.store)
         assert done.state == "delivered" and done.attempts == 2
     assert len(hook.received) == 2
-    for body, headers in hook.received:
-        check_signature(body, headers)
+    for (body, headers), at_ms in zip(hook.received, (now, now + BACKOFF_BASE_MS), strict=True):
+        check_signature(body, headers, at_ms)
         assert json.loads(body)["run_id"] == run_id and json.loads(body)["status"] == "failed"
     attempts = [json.loads(body)["attempt"] for body, _ in hook.received]
     assert attempts == [1, 2]
@@ -219,7 +225,6 @@ def test_rules_read_back_sorted_and_canonical():
 _KILLED_HOST = """
 import os, signal, sys
 import qlflow
-from domain.event_types import EventType
 from tests.cycle.helpers import T0, drive
 from tests.observability.test_notifications import notifying
 
@@ -228,7 +233,9 @@ rt = qlflow.open(url)
 
 
 def die_after_the_terminal_commit(commit):
-    if any(r.type == EventType.NOTIFICATION_DUE for r in commit.records):
+    # the commit that ends the Run, whatever else it holds: a notification written
+    # in a later commit would be lost here
+    if any(r.type == "workflow.failed" for r in commit.records):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -281,3 +288,42 @@ def test_delivered_by_the_next_host_after_a_sigkill_past_the_terminal_commit(
     assert json.loads(body)["run_id"] == pending["run_id"]
     [done] = qlflow_json("notifications", "--all", db=store_url, cwd=tmp_path)
     assert (done["state"], done["attempts"]) == ("delivered", 1)
+
+
+def test_the_notifications_command_lists_pending_and_failed(store_url, tmp_path):
+    """`qlflow notifications`: a delivery not tried yet (pending) and one that failed
+    for good; the delivered one only with --all."""
+    from tests.cli.helpers import qlflow as run_cli
+    from tests.cli.helpers import qlflow_json
+
+    with qlflow.open(store_url) as rt:
+        rt.publish(notifying("http://127.0.0.1:9/unused"), now_ms=T0)
+        runs = {name: rt.start("demo", "flow", admission_key=name, now_ms=T0).run_id
+                for name in ("failed", "delivered")}  # fmt: skip
+        drive(rt, T0, outcomes={"c": "failed"})
+
+        def sender(delivery, body, now_ms, env):  # the receiver's answers, no network
+            return None if delivery.run_id == runs["delivered"] else "HTTP 503"
+
+        now = T0
+        while any(d.is_pending for d in deliveries(rt.store)):
+            now = max(now, min(d.retry_at_ms for d in deliveries(rt.store) if d.is_pending))
+            deliver_due(rt.store, now, env={"HOOK_SECRET": SECRET}, sender=sender)
+        later = now + 60_000  # this Run ends after the others' deliveries: not tried yet
+        runs["pending"] = rt.start("demo", "flow", admission_key="pending", now_ms=later).run_id
+        drive(rt, later, outcomes={"c": "failed"})
+        states = {d.run_id: d.state for d in deliveries(rt.store)}
+    assert states == {runs["pending"]: "pending", runs["failed"]: "failed",
+                      runs["delivered"]: "delivered"}  # fmt: skip
+    listed = qlflow_json("notifications", db=store_url, cwd=tmp_path)
+    assert {(n["run_id"], n["state"]) for n in listed} == {
+        (runs["pending"], "pending"), (runs["failed"], "failed"),
+    }  # fmt: skip
+    [failed] = [n for n in listed if n["state"] == "failed"]
+    assert (failed["attempts"], failed["last_error"]) == (MAX_DELIVERY_ATTEMPTS, "HTTP 503")
+    everything = qlflow_json("notifications", "--all", db=store_url, cwd=tmp_path)
+    assert {n["state"] for n in everything} == {"pending", "failed", "delivered"}
+    table = run_cli("notifications", db=store_url, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert runs["pending"] in table.stdout and runs["failed"] in table.stdout
+    assert runs["delivered"] not in table.stdout and "HTTP 503" in table.stdout

@@ -83,4 +83,8 @@ def test_serve_serves_metrics_and_logs_json(tmp_path: Path):
     assert completions["c"]["result_code"] and completions["c"]["run_id"] == run_id
     [drain] = [e for e in lines if e.get("event") == "drain"]
     assert (drain["running"], drain["stopped"]) == (0, 0)
+    [draining] = [e for e in lines if e.get("event") == "drain_started"]
+    assert draining["signal"] == "SIGTERM"
+    # the host's own events name it: the worker id its leases were granted to
+    assert {e["worker_id"] for e in leases} == {drain["worker_id"]} == {draining["worker_id"]}
     assert all({"ts_ms", "level", "logger", "msg"} <= e.keys() for e in lines)
