@@ -34,8 +34,9 @@ Sides, each in a child process with its own SQLite file or PostgreSQL schema:
 Per side: the drain's time (first admission to last end), Runs/s over it, the
 median and p95 of each Run's admission-to-end time (the store's `admitted_at_ms`
 and `terminal_at_ms`) and the median as a share of the drain, and the lease commits'
-mean round trips (PostgreSQL: on the wire; SQLite: statements). Written to
-bench/results/flow.json.
+mean round trips (PostgreSQL: on the wire; SQLite: statements), and the child's own
+CPU per Run (less at the mercy of a loaded machine than the wall clock; on
+PostgreSQL the server's is not in it). Written to bench/results/flow.json.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ ARRIVAL_HEAD = 8  # arrivals: Runs started before any finished
 
 
 def child(url: str, side: str, runs: int, workers: int, workload: str) -> dict:
+    import resource
+
     import qlflow
 
     if side == "breadth":
@@ -162,6 +165,8 @@ def child(url: str, side: str, runs: int, workers: int, workload: str) -> dict:
         rows = rt.store.query("SELECT admitted_at_ms, terminal_at_ms, status FROM runs")
     finally:
         rt.close()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000
     assert len(rows) == runs and all(status == "succeeded" for _, _, status in rows), rows[:3]
     first = min(admitted for admitted, _, _ in rows)
     drain_ms = max(ended for _, ended, _ in rows) - first
@@ -178,6 +183,7 @@ def child(url: str, side: str, runs: int, workers: int, workload: str) -> dict:
         "p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
         "median_share": round(median / drain_ms, 3),
         "lease_round_trips": round(statistics.mean(lease_trips), 2) if lease_trips else None,
+        "cpu_ms_per_run": round(cpu_ms / runs, 2),  # this process's (not the server's)
     }
 
 
@@ -273,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
 
 HEADER = (
     "store", "workload", "side", "runs", "drain s", "Runs/s", "median ms", "p95 ms", "median/drain",
-    "lease trips",
+    "lease trips", "cpu ms/Run",
 )  # fmt: skip
 
 
@@ -282,7 +288,7 @@ def _row(found: dict) -> str:
         str(found.get(key))
         for key in (
             "store", "workload", "side", "runs", "drain_s", "runs_per_s", "median_ms", "p95_ms",
-            "median_share", "lease_round_trips",
+            "median_share", "lease_round_trips", "cpu_ms_per_run",
         )
     )  # fmt: skip
 
