@@ -31,6 +31,12 @@ Sides, each in a child process with its own SQLite file or PostgreSQL schema:
 - `today` (with `--today PATH`): the code at PATH (a checkout from before flow
   control) running the same workload: the breadth-first order as it shipped.
 
+`--per-call`: instead, one thread leases (`limit=1, start=True`) and completes every
+Attempt of `runs` Runs admitted beforehand, and the process CPU of each call is
+measured: `fair` (no limit) against `fair_limit` (limits that never bind), the
+cost of a lease with limits call by call, with no other thread to share the
+machine's noise with.
+
 Per side: the drain's time (first admission to last end), Runs/s over it, the
 median and p95 of each Run's admission-to-end time (the store's `admitted_at_ms`
 and `terminal_at_ms`) and the median as a share of the drain, and the lease commits'
@@ -101,6 +107,34 @@ def _breadth_first() -> None:
 
 ARRIVAL_RATIO = 1.6  # arrivals: Runs started per Run finished
 ARRIVAL_HEAD = 8  # arrivals: Runs started before any finished
+
+
+def per_call(url: str, side: str, runs: int) -> dict:
+    """CPU per lease and per completion of one thread draining `runs` Runs."""
+    import qlflow
+
+    rt = qlflow.open(url)
+    try:
+        rt.publish(manifest(side == "fair_limit"))
+        for index in range(runs):
+            rt.start(PACKAGE, WORKFLOW, admission_key=f"k{index}")
+        lease_s = complete_s = 0.0
+        for _ in range(2 * runs):
+            began = time.process_time()
+            [lease] = rt.lease_attempts("w", limit=1, ttl_ms=60_000, start=True)
+            leased = time.process_time()
+            rt.complete(lease, "succeeded")
+            lease_s += leased - began
+            complete_s += time.process_time() - leased
+    finally:
+        rt.close()
+    return {
+        "side": side,
+        "workload": "per_call",
+        "runs": runs,
+        "lease_cpu_us": round(lease_s / (2 * runs) * 1e6),
+        "complete_cpu_us": round(complete_s / (2 * runs) * 1e6),
+    }
 
 
 def child(url: str, side: str, runs: int, workers: int, workload: str) -> dict:
@@ -244,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--today", help="a checkout from before flow control: adds `today`")
     parser.add_argument("--workloads", default="burst,arrivals")
+    parser.add_argument(
+        "--per-call", action="store_true", help="CPU per lease and completion, one thread"
+    )
     parser.add_argument("--sqlite-only", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="40 Runs, 2 workers, one round")
     args = parser.parse_args(argv)
@@ -255,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     stores = ["sqlite"] + ([] if args.sqlite_only or not args.pg else ["postgresql"])
     results = []
     workloads = [w for w in args.workloads.split(",") if w]
+    if args.per_call:
+        workloads, sides = ["per_call"], ["fair", "fair_limit"]
     with tempfile.TemporaryDirectory() as folder:
         for store in stores:
             for workload in workloads:
@@ -265,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                         found["store"] = store
                         results.append(found)
                         print(_row(found), flush=True)
-    print(" | ".join(HEADER))
+    print(" | ".join(HEADER if not args.per_call else PER_CALL_HEADER))
     for found in results:
         print(_row(found))
     from bench.output import results_path
@@ -283,7 +322,13 @@ HEADER = (
 )  # fmt: skip
 
 
+PER_CALL_HEADER = ("store", "workload", "side", "runs", "lease cpu us", "complete cpu us")
+
+
 def _row(found: dict) -> str:
+    if found.get("workload") == "per_call":
+        keys = ("store", "workload", "side", "runs", "lease_cpu_us", "complete_cpu_us")
+        return " | ".join(str(found.get(key)) for key in keys)
     return " | ".join(
         str(found.get(key))
         for key in (
@@ -296,7 +341,10 @@ def _row(found: dict) -> str:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         url, side, runs, workers, workload = sys.argv[2:7]
-        found = child(url, side, int(runs), int(workers), workload)
+        if workload == "per_call":
+            found = per_call(url, side, int(runs))
+        else:
+            found = child(url, side, int(runs), int(workers), workload)
         print(orjson.dumps(found).decode(), flush=True)
         sys.exit(0)
     sys.exit(main())
