@@ -210,32 +210,42 @@ def fold_deliveries(records: Sequence[Any]) -> list[Delivery]:
     `domain.records.Record`s in stream order)."""
     by_rule: dict[int, Delivery] = {}
     for record in records:
-        data = record.data
-        if record.type == EventType.NOTIFICATION_DUE:
-            at_ms = int(record.metadata.get("at_ms", 0))
-            by_rule[data["rule"]] = Delivery(
-                run_id=data["run_id"],
-                workflow_key=data.get("workflow_key", ""),
-                rule=data["rule"],
-                status=data["status"],
-                result_code=data.get("result_code"),
-                target=data["target"],
-                notification_id=record.event_id,
-                due_at_ms=at_ms,
-                retry_at_ms=at_ms,
-            )
-        elif record.type == EventType.NOTIFICATION_ATTEMPTED and data["rule"] in by_rule:
-            before = by_rule[data["rule"]]
-            retry_at = data["retry_at_ms"]
-            by_rule[data["rule"]] = dataclasses.replace(
-                before,
-                attempts=max(before.attempts, data["attempt"]),
-                delivered=before.delivered or data["delivered"],
-                failed=not data["delivered"] and retry_at is None,
-                retry_at_ms=retry_at if retry_at is not None else before.retry_at_ms,
-                last_error=data.get("error"),
-            )
+        rule = record.data.get("rule")
+        after = next_delivery(by_rule.get(rule), record)
+        if after is not None:
+            by_rule[after.rule] = after
     return [by_rule[rule] for rule in sorted(by_rule)]
+
+
+def next_delivery(before: Delivery | None, record: Any) -> Delivery | None:
+    """One delivery after one more record of its outbox stream: `notification.due`
+    makes it, `notification.attempted` counts an attempt at it (None: the record is
+    not about a delivery `before` holds)."""
+    data = record.data
+    if record.type == EventType.NOTIFICATION_DUE:
+        at_ms = int(record.metadata.get("at_ms", 0))
+        return Delivery(
+            run_id=data["run_id"],
+            workflow_key=data.get("workflow_key", ""),
+            rule=data["rule"],
+            status=data["status"],
+            result_code=data.get("result_code"),
+            target=data["target"],
+            notification_id=record.event_id,
+            due_at_ms=at_ms,
+            retry_at_ms=at_ms,
+        )
+    if record.type != EventType.NOTIFICATION_ATTEMPTED or before is None:
+        return None
+    retry_at = data["retry_at_ms"]
+    return dataclasses.replace(
+        before,
+        attempts=max(before.attempts, data["attempt"]),
+        delivered=before.delivered or data["delivered"],
+        failed=not data["delivered"] and retry_at is None,
+        retry_at_ms=retry_at if retry_at is not None else before.retry_at_ms,
+        last_error=data.get("error"),
+    )
 
 
 def attempt_data(

@@ -36,9 +36,17 @@ from eventstore.validation import encode_appends
 
 def modules() -> tuple[ModuleType, ...]:
     """All projection modules, in the order their records are applied."""
-    from projections import limits, publications, retention, runs, schedules, snapshots
+    from projections import (
+        limits,
+        notifications,
+        publications,
+        retention,
+        runs,
+        schedules,
+        snapshots,
+    )
 
-    return (publications, runs, schedules, snapshots, retention, limits)
+    return (publications, runs, schedules, snapshots, retention, notifications, limits)
 
 
 def functions() -> tuple[ServerFunction, ...]:

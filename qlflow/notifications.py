@@ -2,9 +2,10 @@
 
 The decision that ends a Run writes one `notification.due` per matching rule to
 `notification-<run_id>` in the same commit. A host (`qlflow serve`, or
-`deliver_due` called by an embedding host) reads the pending ones, tries each
-whose retry time has come, and records every attempt as `notification.attempted`:
-at least once, retried with backoff (`domain.notify.retry_delay_ms`).
+`deliver_due` called by an embedding host) asks the outbox's read model
+(`projections.notifications`) for the pending ones whose retry time has come, tries
+each, and records every attempt as `notification.attempted`: at least once, retried
+with backoff (`domain.notify.retry_delay_ms`).
 
 A webhook gets a POST of the JSON body, signed when its rule names `secret_env`:
 header `X-Qlflow-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import os
 import subprocess
@@ -27,28 +27,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from domain import streams
 from domain.errors import IdempotencyConflict, VersionConflict
 from domain.event_types import EventType
-from domain.notify import Delivery, attempt_data, attempt_event_id, fold_deliveries
+from domain.notify import Delivery, attempt_data, attempt_event_id
 from domain.records import NewEvent, StreamAppend
 from eventstore.store import BaseStore
+from projections import notifications as outbox
+from projections import registry
 
 log = logging.getLogger("qlflow.notifications")
 SIGNATURE_HEADER = "X-Qlflow-Signature"
 WEBHOOK_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 60.0
 DELIVERER = "host:notifications"
+DUE_PAGE = 100  # deliveries tried per call at most; the rest wait for the next
 
 
-def deliveries(store: BaseStore) -> list[Delivery]:
-    """Every notification the outbox holds, oldest Run stream first."""
-    ids = store.streams_with_prefix(streams.prefix(streams.NOTIFICATION))
-    found: list[Delivery] = []
-    for records in store.read_streams(ids).values():
-        found.extend(fold_deliveries(records))
-    found.sort(key=lambda delivery: (delivery.due_at_ms, delivery.run_id, delivery.rule))
-    return found
+def deliveries(store: BaseStore, *, delivered: bool = True) -> list[Delivery]:
+    """The notifications the outbox holds, oldest first (without `delivered`, only
+    those pending or failed for good)."""
+    return outbox.listed(store, delivered=delivered)
 
 
 def body_of(delivery: Delivery) -> bytes:
@@ -61,7 +62,7 @@ def body_of(delivery: Delivery) -> bytes:
         "result_code": delivery.result_code,
         "attempt": delivery.attempts + 1,
     }
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
 def signature(secret: str, timestamp_s: int, body: bytes) -> str:
@@ -139,15 +140,13 @@ def deliver_due(
     env: Mapping[str, str] | None = None,
     sender: Sender = send,
 ) -> list[AttemptResult]:
-    """Try every pending notification whose retry time has come, recording each
-    attempt; returns what was tried. An attempt another host recorded first is
+    """Try the pending notifications whose retry time has come (at most `DUE_PAGE`,
+    the longest waiting first), recording each attempt; returns what was tried. An attempt another host recorded first is
     left to it (its record wins; the receiver may see the notification twice)."""
     now = store.clock_ms() if now_ms is None else now_ms
     environment = os.environ if env is None else env
     results = []
-    for delivery in deliveries(store):
-        if not delivery.is_pending or delivery.retry_at_ms > now:
-            continue
+    for delivery in outbox.due(store, now, DUE_PAGE):
         stream = streams.notification_stream(delivery.run_id)
         version = store.stream_versions([stream]).get(stream, 0)
         error = sender(delivery, body_of(delivery), now, environment)
@@ -160,7 +159,8 @@ def deliver_due(
              "correlation_id": delivery.run_id, "actor": DELIVERER},
         )  # fmt: skip
         try:
-            store.append([StreamAppend(stream, version, (event,))])
+            with store.transaction() as tx:
+                registry.commit(tx, [StreamAppend(stream, version, (event,))])
         except (VersionConflict, IdempotencyConflict):
             log.info("notification %s: another host recorded this attempt", delivery.run_id)
             continue

@@ -31,7 +31,7 @@ def notifications(
     """List failure notifications still pending or failed for good: Run, status,
     target, attempts, next try, last error. `qlflow serve` delivers them."""
     with opened(ctx, read_only=True) as rt:
-        found = [d for d in deliveries(rt.store) if everything or not d.delivered]
+        found = deliveries(rt.store, delivered=everything)
     if wants_json(ctx, json_out):
         write_json([{**asdict(d), "state": d.state} for d in found])
         return

@@ -17,7 +17,13 @@ import qlflow
 from domain import streams
 from domain.errors import ManifestError
 from domain.event_types import EventType, Family, of
-from domain.notify import BACKOFF_BASE_MS, MAX_DELIVERY_ATTEMPTS, notify_document, parse_notify
+from domain.notify import (
+    BACKOFF_BASE_MS,
+    MAX_DELIVERY_ATTEMPTS,
+    fold_deliveries,
+    notify_document,
+    parse_notify,
+)
 from qlflow.notifications import SIGNATURE_HEADER, deliver_due, deliveries
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
 
@@ -327,3 +333,50 @@ def test_the_notifications_command_lists_pending_and_failed(store_url, tmp_path)
     assert table.returncode == 0, table.stderr
     assert runs["pending"] in table.stdout and runs["failed"] in table.stdout
     assert runs["delivered"] not in table.stdout and "HTTP 503" in table.stdout
+
+
+def _folded_from_the_streams(store) -> list:
+    ids = store.streams_with_prefix(streams.prefix(streams.NOTIFICATION))
+    found = [d for records in store.read_streams(ids).values() for d in fold_deliveries(records)]
+    return sorted(found, key=lambda d: (d.due_at_ms, d.run_id, d.rule))
+
+
+def test_the_outbox_read_model_is_the_fold_of_the_streams(store_url, hook):
+    hook.statuses = [500, 200]
+    with qlflow.open(store_url) as rt:
+        failed_run(rt, hook.url)
+        deliver_due(rt.store, T0 + 1_000, env={"HOOK_SECRET": SECRET})  # 500: pending
+        assert deliveries(rt.store) == _folded_from_the_streams(rt.store)
+        deliver_due(rt.store, T0 + 1_000 + BACKOFF_BASE_MS, env={"HOOK_SECRET": SECRET})
+        assert deliveries(rt.store) == _folded_from_the_streams(rt.store)
+        assert deliveries(rt.store, delivered=False) == []  # delivered: listed only with all
+        assert rt.verify_projections().ok
+
+
+def test_a_delivery_call_takes_the_longest_waiting_page_only(store_url, hook, monkeypatch):
+    monkeypatch.setattr("qlflow.notifications.DUE_PAGE", 2)
+    with qlflow.open(store_url) as rt:
+        document = notifying(hook.url)
+        rt.publish(document, now_ms=T0)
+        for n in range(3):
+            rt.start("demo", "flow", admission_key=f"k{n}", now_ms=T0 + n)
+        drive(rt, T0, outcomes={"c": "failed"})
+        waiting = [d.run_id for d in sorted(deliveries(rt.store), key=lambda d: d.retry_at_ms)]
+        assert len(waiting) == 3
+        first = deliver_due(rt.store, T0 + 10**6, env={"HOOK_SECRET": SECRET})
+        assert [r.run_id for r in first] == waiting[:2]
+        second = deliver_due(rt.store, T0 + 10**6, env={"HOOK_SECRET": SECRET})
+        assert [r.run_id for r in second] == waiting[2:]
+
+
+def test_a_store_older_than_the_outbox_read_model_gets_it_filled(store_url, hook):
+    with qlflow.open(store_url) as rt:
+        failed_run(rt, hook.url)
+        before = deliveries(rt.store)
+        with rt.store.transaction() as tx:  # as a store made before the read model
+            tx.execute("DROP TABLE notification_deliveries")
+            tx.execute(
+                "DELETE FROM schema_versions WHERE component = ?", ("projections.notifications",)
+            )
+    with qlflow.open(store_url) as rt:
+        assert before and deliveries(rt.store) == before
