@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.authority import Units
+from actors.loading import slot_lock
 from actors.planned_workflows import PlannedWorkflows
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
 from actors.retrying import replay_once
@@ -72,6 +73,7 @@ from domain.records import NewEvent, Record, StreamAppend
 from domain.rerun import Reuse, reused_steps
 from domain.revision import MaterializedRevision, revision_from_json
 from domain.run_path import admit_and_claim
+from domain.slots import takes_slot_at_admission
 from domain.start_guard import check_start
 from domain.text import is_storable_text
 from domain.values import (
@@ -86,6 +88,7 @@ from domain.values import (
 )
 from eventstore.api import Reads, Transaction
 from projections import admission_guard, admission_source
+from projections import limits as limit_rows
 from projections import publications as read_model
 from projections import retention as retained
 from projections.registry import commit, commit_through
@@ -157,6 +160,7 @@ def start(
     run_id: str | None = None,
     timeout_ms: int | None = None,
     params: Mapping[str, Any] | None = None,
+    priority: int | None = None,
     now_ms: int,
 ) -> AdmissionReceipt:
     """Admit through an operation authority (`authority.execute(fn, name)`).
@@ -179,6 +183,7 @@ def start(
             now_ms,
             params,
             authority.workflows,
+            priority=priority,
         )
 
     receipt, admitted = REPLAY_ONCE.execute(authority, unit, "admission")
@@ -225,6 +230,8 @@ def _admit(
     params: Mapping[str, Any] | None = None,
     workflows: PlannedWorkflows | None = None,
     rerun: Rerun | None = None,
+    *,
+    priority: int | None = None,
 ) -> tuple[AdmissionReceipt, RunAggregate | None]:
     """`admit_in_tx`, with the admitted Run as the commit leaves it (None: a replay).
     A `rerun` (docs/DESIGN.md "Reruns") names its source and reuses its steps."""
@@ -233,7 +240,7 @@ def _admit(
     publication = reads.resolve_and_serialize(package)
 
     replayed = _exact_replay(
-        tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params
+        tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params, priority
     )
     if replayed is not None:
         return replayed, None
@@ -248,12 +255,19 @@ def _admit(
         workflow_key,
         superseded_ok=rerun is not None and rerun.same_plan,
     )
-    plan = reads.plan(publication.publication_id, workflow_key, run_id, timeout_ms, params)
+    plan = reads.plan(
+        publication.publication_id, workflow_key, run_id, timeout_ms, params, priority
+    )
     reuses: tuple[Reuse, ...] = ()
     if rerun is not None:
         reuses = reused_steps(rerun.source, plan, rerun.from_steps)
     decision = admission_records(
-        plan, admission_key, now_ms, rerun.rerun_of if rerun else None, reuses
+        plan,
+        admission_key,
+        now_ms,
+        rerun.rerun_of if rerun else None,
+        reuses,
+        queued=_queues(tx, plan),
     )
     run_events = decision.events(run_stream(run_id))
     mutations = decision.events(steps_stream(run_id))
@@ -428,6 +442,7 @@ class PublicationReads:
         run_id: str,
         timeout_ms: int | None,
         params: Mapping[str, Any] | None,
+        priority: int | None = None,
     ) -> ExecutionPlan:
         """The plan of one Run of `workflow_key` of the publication (`build_plan`), the
         Workflow checked once per process (`PlannedWorkflows`)."""
@@ -440,7 +455,7 @@ class PublicationReads:
             if self._workflows is not None:
                 self._workflows.put(planned)
         ids = step_run_ids_for(run_id, [step.key for step in planned.workflow.steps])
-        return bind_plan(planned, run_id, ids, timeout_ms, params)
+        return bind_plan(planned, run_id, ids, timeout_ms, params, priority)
 
     def _held(self, publication_id: str) -> PlannedWorkflow | None:
         if self._workflows is None:
@@ -507,6 +522,7 @@ def _exact_replay(
     workflow_key: str,
     timeout_ms: int | None,
     params: Mapping[str, Any] | None,
+    priority: int | None = None,
 ) -> AdmissionReceipt | None:
     records = tx.read_stream(receipt_stream_id(admission_key))
     if not records:
@@ -520,7 +536,9 @@ def _exact_replay(
     digest = None
     if same_installation:
         try:
-            plan = reads.plan(receipt.publication_id, workflow_key, run_id, timeout_ms, params)
+            plan = reads.plan(
+                receipt.publication_id, workflow_key, run_id, timeout_ms, params, priority
+            )
             digest = plan.plan_digest
         except PlanError:
             digest = None
@@ -529,9 +547,22 @@ def _exact_replay(
     raise AdmissionCollision(
         f"admission key {admission_key!r} already admitted run {receipt.run_id!r} "
         f"({receipt.package} {receipt.workflow_key}, plan {receipt.plan_digest}); this request "
-        "(package, workflow, run id, timeout or parameters) gives a different plan. Use a new "
-        "admission key, or inspect_admission(admission_key=...) to read the admitted Run"
+        "(package, workflow, run id, timeout, parameters or priority) gives a different plan. "
+        "Use a new admission key, or inspect_admission(admission_key=...) to read the admitted Run"
     )
+
+
+def _queues(tx: Transaction, plan: ExecutionPlan) -> bool:
+    """Whether the Run waits in its Workflow's queue (docs/DESIGN.md "Flow control"):
+    decided by `domain.slots.takes_slot_at_admission` under the slot's lock, on the
+    Runs holding the slot and those queued ahead of it."""
+    ref = plan.flow.run_slot
+    if ref is None:
+        return False
+    tx.lock(slot_lock(ref.slot))
+    facts = limit_rows.run_slot_facts(tx, ref.slot, ref.limit, plan.flow.priority)
+    held = facts.held.get(ref.slot, 0)
+    return not takes_slot_at_admission(ref, held, facts.queued_ahead, facts.overrides)
 
 
 def _refuse_taken_run_id(tx: Transaction, run_id: str, admission_key: str) -> None:

@@ -24,6 +24,12 @@ from eventstore.api import Reads
 from projections import snapshots
 
 
+def slot_lock(slot: str) -> str:
+    """The name of a limit slot's lock (docs/DESIGN.md "Flow control"): held by whoever
+    counts its holders to take one, taken with (after, in key order) the Attempt's."""
+    return f"slot:{slot}"
+
+
 def attempt_lock(attempt_id: str) -> str:
     """The name of an Attempt's lock: held by whoever writes its lease stream, taken
     first (before any stream head) by the cycle and by workers alike."""

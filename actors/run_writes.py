@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from actors.aggregate_cache import AggregateCache
-from actors.loading import RunStreams, attempt_lock, not_found, read_runs
+from actors.loading import RunStreams, attempt_lock, not_found, read_runs, slot_lock
 from domain.aggregate import RunAggregate
 from domain.decision import Decision
 from domain.errors import FenceError, InvalidInput, NotFound, QlflowError
@@ -43,7 +43,8 @@ REFUSALS = (FenceError, InvalidInput, NotFound)
 @dataclass(frozen=True, slots=True)
 class RunWrite:
     """One decision to take on one Run: `decide(aggregate)`, under the lock of
-    `attempt_id` (if any) and the Run's stream head.
+    `attempt_id` (if any, with the lock of its limit `slot`: docs/DESIGN.md "Flow
+    control") and the Run's stream head.
 
     With `if_attempts_held`, the write also takes the locks of the Run's active
     Attempts, after its head and without waiting (a cancel that ends what no worker
@@ -54,6 +55,7 @@ class RunWrite:
     decide: Callable[[RunAggregate], Decision]
     attempt_id: str | None = None
     if_attempts_held: Callable[[RunAggregate], Decision] | None = None
+    slot: str | None = None  # a limit slot the write may take: locked with the Attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +90,18 @@ def write_runs(
     cache: AggregateCache | None,
     *,
     wait: bool,
+    after_locks: Callable[[Transaction, set[str]], None] | None = None,
 ) -> Batch:
     """Lock, read, decide and commit every write in `tx`. Several writes on one Run are
-    decided in order, each on the Run as the one before left it."""
-    held_attempts = _lock_attempts(tx, {w.attempt_id for w in writes if w.attempt_id}, wait)
+    decided in order, each on the Run as the one before left it. `after_locks` is
+    called with the slots whose locks are taken, once every lock is, before any
+    decision (what it reads, it reads under them)."""
+    slots = {w.attempt_id: w.slot for w in writes if w.attempt_id}
+    held_attempts = _lock_attempts(tx, slots, wait)
     wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
     locked = _lock_runs(tx, wanted, wait)
+    if after_locks is not None:
+        after_locks(tx, {s for a, s in slots.items() if s and a not in held_attempts})
     streams = read_runs(tx, locked, cache)
     current = {run_id: read.fold() for run_id, read in streams.items()}
     probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
@@ -155,17 +163,18 @@ def active_attempt_keys(aggregate: RunAggregate) -> list[str]:
     return [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
 
 
-def _lock_attempts(tx: Transaction, attempt_ids: set[str], wait: bool) -> set[str]:
-    """Take the Attempts' locks in key order; the ids whose lock another transaction
-    holds (never any with `wait`: it waits, bounded, then LockTimeout)."""
-    keys = {a: [attempt_lock(a)] for a in attempt_ids}
+def _lock_attempts(tx: Transaction, slots: Mapping[str, str | None], wait: bool) -> set[str]:
+    """Take the Attempts' locks (each with its slot's, if any) in key order; the ids
+    whose lock another transaction holds (never any with `wait`: it waits, bounded,
+    then LockTimeout)."""
+    keys = {a: [attempt_lock(a), *([slot_lock(s)] if s else [])] for a, s in slots.items()}
     if not keys:
         return set()
     if wait:
-        tx.lock_all(sorted(k for (k,) in keys.values()))
+        tx.lock_all(sorted({k for names in keys.values() for k in names}))
         return set()
     free: set[str] = try_locks(tx, keys)
-    return attempt_ids - free
+    return set(slots) - free
 
 
 def _lock_runs(tx: Transaction, run_ids: set[str], wait: bool) -> set[str]:

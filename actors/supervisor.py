@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import pykka
 
-from actors import schedules
+from actors import schedules, slot_queue
 from actors.authority import Units
 from actors.run_writes import commit_prepared
 from actors.workflow import Turn, WorkflowActor, WorkflowOutcome
-from domain.phases import PHASES, RUN_PHASES, SCHEDULE
+from domain.phases import PHASES, QUEUE, RUN_PHASES, SCHEDULE
 from projections import candidates
 
 log = logging.getLogger("qlflow.cycle")
@@ -42,7 +42,7 @@ class PageResult:
     changed: int = 0
     errors: tuple[str, ...] = ()
     pages: int = 0
-    fired: int = 0  # schedule phase: occurrences admitted as Runs
+    fired: int = 0  # schedule phase: occurrences admitted as Runs; queue phase: Runs dequeued
     skipped: int = 0  # schedule phase: occurrences skipped (late, or refused by the guard)
 
     def __add__(self, other: PageResult) -> PageResult:
@@ -73,6 +73,18 @@ class PageResult:
         )
 
     @classmethod
+    def of_queues(cls, outcomes: list[slot_queue.QueueOutcome]) -> PageResult:
+        return cls(
+            scanned=len(outcomes),
+            blocked=sum(o.blocked for o in outcomes),
+            conflicts=sum(o.conflict for o in outcomes),
+            changed=sum(o.dequeued for o in outcomes),
+            errors=tuple(f"{o.slot}: {o.error}" for o in outcomes if o.error),
+            pages=1,
+            fired=sum(o.dequeued for o in outcomes),
+        )
+
+    @classmethod
     def of_schedules(cls, outcomes: list[schedules.ScheduleOutcome]) -> PageResult:
         return cls(
             scanned=len(outcomes),
@@ -93,6 +105,7 @@ class CycleResult:
     recovery: PageResult = field(default_factory=PageResult)
     cancellation: PageResult = field(default_factory=PageResult)
     schedule: PageResult = field(default_factory=PageResult)
+    queue: PageResult = field(default_factory=PageResult)  # queued Runs that took a slot
     frontier: PageResult = field(default_factory=PageResult)
     claim: PageResult = field(default_factory=PageResult)  # Attempts claimed for ready steps
 
@@ -170,6 +183,7 @@ class Cycle:
         self._schedule_page_size = schedule_page_size
         self._schedule_grace_ms = schedule_grace_ms
         self._cursor: dict[str, candidates.Cursor | None] = dict.fromkeys(RUN_PHASES)
+        self._queue_cursor: str | None = None
         # called with (phase, seconds) after each phase (metrics; docs/DESIGN.md,
         # "Observability")
         self.on_phase: Callable[[str, float], None] | None = None
@@ -178,9 +192,12 @@ class Cycle:
         results = {}
         for phase in PHASES:
             began = time.perf_counter()
-            results[phase] = (
-                self._schedules(now_ms) if phase == SCHEDULE else self._phase(phase, now_ms)
-            )
+            if phase == SCHEDULE:
+                results[phase] = self._schedules(now_ms)
+            elif phase == QUEUE:
+                results[phase] = self._queues(now_ms)
+            else:
+                results[phase] = self._phase(phase, now_ms)
             if self.on_phase is not None:
                 self.on_phase(phase, time.perf_counter() - began)
         result = CycleResult(**results)
@@ -220,6 +237,27 @@ class Cycle:
             if len(page) < self._schedule_page_size:
                 break
             after = page[-1]
+        return total
+
+    def _queues(self, now_ms: int) -> PageResult:
+        """Up to `pages_per_phase` pages of slots with a queue, one turn each, resumed
+        after the slot where the last cycle stopped (and wrapped around)."""
+        total = PageResult()
+        size = self._schedule_page_size
+        seen: set[str] = set()
+        for _ in range(self._pages_per_phase):
+            after = self._queue_cursor
+            page = slot_queue.slot_page(self._authority, size, after)
+            if len(page) < size and after is not None:
+                page += slot_queue.slot_page(self._authority, size - len(page), None)
+            page = [slot for slot in dict.fromkeys(page) if slot not in seen]
+            if not page:
+                self._queue_cursor = None
+                break
+            seen.update(page)
+            outcomes = [slot_queue.run_turn(self._authority, slot, now_ms) for slot in page]
+            total += PageResult.of_queues(outcomes)
+            self._queue_cursor = page[-1] if len(page) == size else None
         return total
 
     def _phase(self, phase: str, now_ms: int) -> PageResult:

@@ -33,10 +33,13 @@ from domain.cancellation import request_cancel
 from domain.decision import EMPTY, Decision, LeaseGrant
 from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
 from domain.event_types import Family
+from domain.flow import limit_of
+from domain.slots import SlotBook, attempt_slot
 from domain.streams import run_stream
 from domain.transitions import Status
 from eventstore.api import Transaction
 from projections import candidates
+from projections import limits as limit_rows
 
 log = logging.getLogger("qlflow.worker")
 
@@ -77,51 +80,108 @@ def lease_attempts(
     tasks: frozenset[str] | None = None,
     start: bool = False,
 ) -> list[Lease]:
-    """Lease up to `limit` claimed Attempts, oldest first, in one transaction; skip any
-    another worker got or holds.
+    """Lease up to `limit` claimed Attempts in lease order (`domain.slots.lease_order`),
+    in one transaction; skip any another worker got or holds, and any whose limit's
+    slots are all held (docs/DESIGN.md "Flow control").
 
     With `start` each grant also crosses the start barrier in the same commit (unit
     `lease_start`): for an executor that spawns at once."""
-    rule = run_path.lease_and_start if start else worker_rules.grant_lease
     # the page at the store's time as last seen; each grant at its time in the unit
     page_at = now_ms if now_ms is not None else authority.store.clock_ms()
-    offered = candidates.claimable_attempts(
-        authority.store, page_at, limit * 2, run_id=run_id, step_key=step_key, tasks=tasks
-    )
-    if not offered:
-        return []
+    full: frozenset[str] = frozenset()
+    leases: list[Lease] = []
+    for _ in range(SLOT_ROUNDS):
+        offered = candidates.claimable_attempts(
+            authority.store,
+            page_at,
+            (limit - len(leases)) * 2,
+            run_id=run_id,
+            step_key=step_key,
+            tasks=tasks,
+            full_slots=full,
+        )
+        if not offered:
+            break
+        granted, blocked = _grant(
+            authority, worker_id, offered, limit - len(leases), ttl_ms, now_ms, start
+        )
+        leases += granted
+        # a page that ended on claims of full slots may hide others' work behind them:
+        # ask again without those slots
+        if len(leases) >= limit or not blocked or len(offered) < (limit - len(leases)) * 2:
+            break
+        full |= blocked
+    if leases:
+        log.info("worker %s leased %d attempt(s)", worker_id, len(leases))
+    return leases
+
+
+SLOT_ROUNDS = 3  # pages a lease call reads when full slots fill them
+
+
+def _grant(
+    authority: Units,
+    worker_id: str,
+    offered: Sequence[tuple[str, str, str | None]],
+    limit: int,
+    ttl_ms: int,
+    now_ms: int | None,
+    start: bool,
+) -> tuple[list[Lease], frozenset[str]]:
+    """One lease transaction over the `offered` (attempt, run, slot) candidates: the
+    leases granted, and the slots found full."""
+    rule = run_path.lease_and_start if start else worker_rules.grant_lease
     now = Now(now_ms)
+    blocked: set[str] = set()
 
     def grant(tx: Transaction) -> Batch:
         now.bind(tx)
         granted = 0
+        blocked.clear()
+        book = SlotBook({}, {}, ())
+
+        def read_slots(tx: Transaction, locked: set[str]) -> None:
+            nonlocal book
+            if locked:  # only a lease with limits reads them: one statement
+                facts = limit_rows.attempt_slot_facts(
+                    tx, locked, {limit_of(slot) for slot in locked}, now()
+                )
+                book = SlotBook(facts.held, facts.overrides, locked)
 
         def decide_for(attempt_id: str) -> Callable[[RunAggregate], Decision]:
             def decide(aggregate: RunAggregate) -> Decision:
                 nonlocal granted
                 if granted >= limit:
                     return EMPTY
+                ref = (
+                    attempt_slot(aggregate, attempt_id)
+                    if attempt_id in aggregate.attempts
+                    else None
+                )
+                if not book.free(ref):
+                    assert ref is not None
+                    blocked.add(ref.slot)
+                    return EMPTY
                 decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now())
+                book.take(ref)
                 granted += 1
                 return decision
 
             return decide
 
-        writes = [RunWrite(r, decide_for(a), a) for a, r in offered]
-        return write_runs(tx, writes, authority.aggregates, wait=False)
+        writes = [RunWrite(r, decide_for(a), a, slot=slot) for a, r, slot in offered]
+        return write_runs(tx, writes, authority.aggregates, wait=False, after_locks=read_slots)
 
     try:
         batch = _with_retries(authority, grant, "lease_start" if start else "lease")
     except (VersionConflict, LockTimeout):
-        return []  # Runs moved, or a lock stayed held: leave them for the next call
+        return [], frozenset()  # Runs moved, or a lock stayed held: leave them for the next call
     leases = [
         _lease_value(w.aggregate, w.decision.lease, started=start)
         for w in batch.written
         if w.aggregate is not None and w.decision is not None and w.decision.lease is not None
     ]
-    if leases:
-        log.info("worker %s leased %d attempt(s)", worker_id, len(leases))
-    return leases
+    return leases, frozenset(blocked)
 
 
 def _lease_value(

@@ -12,9 +12,13 @@ cancelled); claims nobody leased, cancelled (reasons user and shutdown); a claim
 whose lease expires before start (recovery: lost, requeued, leased again); a
 started Attempt whose lease expires (lost, then failed: lease_expired); a Run
 deadline (timed_out); a refused start; withdraw, quarantine and publisher
-revocation; and (plan v2) a ninth Run, started after the first page, whose step
+revocation; (plan v2) a ninth Run, started after the first page, whose step
 fails once with an attempt left, goes back to ready, waits out its backoff through
-a cycle that may not claim it, and succeeds on its second Attempt. The reference
+a cycle that may not claim it, and succeeds on its second Attempt; and (flow
+control) limits on the diamond's Tasks that never bind (each of their leases takes
+its slot), one of them set at runtime (`limit`), and two Runs of a Workflow with
+`max_running = 1`: the second is admitted into the queue, the first's end frees the
+slot and a cycle's queue phase dequeues the second with its claim (`queue`). The reference
 run checks every scripted answer and the final statuses (`EXPECTED`).
 
 One case. A point is `(fault point name, n)`: the n-th hit of that point in the
@@ -112,7 +116,13 @@ PACKAGE = "crashflow"
 PUBLISHER = "crashlab"
 MANIFEST: dict[str, Any] = {
     "package": {"name": PACKAGE, "publisher": PUBLISHER},
-    "tasks": {key: {"command": ["true"]} for key in ("a", "b", "c", "d", "r", "t", "x", "y", "z")},
+    "tasks": {
+        **{key: {"command": ["true"]} for key in ("q", "r", "t", "x", "y", "z")},
+        # flow control: a limit that never binds in the scenario, so every lease of the
+        # diamond's steps takes its slot under the slot's lock (docs/DESIGN.md "Flow
+        # control"); `limits set` changes b's at 12.5 s
+        **{key: {"command": ["true"], "concurrency": 2} for key in ("a", "b", "c", "d")},
+    },
     "workflows": {
         "diamond": {
             "steps": [
@@ -130,6 +140,9 @@ MANIFEST: dict[str, Any] = {
             "steps": [{"key": "t", "task": "t"}],
             "schedules": [{"cron": "* * * * *", "timezone": "UTC"}],
         },
+        # flow control: one Run at a time; the second waits in the queue until the
+        # first ends (14.5 s), and the cycle at 29 s dequeues it
+        "single": {"max_running": 1, "steps": [{"key": "q", "task": "q"}]},
         # plan v2: a reported failure is retried after its backoff
         "retried": {
             "steps": [
@@ -153,6 +166,8 @@ EXPECTED: dict[str, tuple[str, dict[str, str]]] = {
     "quick": ("succeeded", {"z": "succeeded"}),
     "shutdown": ("cancelled", {"z": "cancelled"}),
     "retry": ("succeeded", {"r": "succeeded"}),
+    "first": ("succeeded", {"q": "succeeded"}),
+    "second": ("succeeded", {"q": "succeeded"}),
 }
 DEADLINE_TIMEOUT_MS = 30 * SECOND  # admitted at 5 s: the deadline is 35 s
 
@@ -180,11 +195,18 @@ def scenario() -> tuple[Op, ...]:
         (7, "start", "backlog", None, {"workflow": "pair"}),
         (8, "start", "quick", None, {"workflow": "solo"}),
         (9, "start", "shutdown", None, {"workflow": "solo"}),
+        (9.2, "start", "first", None, {"workflow": "single"}),  # takes the one slot
+        (9.4, "start", "second", None, {"workflow": "single"}),  # queued
         (10, "cycle", None, None, {}),  # every first step claimed: a full edge page of 8
         (11, "cancel", "backlog", None, {}),  # a claim nobody leased: backlog, cancelled
         (12, "cancel", "shutdown", None, {"reason": "shutdown"}),
+        (12.5, "set_limit", None, None, {"target": "task:crashflow/b", "limit": 3}),
         (13, "lease", "quick", "z", {"worker": "w6", "ttl_ms": 30 * SECOND}),
+        (13.2, "lease", "first", "q", {"worker": "w8", "ttl_ms": 30 * SECOND}),
+        (13.4, "running", "first", "q", {}),
         (14, "running", "quick", "z", {}),
+        # first's end frees the Workflow's slot in its own commit
+        (14.5, "complete", "first", "q", {"outcome": "succeeded", "recorded": "succeeded"}),
         (15, "complete", "quick", "z", {"outcome": "succeeded", "recorded": "succeeded"}),
         (15.5, "start", "retry", None, {"workflow": "retried"}),
         # lease and start barrier in one commit (lease_start), a completion that carries
@@ -201,7 +223,10 @@ def scenario() -> tuple[Op, ...]:
         (26, "running", "deadline", "z", {}),
         (27, "lease", "lost", "x", {"worker": "w4", "ttl_ms": 5 * SECOND}),  # expires at 32
         (28, "running", "lost", "x", {}),
-        (29, "cycle", None, None, {}),  # frontier: ok and fail b, c; backlog converges
+        (29, "cycle", None, None, {}),  # frontier: ok and fail b, c; backlog converges;
+        # the queue: second takes the slot first's end freed, q claimed in that commit
+        (29.2, "lease", "second", "q", {"worker": "w8", "ttl_ms": 30 * SECOND, "start": True}),
+        (29.4, "complete", "second", "q", {"outcome": "succeeded", "recorded": "succeeded"}),
         (29.5, "lease", "retry", "r", {"worker": "w7", "ttl_ms": 30 * SECOND}),
         (30, "cancel", "cancel", None, {}),  # while w2 runs x
         (30.5, "running", "retry", "r", {}),
@@ -245,6 +270,8 @@ def scenario() -> tuple[Op, ...]:
         (61, "cycle", None, None, {}),
         (101, "cycle", None, None, {}),  # the schedule's 22:15:00 is skipped: revoked
     ]
+    instants = [seconds for seconds, *_ in script]
+    assert instants == sorted(set(instants)), "the driver resumes in time order: keep it so"
     return tuple(
         Op(T0 + int(seconds * SECOND), kind, key, step, args)
         for seconds, kind, key, step, args in script
@@ -305,11 +332,14 @@ class Driver:
         result = self.rt.cycle(now_ms=op.at_ms)
         errors = [
             e
-            for phase in ("recovery", "cancellation", "schedule", "frontier", "claim")
+            for phase in ("recovery", "cancellation", "schedule", "queue", "frontier", "claim")
             for e in getattr(result, phase).errors
         ]
         if errors:
             raise ScenarioError(f"{op}: cycle errors {errors}")
+
+    def _set_limit(self, op: Op) -> None:
+        self.rt.set_limit(op.args["target"], op.args["limit"], by=PUBLISHER, now_ms=op.at_ms)
 
     def _cancel(self, op: Op) -> None:
         reason = op.args.get("reason", "user")

@@ -26,6 +26,8 @@ def admission_records(
     now_ms: int,
     rerun_of: Mapping[str, Any] | None = None,
     reuses: Sequence[Reuse] = (),
+    *,
+    queued: bool = False,
 ) -> Decision:
     """Records that admit `plan` under `admission_key` at `now_ms` (streams must not exist).
 
@@ -33,6 +35,8 @@ def admission_records(
     its digest, so the same plan always yields the same records. A rerun
     (docs/DESIGN.md "Reruns") names its source in `rerun_of` ({"run_id", "reason"})
     and adds one `step.reused` per reused step after the `step.created` events.
+    `queued`: the Run waits in its Workflow's queue for a slot (docs/DESIGN.md "Flow
+    control"; `domain.slots.takes_slot_at_admission` decides).
     """
     if not isinstance(plan, ExecutionPlan):
         raise InvalidInput(
@@ -60,6 +64,10 @@ def admission_records(
     }
     if rerun_of is not None:
         admitted["rerun_of"] = dict(rerun_of)
+    if queued:
+        if plan.flow.run_slot is None:
+            raise InvalidInput("queued", "run_slot", "only a Run of a limited Workflow queues")
+        admitted["queued"] = True
     builder.event(admitted_id, EventType.WORKFLOW_ADMITTED, admitted)
     builder.causation_id = admitted_id  # every StepRun is created by the admission
     for step in sorted(plan.steps, key=lambda s: s.key):

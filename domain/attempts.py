@@ -52,6 +52,8 @@ def decide_attempt_claims(
         )
     if aggregate.run.is_terminal or effective_intent(aggregate, now_ms) is not None:
         return EMPTY
+    if aggregate.run.queued:  # waits for its Workflow's slot (docs/DESIGN.md "Flow control")
+        return EMPTY
     builder = DecisionBuilder.on(aggregate, now_ms, actor, probe=probe)
     plan = aggregate.plan
     digest = plan.plan_digest

@@ -39,6 +39,7 @@ def _shapes() -> dict[str, EventShape]:
             run, ("plan", "admission_key", "admitted_at_ms"), ("plan", "run_id")
         ),
         EventType.WORKFLOW_CANCEL_REQUESTED: EventShape(run, ("reason", "requested_at_ms")),
+        EventType.WORKFLOW_DEQUEUED: EventShape(run, ("slot", "dequeued_at_ms")),
         EventType.STEP_CREATED: EventShape(run, ("step_run_id", "step_key", "status", "epoch")),
         EventType.ATTEMPT_CLAIMED: EventShape(
             run,
@@ -96,6 +97,7 @@ def _shapes() -> dict[str, EventShape]:
         EventType.NOTIFICATION_ATTEMPTED: EventShape(
             streams.NOTIFICATION, ("rule", "attempt", "delivered", "at_ms", "retry_at_ms")
         ),
+        EventType.LIMIT_SET: EventShape(streams.LIMIT, ("target", "old", "new", "set_at_ms")),
     }
     for kind in (EventType.PUBLICATION_WITHDRAWN, EventType.PUBLICATION_QUARANTINED):
         shapes[kind] = EventShape(

@@ -24,6 +24,7 @@ class EventType(StrEnum):
     # --- run-<run_id>: RunEvents ---------------------------------------------------------
     WORKFLOW_ADMITTED = "workflow.admitted"
     WORKFLOW_CANCEL_REQUESTED = "workflow.cancel_requested"
+    WORKFLOW_DEQUEUED = "workflow.dequeued"  # a queued Run takes its Workflow's slot
     STEP_CREATED = "step.created"
     ATTEMPT_CLAIMED = "attempt.claimed"
     ATTEMPT_STARTING = "attempt.starting"
@@ -61,6 +62,8 @@ class EventType(StrEnum):
     # --- notification-<run_id>: the outbox of one Run's notifications --------------------
     NOTIFICATION_DUE = "notification.due"  # written with the Run's terminal record
     NOTIFICATION_ATTEMPTED = "notification.attempted"  # one delivery attempt and its outcome
+    # --- limit-<target digest>: a concurrency limit changed at runtime --------------------
+    LIMIT_SET = "limit.set"  # who set which limit to what, and what it was
 
 
 def of(family: str, name: str) -> str:

@@ -215,6 +215,9 @@ class Folder:
         key = data.get("admission_key")
         if not isinstance(admitted_at, int) or not is_int(admitted_at) or not isinstance(key, str):
             raise corrupt(record, "admitted_at_ms or admission_key is missing or mistyped")
+        queued = data.get("queued", False)
+        if queued is not False and (queued is not True or plan.flow.run_slot is None):
+            raise corrupt(record, "queues a Run whose plan binds no Workflow limit")
         timeout = plan.timeout_ms
         self.topo_order = plan_order(plan, record)
         self.plan = plan
@@ -234,6 +237,7 @@ class Folder:
             "result_code": None,
             "error_code": None,
             "head_event_id": record.event_id,
+            "queued": queued,
         }
 
     def step_created(self, record: Record, data: Mapping[str, Any]) -> None:
@@ -425,6 +429,14 @@ class Folder:
         run["cancel_reason"] = reason
         run["cancel_requested_at_ms"] = at_ms
 
+    def dequeued(self, record: Record, data: Mapping[str, Any]) -> None:
+        run = self.run
+        assert run is not None and self.plan is not None
+        ref = self.plan.flow.run_slot
+        if not run["queued"] or ref is None or data["slot"] != ref.slot:
+            raise corrupt(record, "dequeues a Run that is not queued for that slot")
+        run["queued"] = False
+
     def run_ended(self, record: Record, data: Mapping[str, Any], status: str) -> None:
         run = self.run
         assert run is not None
@@ -574,6 +586,7 @@ def _run_record_folds() -> dict[str, tuple[Any, str | None]]:
         for status in statuses:
             folds[of(family, status)] = (method, Status(status).value)
     folds[EventType.WORKFLOW_CANCEL_REQUESTED.value] = (Folder.cancel_requested, None)
+    folds[EventType.WORKFLOW_DEQUEUED.value] = (Folder.dequeued, None)
     folds[EventType.ATTEMPT_CLAIMED.value] = (Folder.attempt_claimed, None)
     folds[EventType.STEP_REUSED.value] = (Folder.step_reused, None)
     folds[EventType.STEP_CREATED.value] = (Folder.step_created, None)

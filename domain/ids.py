@@ -45,6 +45,7 @@ SCHEDULE_ID = "sch:"  # a schedule: publisher, package, workflow, cron, zone, pa
 SCHEDULE_EVENT = "wse:"  # schedule-<id> stream events
 RETENTION_EVENT = "wrt:"  # retention-runs stream events
 NOTIFICATION_EVENT = "wne:"  # notification-<run_id> outbox events
+LIMIT_EVENT = "wlt:"  # limit-<target digest> stream events
 
 _PREFIXES = {
     value

@@ -15,6 +15,7 @@ each case, so a Task's source digest never silently leaves out a file.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Mapping
@@ -23,6 +24,14 @@ from typing import Any
 
 from domain.canonical import MAX_SAFE_INTEGER, is_digest
 from domain.errors import InvalidInput, PlanError
+from domain.flow import (
+    DEFAULT_PRIORITY,
+    Concurrency,
+    FlowError,
+    parse_concurrency,
+    priority_problem,
+    template_params,
+)
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.manifest_checks import (
     IDENTIFIER_RULE,
@@ -57,8 +66,13 @@ DICT_SOURCE = "<manifest dict>"
 
 TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
-TASK_KEYS = ("command", "python", "isolation", "env", "files", "enabled", "on_interrupt")
-WORKFLOW_KEYS = ("steps", "timeout_ms", "enabled", "schedules", "params", "notify")
+TASK_KEYS = (
+    "command", "python", "isolation", "env", "files", "enabled", "on_interrupt", "concurrency",
+)  # fmt: skip
+WORKFLOW_KEYS = (
+    "steps", "timeout_ms", "enabled", "schedules", "params", "notify", "max_running",
+    "concurrency", "priority",
+)  # fmt: skip
 STEP_KEYS = ("key", "task", "needs", "retry")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
@@ -88,6 +102,7 @@ class TaskSpec:
     python: str | None = None
     isolation: str | None = None
     on_interrupt: str = ON_INTERRUPT_DEFAULT
+    concurrency: Concurrency | None = None  # docs/DESIGN.md "Flow control"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +126,8 @@ class WorkflowSpec:
     schedules: tuple[ScheduleSpec, ...] = ()
     params: tuple[ParamDefinition, ...] = ()
     notify: tuple[NotifyRule, ...] = ()
+    limit: Concurrency | None = None  # max_running, or a keyed concurrency
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +187,7 @@ def validate_manifest(
     workflows = tuple(
         _workflow(source, key, workflows_raw[key], task_ids) for key in sorted(workflows_raw)
     )
+    _check_limit_keys(source, tasks, workflows)
     return Manifest(source=source, package=package, tasks=tasks, workflows=workflows)
 
 
@@ -209,6 +227,7 @@ def revision_from_manifest(
                     python=task.python,
                     isolation=task.isolation,
                     on_interrupt=task.on_interrupt,
+                    concurrency=task.concurrency,
                 )
             )
         except PlanError as error:
@@ -227,6 +246,8 @@ def revision_from_manifest(
             schedules=workflow.schedules,
             params=workflow.params,
             notify=workflow.notify,
+            limit=workflow.limit,
+            priority=workflow.priority,
         )
         for workflow in manifest.workflows
     ]
@@ -268,8 +289,10 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
             "on_interrupt",
             f"must be one of {', '.join(map(repr, ON_INTERRUPT))}, not {describe(on_interrupt)}",
         )
+    concurrency = _concurrency(source, table, raw, "concurrency")
     if "python" in raw:
-        return _python_task(source, task_id, raw, env, files, digests, enabled, on_interrupt)
+        task = _python_task(source, task_id, raw, env, files, digests, enabled, on_interrupt)
+        return dataclasses.replace(task, concurrency=concurrency)
     if "isolation" in raw:
         raise manifest_error(source, table, "isolation", "applies only to a python Task")
     if "command" not in raw:
@@ -300,6 +323,7 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
         file_digests=digests,
         enabled=enabled,
         on_interrupt=on_interrupt,
+        concurrency=concurrency,
     )
 
 
@@ -461,7 +485,78 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
         schedules=schedules,
         params=params,
         notify=notify,
+        limit=_workflow_limit(source, table, raw),
+        priority=_priority(source, table, raw),
     )
+
+
+def _concurrency(source: str, table: str, raw: Mapping[str, Any], key: str) -> Concurrency | None:
+    """A `concurrency` (or `max_running`) value, said at its key when wrong."""
+    if key not in raw:
+        return None
+    try:
+        return parse_concurrency(raw[key], key)
+    except FlowError as error:
+        raise manifest_error(source, table, error.field, error.reason) from None
+
+
+def _workflow_limit(source: str, table: str, raw: Mapping[str, Any]) -> Concurrency | None:
+    """A Workflow's one limit on its Runs: `max_running = N`, or `concurrency` (a
+    count, or `{ limit, key }` for one set of slots per key value)."""
+    if "max_running" in raw and "concurrency" in raw:
+        raise manifest_error(
+            source,
+            table,
+            "concurrency",
+            "a Workflow takes max_running or concurrency, not both "
+            "(max_running = N is concurrency = N)",
+        )
+    found = _concurrency(source, table, raw, "max_running")
+    if found is not None and found.key is not None:
+        raise manifest_error(
+            source, table, "max_running", "is a count; for one per key say concurrency = {...}"
+        )
+    return found or _concurrency(source, table, raw, "concurrency")
+
+
+def _priority(source: str, table: str, raw: Mapping[str, Any]) -> int:
+    value = raw.get("priority", DEFAULT_PRIORITY)
+    problem = priority_problem(value)
+    if problem is not None:
+        raise manifest_error(source, table, "priority", problem)
+    assert isinstance(value, int)
+    return value
+
+
+def _check_limit_keys(
+    source: str, tasks: tuple[TaskSpec, ...], workflows: tuple[WorkflowSpec, ...]
+) -> None:
+    """A limit's key names parameters of the Workflows it applies to: every Workflow
+    that has a step of a Task with a keyed limit, and the Workflow's own."""
+    keyed = {t.task_id: t.concurrency.key for t in tasks if t.concurrency and t.concurrency.key}
+    for workflow in workflows:
+        declared = {param.name for param in workflow.params}
+        table = f"workflows.{workflow.key}"
+        if workflow.limit is not None and workflow.limit.key is not None:
+            for name in template_params(workflow.limit.key):
+                if name not in declared:
+                    raise manifest_error(
+                        source,
+                        table,
+                        "concurrency.key",
+                        f"names parameter {name!r}, which the Workflow does not declare",
+                    )
+        for index, step in enumerate(workflow.steps):
+            template = keyed.get(step.task)
+            for name in template_params(template) if template else ():
+                if name not in declared:
+                    raise manifest_error(
+                        source,
+                        f"tasks.{step.task}",
+                        "concurrency.key",
+                        f"names parameter {name!r}, which Workflow {workflow.key!r} "
+                        f"(steps[{index}]) does not declare",
+                    )
 
 
 def _check_schedule_params(

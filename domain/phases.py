@@ -7,10 +7,11 @@ from typing import Final
 RECOVERY: Final = "recovery"
 CANCELLATION: Final = "cancellation"
 SCHEDULE: Final = "schedule"  # due schedules admit their Runs (docs/DESIGN.md, "Schedules")
+QUEUE: Final = "queue"  # queued Runs take their Workflow's free slots ("Flow control")
 FRONTIER: Final = "frontier"
 CLAIM: Final = "claim"  # ready steps get an Attempt (not a Run's admission, `rt.start`)
 
-PHASES = (RECOVERY, CANCELLATION, SCHEDULE, FRONTIER, CLAIM)
+PHASES = (RECOVERY, CANCELLATION, SCHEDULE, QUEUE, FRONTIER, CLAIM)
 RUN_PHASES = (RECOVERY, CANCELLATION, FRONTIER, CLAIM)
-"""The phases whose work is on a Run (the schedule phase's is on a schedule): the
-candidate index keeps a window of instants for each."""
+"""The phases whose work is on a Run (the schedule phase's is on a schedule, the queue
+phase's on a limit's slot): the candidate index keeps a window of instants for each."""

@@ -28,6 +28,7 @@ from domain.fields import (
     check_text,
     refuse_type,
 )
+from domain.flow import NO_FLOW, PlanFlow, bind_flow, plan_flow
 from domain.ids import STEP_RUN_ID, derive_id
 from domain.notify import NotifyRule, notify_document, plan_notify
 from domain.params import bind_params
@@ -102,6 +103,9 @@ class ExecutionPlan:
     # the Workflow's notify rules; in the document only when there are some, so a
     # plan without them keeps its digest (docs/DESIGN.md "Notifications")
     notify: tuple[NotifyRule, ...] = ()
+    # priority and the limits' slots (docs/DESIGN.md "Flow control"); in the document
+    # only when not the default, so a plan without them keeps its digest
+    flow: PlanFlow = NO_FLOW
 
     @property
     def is_v2(self) -> bool:
@@ -159,6 +163,7 @@ def build_plan(
     step_run_ids: Mapping[str, str],
     timeout_ms: int | None = None,
     params: Mapping[str, Any] | None = None,
+    priority: int | None = None,
 ) -> ExecutionPlan:
     """Plan one Run of `workflow_key` from `publication` and the revision it names.
 
@@ -169,7 +174,12 @@ def build_plan(
     (`plan_workflow` then `bind_plan`.)
     """
     return bind_plan(
-        plan_workflow(publication, revision, workflow_key), run_id, step_run_ids, timeout_ms, params
+        plan_workflow(publication, revision, workflow_key),
+        run_id,
+        step_run_ids,
+        timeout_ms,
+        params,
+        priority,
     )
 
 
@@ -214,9 +224,11 @@ def bind_plan(
     step_run_ids: Mapping[str, str],
     timeout_ms: int | None = None,
     params: Mapping[str, Any] | None = None,
+    priority: int | None = None,
 ) -> ExecutionPlan:
     """The plan of one Run of a checked Workflow (`plan_workflow`): its StepRun ids,
-    timeout and bound parameters, sealed with its digest (see `build_plan`)."""
+    timeout, bound parameters, priority (None: the Workflow's) and the slots of its
+    limits, sealed with its digest (see `build_plan`)."""
     if not isinstance(planned, PlannedWorkflow):
         refuse_type(planned, "planned", "a PlannedWorkflow")
     _check_run_fields(run_id, timeout_ms)
@@ -261,6 +273,20 @@ def bind_plan(
         document["params"] = dict(bound)
     if workflow.notify:
         document["notify"] = notify_document(workflow.notify)
+    flow = bind_flow(
+        revision.package,
+        planned.workflow_key,
+        workflow.limit,
+        {
+            step.key: (step.task, limit)
+            for step in workflow.steps
+            if (limit := revision.tasks[step.task].concurrency) is not None
+        },
+        dict(bound),
+        workflow.priority if priority is None else priority,
+    )
+    if not flow.is_default:
+        document["flow"] = flow.document()
     return _seal(document, steps)
 
 
@@ -312,6 +338,8 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         document["params"] = dict(plan.params)
     if plan.notify:
         document["notify"] = notify_document(plan.notify)
+    if not plan.flow.is_default:
+        document["flow"] = plan.flow.document()
     return document
 
 
@@ -330,11 +358,18 @@ def _seal(document: dict[str, Any], steps: tuple[PlanStep, ...]) -> ExecutionPla
     if size > MAX_PLAN_BYTES:
         raise PlanError("plan_size", f"encoded plan is {size} bytes; at most {MAX_PLAN_BYTES}")
     fields = {
-        key: value for key, value in document.items() if key not in ("steps", "params", "notify")
+        key: value
+        for key, value in document.items()
+        if key not in ("steps", "params", "notify", "flow")
     }
     params = tuple(sorted(document.get("params", {}).items()))
     notify = plan_notify(document["notify"]) if "notify" in document else ()
-    return ExecutionPlan(**fields, steps=steps, plan_digest=digest, params=params, notify=notify)
+    flow = (
+        plan_flow(document["flow"], tuple(s.key for s in steps)) if "flow" in document else NO_FLOW
+    )
+    return ExecutionPlan(
+        **fields, steps=steps, plan_digest=digest, params=params, notify=notify, flow=flow
+    )
 
 
 # --- normalizing ----------------------------------------------------------------------
@@ -369,7 +404,7 @@ def normalize(value: object) -> ExecutionPlan:
         plan,
         (*_PLAN_FIELDS, *(V2_PLAN_FIELDS if v2 else ())),
         "plan",
-        optional=("plan_digest", "notify"),
+        optional=("plan_digest", "notify", "flow"),
     )
     schema = check_schema(plan["schema"])
     package = check_name(plan["package"], "package", "package")
@@ -418,6 +453,9 @@ def normalize(value: object) -> ExecutionPlan:
         if not rules:  # absent when there are none: one document per plan
             raise PlanError("not_canonical", "plan states an empty notify")
         document["notify"] = notify_document(rules)
+    if "flow" in plan:
+        flow = plan_flow(plan["flow"], tuple(step.key for step in steps))
+        document["flow"] = flow.document()
     normalized = _seal(document, steps)
     if "plan_digest" in plan:
         stated = plan["plan_digest"]

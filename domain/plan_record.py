@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from domain.errors import CorruptionError, PlanError
+from domain.flow import NO_FLOW, plan_flow
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.notify import plan_notify
 from domain.plan import ExecutionPlan, PlanStep
@@ -26,7 +27,7 @@ def corrupt(record: Record, problem: str) -> CorruptionError:
 # --- plan ------------------------------------------------------------------------------
 
 _PLAN_FIELDS = tuple(
-    f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params", "notify")
+    f for f in ExecutionPlan.__dataclass_fields__ if f not in ("steps", "params", "notify", "flow")
 )
 
 
@@ -54,13 +55,18 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
         )
         params = tuple(sorted(value.get("params", {}).items()))
         notify = plan_notify(value["notify"]) if "notify" in value else ()
+        flow = plan_flow(value["flow"], tuple(s.key for s in steps)) if "flow" in value else NO_FLOW
         plan = ExecutionPlan(
-            **{f: value[f] for f in _PLAN_FIELDS}, steps=steps, params=params, notify=notify
+            **{f: value[f] for f in _PLAN_FIELDS},
+            steps=steps,
+            params=params,
+            notify=notify,
+            flow=flow,
         )
     except (KeyError, TypeError) as error:
         raise corrupt(record, f"the plan is missing a field: {error!r}") from None
     except PlanError as error:
-        raise corrupt(record, f"the plan's notify is invalid: {error}") from None
+        raise corrupt(record, f"the plan's notify or flow is invalid: {error}") from None
     if not steps:
         raise corrupt(record, "the plan has no Steps")
     if not isinstance(plan.run_id, str) or not isinstance(plan.plan_digest, str):

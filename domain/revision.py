@@ -30,6 +30,7 @@ from domain.fields import (
     load_json,
     refuse_type,
 )
+from domain.flow import DEFAULT_PRIORITY, Concurrency, FlowError, parse_concurrency
 from domain.ids import REVISION_ID
 from domain.notify import NotifyRule, notify_document, plan_notify
 from domain.params import params_document, params_from_document
@@ -152,6 +153,8 @@ def _task_document(task: TaskDefinition) -> dict[str, Any]:
         document["isolation"] = task.isolation
     if task.on_interrupt != ON_INTERRUPT_DEFAULT:  # only where declared: digests stay
         document["on_interrupt"] = task.on_interrupt
+    if task.concurrency is not None:  # likewise
+        document["concurrency"] = task.concurrency.document()
     return document
 
 
@@ -169,6 +172,11 @@ def _workflow_document(workflow: WorkflowDefinition) -> dict[str, Any]:
         document["schedules"] = [schedule_document(spec) for spec in workflow.schedules]
     if workflow.notify:  # likewise
         document["notify"] = notify_document(workflow.notify)
+    if workflow.limit is not None:  # likewise (docs/DESIGN.md "Flow control")
+        field = "max_running" if workflow.limit.key is None else "concurrency"
+        document[field] = workflow.limit.document()
+    if workflow.priority != DEFAULT_PRIORITY:
+        document["priority"] = workflow.priority
     return document
 
 
@@ -245,9 +253,11 @@ _REVISION_FIELDS = (
     "revision_id", "revision_digest", "tasks", "workflows",
 )  # fmt: skip
 _TASK_FIELDS = ("command", "enabled", "env", "files", "source_digest")
-_TASK_OPTIONAL_FIELDS = ("python", "isolation", "on_interrupt")
+_TASK_OPTIONAL_FIELDS = ("python", "isolation", "on_interrupt", "concurrency")
 _WORKFLOW_FIELDS = ("enabled", "timeout_ms", "steps")
-_WORKFLOW_OPTIONAL_FIELDS = ("schedules", "params", "notify")
+_WORKFLOW_OPTIONAL_FIELDS = (
+    "schedules", "params", "notify", "max_running", "concurrency", "priority",
+)  # fmt: skip
 _STEP_FIELDS = ("key", "task", "needs")
 
 
@@ -292,6 +302,7 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 python=task.get("python"),
                 isolation=task.get("isolation"),
                 on_interrupt=task.get("on_interrupt", ON_INTERRUPT_DEFAULT),
+                concurrency=_limit_from_json(task, "concurrency", what),
             )
         )
     workflows = []
@@ -318,6 +329,8 @@ def revision_from_json(value: object) -> MaterializedRevision:
                 schedules=_schedules_from_json(workflow.get("schedules", []), what),
                 params=params_from_document(workflow.get("params", {}), what),
                 notify=_notify_from_json(workflow, what),
+                limit=_workflow_limit_from_json(workflow, what),
+                priority=workflow.get("priority", DEFAULT_PRIORITY),
             )
         )
     revision = materialize_revision(
@@ -344,6 +357,23 @@ def schedule_document(spec: ScheduleSpec) -> dict[str, Any]:
         "misfire": spec.misfire,
         "params": dict(spec.params),
     }
+
+
+def _limit_from_json(document: Mapping[str, Any], field: str, what: str) -> Concurrency | None:
+    if field not in document:
+        return None
+    try:
+        return parse_concurrency(document[field], field)
+    except FlowError as error:
+        raise PlanError("limit", f"{what} {error}") from None
+
+
+def _workflow_limit_from_json(workflow: Mapping[str, Any], what: str) -> Concurrency | None:
+    if "max_running" in workflow and "concurrency" in workflow:
+        raise PlanError("limit", f"{what} states both max_running and concurrency")
+    if "max_running" in workflow:
+        return _limit_from_json(workflow, "max_running", what)
+    return _limit_from_json(workflow, "concurrency", what)
 
 
 def _notify_from_json(workflow: Mapping[str, Any], what: str) -> tuple[NotifyRule, ...]:

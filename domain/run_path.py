@@ -30,6 +30,7 @@ from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.frontier import decide_frontier
 from domain.records import NewEvent, Record, StreamAppend
+from domain.slots import QUEUE_ACTOR, dequeue
 from domain.streams import LEASE, NOTIFICATION, category, entity_id, run_stream, steps_stream
 from domain.worker import complete, grant_lease, mark_starting
 
@@ -174,6 +175,17 @@ def admit_and_claim(
         decisions.append(frontier)
     claims = decide_attempt_claims(admitted, now_ms, actor=ADMISSION_ACTOR)
     return chained(*decisions, claims), applied(admitted, claims)
+
+
+def dequeue_and_claim(aggregate: RunAggregate, now_ms: int) -> Decision:
+    """`slots.dequeue` (the queued Run takes its Workflow's slot), then the Attempts
+    `decide_attempt_claims` claims for its ready steps, as one decision."""
+    taken = dequeue(aggregate, now_ms)
+    if not taken.appends:
+        return taken
+    after = applied(aggregate, taken)
+    claims = decide_attempt_claims(after, now_ms, actor=QUEUE_ACTOR)
+    return chained(taken, claims, after=applied(after, claims))
 
 
 def cancel_and_converge(aggregate: RunAggregate, reason: str, now_ms: int) -> Decision:

@@ -112,6 +112,9 @@ class RunState:
     result_code: str | None
     error_code: str | None
     head_event_id: str
+    # waiting in its Workflow's queue for a slot (docs/DESIGN.md "Flow control"): no
+    # step is claimed until `workflow.dequeued`
+    queued: bool = False
 
     @property
     def is_terminal(self) -> bool:

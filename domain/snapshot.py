@@ -93,6 +93,8 @@ def _read(document: Any) -> RunAggregate:
     if document["digest"] != _digest(document):
         raise CorruptionError("run snapshot: its digest does not match its content")
     raw_run = document["run"]
+    if "queued" not in raw_run:  # written before flow control: no Run was queued
+        raw_run = {**raw_run, "queued": False}
     _exact(raw_run, (*_RUN_FIELDS, "plan"))
     where = Record("", f"snapshot-{raw_run['run_id']}", raw_run["version"], 0, "snapshot", {}, {})
     plan = plan_from_data(raw_run["plan"], where)

@@ -18,6 +18,7 @@ ADMISSION: Final = "admission"  # the durable admission receipt of one admission
 SCHEDULE: Final = "schedule"  # the durable cursor of one schedule
 RETENTION: Final = "retention"  # what retention removed, one record per batch
 NOTIFICATION: Final = "notification"  # the notification outbox of one Run
+LIMIT: Final = "limit"  # the runtime changes of one concurrency limit (or key)
 CATEGORIES = (
     RUN,
     STEPS,
@@ -28,9 +29,10 @@ CATEGORIES = (
     SCHEDULE,
     RETENTION,
     NOTIFICATION,
+    LIMIT,
 )
 # what the runtime writes (cycles, workers, admission) and what publishers write
-RUNTIME_CATEGORIES = (RUN, STEPS, LEASE, ADMISSION, SCHEDULE, NOTIFICATION)
+RUNTIME_CATEGORIES = (RUN, STEPS, LEASE, ADMISSION, SCHEDULE, NOTIFICATION, LIMIT)
 PROVENANCE_CATEGORIES = (PUBLICATION, PUBLISHER)
 
 
@@ -96,3 +98,8 @@ def retention_stream() -> str:
 def notification_stream(run_id: str) -> str:
     """The notification outbox of one Run."""
     return stream_id(NOTIFICATION, run_id)
+
+
+def limit_stream(target_digest: str) -> str:
+    """The stream of one limit target's runtime changes (`limits set`)."""
+    return stream_id(LIMIT, target_digest)

@@ -27,6 +27,7 @@ from domain.fields import (
     check_name,
     refuse_type,
 )
+from domain.flow import Concurrency
 from domain.python_tasks import ISOLATION_PROCESS, files_problem, isolation_problem, parse_target
 
 TASK_SOURCE_DOMAIN = "qlflow/task-source@v1"
@@ -58,6 +59,7 @@ class TaskDefinition:
     python: str | None
     isolation: str | None
     on_interrupt: str
+    concurrency: Concurrency | None  # docs/DESIGN.md "Flow control"; not in the source digest
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class TaskDefinition:
         python: str | None = None,
         isolation: str | None = None,
         on_interrupt: str = ON_INTERRUPT_DEFAULT,
+        concurrency: Concurrency | None = None,
     ) -> None:
         what = f"Task {task_id!r}"
         check_name(task_id, "task_id", "Task id")
@@ -109,6 +112,9 @@ class TaskDefinition:
         object.__setattr__(self, "python", python)
         object.__setattr__(self, "isolation", isolation)
         object.__setattr__(self, "on_interrupt", on_interrupt)
+        if concurrency is not None and not isinstance(concurrency, Concurrency):
+            refuse_type(concurrency, f"{what} concurrency", "a Concurrency")
+        object.__setattr__(self, "concurrency", concurrency)
 
     @property
     def runs_python(self) -> bool:
@@ -219,6 +225,7 @@ def define_task(
     python: str | None = None,
     isolation: str | None = None,
     on_interrupt: str = ON_INTERRUPT_DEFAULT,
+    concurrency: Concurrency | None = None,
 ) -> TaskDefinition:
     """Build a TaskDefinition whose source digest covers `command` (or `python` and
     `isolation`), `env`, `files` and `file_digests` (path -> SHA-256 hex of the
@@ -233,6 +240,7 @@ def define_task(
         python=python,
         isolation=isolation,
         on_interrupt=on_interrupt,
+        concurrency=concurrency,
     )
     digest = task_source_digest(draft.definition(), file_digests or {})
     return dataclasses.replace(draft, source_digest=digest)

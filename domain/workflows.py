@@ -15,6 +15,7 @@ import orjson
 from domain.canonical import domain_digest
 from domain.errors import PlanError
 from domain.fields import check_bool, check_list, check_name, check_positive_int, refuse_type
+from domain.flow import DEFAULT_PRIORITY, Concurrency, priority_problem
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.notify import NotifyRule
 from domain.params import ParamDefinition, params_document
@@ -60,6 +61,10 @@ class WorkflowDefinition:
     schedules: tuple[ScheduleSpec, ...] = ()
     params: tuple[ParamDefinition, ...] = ()
     notify: tuple[NotifyRule, ...] = ()  # docs/DESIGN.md "Notifications"
+    # docs/DESIGN.md "Flow control": how many Runs may run at once (per key value), and
+    # the priority its Runs start with
+    limit: Concurrency | None = None
+    priority: int = DEFAULT_PRIORITY
 
     def __post_init__(self) -> None:
         check_name(self.key, "workflow_key", "Workflow key")
@@ -86,6 +91,11 @@ class WorkflowDefinition:
             if not isinstance(rule, NotifyRule):
                 refuse_type(rule, f"Workflow {self.key!r} notify rule", "a NotifyRule")
         object.__setattr__(self, "notify", tuple(notify))
+        if self.limit is not None and not isinstance(self.limit, Concurrency):
+            refuse_type(self.limit, f"Workflow {self.key!r} limit", "a Concurrency")
+        problem = priority_problem(self.priority)
+        if problem is not None:
+            raise PlanError("priority", f"Workflow {self.key!r} priority {problem}")
 
     @property
     def step_keys(self) -> tuple[str, ...]:

@@ -70,6 +70,9 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     # PostgreSQL: the append function again, now knowing the notification- outbox
     # (docs/DESIGN.md "Notifications")
     {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
+    # PostgreSQL: the append function again, now knowing the limit- streams and
+    # `workflow.dequeued` (docs/DESIGN.md "Flow control")
+    {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
 )
 
 

@@ -17,6 +17,14 @@ from __future__ import annotations
 
 from domain.canonical import MAX_SAFE_INTEGER
 from domain.fields import ID_PATTERN
+from domain.flow import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    PLACEHOLDER_PATTERN,
+    TASK_LIMIT,
+    WORKFLOW_LIMIT,
+)
 from domain.ids import ID_DOMAIN, STEP_RUN_ID
 from domain.params import MAX_STRING_CHARS
 from domain.plan_v2 import PLAN_SCHEMA_V1, PLAN_SCHEMA_V2
@@ -25,8 +33,9 @@ from eventstore.grants import ADMISSION, OWNER, RUNTIME, ServerFunction
 
 CANONICAL_JSON = "qlflow_canonical_json"
 PLAN_REFUSAL = "qlflow_plan_refusal"
+LIMIT_KEY = "qlflow_limit_key"
 PLAN_REFUSED = "plan_mismatch"  # the reason of every refusal of this check
-_VERSION = "qlflow admitted plans v1"
+_VERSION = "qlflow admitted plans v2 (the plan's flow member)"
 _NOT_CANONICAL = "QLPC1"  # raised inside, answered as a refusal
 
 _ID_HEX = ID_DOMAIN.hex()
@@ -73,6 +82,33 @@ BEGIN
 END
 """
 
+# domain.flow.render_key: each {params.<name>} replaced by the bound value's text
+_LIMIT_KEY_BODY = f"""
+DECLARE
+    name text;
+    rendered text := template;
+BEGIN
+    FOR name IN SELECT DISTINCT m[1] FROM regexp_matches(template, '{PLACEHOLDER_PATTERN}', 'g') m
+    LOOP
+        rendered := replace(rendered, '{{params.' || name || '}}', params ->> name);
+    END LOOP;
+    RETURN rendered;
+END
+"""
+
+
+def _slot_sql(kind: str, name_sql: str, declared_sql: str) -> str:
+    """The SlotRef document (domain.flow.SlotRef.document) of a declared limit."""
+    return f"""jsonb_build_object(
+        'limit', '{kind}:' || (revision ->> 'package') || '/' || {name_sql},
+        'slots', CASE WHEN jsonb_typeof({declared_sql}) = 'number' THEN {declared_sql}
+                      ELSE {declared_sql} -> 'limit' END)
+    || CASE WHEN jsonb_typeof({declared_sql} -> 'key') = 'string'
+            THEN jsonb_build_object(
+                'key', {LIMIT_KEY}({declared_sql} ->> 'key', coalesce(p -> 'params', '{{}}')))
+            ELSE '{{}}'::jsonb END"""
+
+
 _PLAN_REFUSAL_BODY = f"""
 DECLARE
     p jsonb;
@@ -86,6 +122,8 @@ DECLARE
     expected jsonb;
     differing text;
     encoded text;
+    flow jsonb;
+    run_limit jsonb;
 BEGIN
     IF json_typeof(plan) IS DISTINCT FROM 'object' OR workflow IS NULL THEN
         RETURN '{PLAN_REFUSED}: the admitted record carries no plan of this Workflow';
@@ -150,6 +188,29 @@ BEGIN
         'workflow_digest', ref -> 'workflow_digests' -> workflow_key,
         'run_id', p -> 'run_id', 'timeout_ms', p -> 'timeout_ms', 'steps', steps)
         || CASE WHEN v2 THEN jsonb_build_object('params', p -> 'params') ELSE '{{}}'::jsonb END;
+    -- domain.flow.bind_flow: the limits the revision declares, keys rendered from the
+    -- plan's params; the priority is the start's own, within its range
+    IF jsonb_typeof(p -> 'flow' -> 'priority') IS NOT NULL AND NOT (
+        jsonb_typeof(p -> 'flow' -> 'priority') = 'number'
+        AND (p -> 'flow' ->> 'priority') ~ '^-?[0-9]+$'
+        AND (p -> 'flow' ->> 'priority')::numeric BETWEEN {MIN_PRIORITY} AND {MAX_PRIORITY}
+        AND (p -> 'flow' ->> 'priority')::numeric <> {DEFAULT_PRIORITY}) THEN
+        RETURN '{PLAN_REFUSED}: the plan''s priority is not one a start may give';
+    END IF;
+    run_limit := coalesce(workflow -> 'max_running', workflow -> 'concurrency');
+    SELECT jsonb_object_agg(s ->> 'key', {_slot_sql(TASK_LIMIT, "(s ->> 'task')", "c")})
+    INTO steps
+    FROM jsonb_array_elements(workflow -> 'steps') s,
+         LATERAL (SELECT revision -> 'tasks' -> (s ->> 'task') -> 'concurrency' AS c) t
+    WHERE t.c IS NOT NULL;
+    flow := jsonb_strip_nulls(jsonb_build_object(
+        'priority', p -> 'flow' -> 'priority',
+        'run_slot', CASE WHEN run_limit IS NOT NULL
+                         THEN {_slot_sql(WORKFLOW_LIMIT, "workflow_key", "run_limit")} END,
+        'step_slots', steps));
+    IF flow <> '{{}}'::jsonb THEN
+        expected := expected || jsonb_build_object('flow', flow);
+    END IF;
     IF (p - 'plan_digest') IS DISTINCT FROM expected THEN
         SELECT string_agg(k, ', ' ORDER BY k) INTO differing
         FROM jsonb_object_keys(expected || (p - 'plan_digest')) k
@@ -172,6 +233,15 @@ END
 """
 
 FUNCTIONS = (
+    ServerFunction(
+        name=LIMIT_KEY,
+        parameters=(("template", "text"), ("params", "jsonb")),
+        returns="text",
+        body=_LIMIT_KEY_BODY,
+        owner=ADMISSION,
+        executors=(OWNER, RUNTIME),
+        comment=_VERSION,
+    ),
     ServerFunction(
         name=CANONICAL_JSON,
         parameters=(("value", "json"), ("skip", "text")),

@@ -70,13 +70,21 @@ def claimable_attempts(
     run_id: str | None = None,
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
-) -> list[tuple[str, str]]:
-    """(attempt_id, run_id) of Attempts a worker may lease at `now_ms`, those whose
-    grant window holds `now_ms` (`domain.work.grant_windows`): the window that opened
-    first first, then the oldest claim (an Attempt whose lease expires later is past
-    the range the query reads)."""
+    full_slots: frozenset[str] = frozenset(),
+) -> list[tuple[str, str, str | None]]:
+    """(attempt_id, run_id, slot) of Attempts a worker may lease at `now_ms`, those
+    whose grant window holds `now_ms` (`domain.work.grant_windows`), in lease order
+    (`domain.slots.lease_order`: higher priority, then the Run admitted first, then
+    the claim), leaving out the slots in `full_slots`. A range of the lease-order
+    index: what it passes over is only what has a window that is not open now (a
+    claim leased and not started yet, a claim past its Run's deadline before
+    cancellation ends it) and, with `full_slots`, the claims waiting for those.
+    `slot` is the limit slot a lease would take (None: no limit)."""
     where = [claimable_condition()]
     params: list = [now_ms, now_ms]
+    if full_slots:
+        where.append(f"(slot IS NULL OR slot NOT IN ({', '.join('?' for _ in full_slots)}))")
+        params.extend(sorted(full_slots))
     if run_id is not None:
         where.append("run_id = ?")
         params.append(run_id)
@@ -89,11 +97,11 @@ def claimable_attempts(
         where.append(f"task_ref IN ({', '.join('?' for _ in tasks)})")
         params.extend(sorted(tasks))
     rows = store_or_tx.query(
-        f"""SELECT attempt_id, run_id FROM attempts
-            WHERE {" AND ".join(where)} ORDER BY grant_opens_ms, claimed_position LIMIT ?""",
+        f"""SELECT attempt_id, run_id, slot FROM attempts WHERE {" AND ".join(where)}
+            ORDER BY priority DESC, run_admitted_ms, run_id, claimed_position LIMIT ?""",
         (*params, limit),
     )
-    return [(row[0], row[1]) for row in rows]
+    return [(row[0], row[1], row[2]) for row in rows]
 
 
 def active_attempt_ids(tx, run_id: str) -> list[str]:

@@ -36,9 +36,17 @@ from eventstore.validation import encode_appends
 
 def modules() -> tuple[ModuleType, ...]:
     """All projection modules, in the order their records are applied."""
-    from projections import notifications, publications, retention, runs, schedules, snapshots
+    from projections import (
+        limits,
+        notifications,
+        publications,
+        retention,
+        runs,
+        schedules,
+        snapshots,
+    )
 
-    return (publications, runs, schedules, snapshots, retention, notifications)
+    return (publications, runs, schedules, snapshots, retention, notifications, limits)
 
 
 def functions() -> tuple[ServerFunction, ...]:

@@ -409,6 +409,11 @@ def _request_cancel(rows: _Rows, run_id: str, run: Row | None, record: Record) -
     _update(run, cancel_requested_at_ms=data["requested_at_ms"], cancel_reason=data["reason"])
 
 
+def _dequeue(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
+    """A queued Run took its slot: only its version moves here; `slot_state` is the
+    domain's answer, stored with the candidate windows (`runs_windows`)."""
+
+
 def _end_run(rows: _Rows, run_id: str, run: Row | None, record: Record) -> None:
     data = record.data
     _update(
@@ -429,6 +434,7 @@ _RUN_EVENT_FOLDS = {
     EventType.ATTEMPT_STARTING.value: _start_attempt,
     EventType.ATTEMPT_RUNNING.value: _start_attempt,
     EventType.WORKFLOW_CANCEL_REQUESTED.value: _request_cancel,
+    EventType.WORKFLOW_DEQUEUED.value: _dequeue,
     EventType.STEP_REUSED.value: _reuse_step,
 }
 _RUN_EVENT_FAMILY_FOLDS = {

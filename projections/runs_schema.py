@@ -9,6 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from domain.phases import RUN_PHASES
+from domain.slots import HELD, QUEUED
 from domain.streams import LEASE, RUN, STEPS, prefix
 from domain.transitions import ATTEMPT_RUNNING, ATTEMPT_STARTING
 from eventstore.grants import ADMISSION, AUDIT, MOVE, READ, RUNTIME
@@ -273,6 +274,41 @@ _FINISHED = [
 ]
 MIGRATIONS.append({"sqlite": _FINISHED, "postgresql": _FINISHED})
 
+# Step 12: flow control (docs/DESIGN.md "Flow control"). A Run's priority, the slot of
+# its Workflow's limit and whether it holds it or waits in its queue; an Attempt's
+# lease order (its Run's priority and admission) and the slot of its Task's limit,
+# with the instant its lease stops holding it. The candidate index is read in lease
+# order; the slots' holders and queues each have an index of their own. Rows of an
+# older store get what a replay gives them (their plans bind no flow).
+FLOW_RUN_COLUMNS = ("priority", "run_slot", "slot_state")
+FLOW_ATTEMPT_COLUMNS = ("priority", "run_admitted_ms", "slot", "slot_until_ms")
+
+
+def _flow_step(integer: str) -> list[str]:
+    return [
+        f"ALTER TABLE runs ADD COLUMN priority {integer}",
+        "ALTER TABLE runs ADD COLUMN run_slot TEXT",
+        "ALTER TABLE runs ADD COLUMN slot_state TEXT",
+        f"ALTER TABLE attempts ADD COLUMN priority {integer}",
+        f"ALTER TABLE attempts ADD COLUMN run_admitted_ms {integer}",
+        "ALTER TABLE attempts ADD COLUMN slot TEXT",
+        f"ALTER TABLE attempts ADD COLUMN slot_until_ms {integer}",
+        "UPDATE runs SET priority = 0",
+        "UPDATE attempts SET priority = 0, run_admitted_ms ="
+        " (SELECT r.admitted_at_ms FROM runs r WHERE r.run_id = attempts.run_id)",
+        "CREATE INDEX attempts_lease_order ON attempts"
+        " (priority DESC, run_admitted_ms, run_id, claimed_position)"
+        " WHERE grant_opens_ms IS NOT NULL",
+        "CREATE INDEX attempts_slot_holders ON attempts (slot, slot_until_ms)"
+        " WHERE slot_until_ms IS NOT NULL",
+        "CREATE INDEX runs_slot_queue ON runs (run_slot, priority DESC, admitted_at_ms, run_id)"
+        f" WHERE slot_state = '{QUEUED}'",
+        f"CREATE INDEX runs_slot_holders ON runs (run_slot) WHERE slot_state = '{HELD}'",
+    ]
+
+
+MIGRATIONS.append({"sqlite": _flow_step("INTEGER"), "postgresql": _flow_step("BIGINT")})
+
 
 TABLES = {
     "runs": ("run_id",),
@@ -324,6 +360,7 @@ RUNS = _Table(
         "status", "version", "steps_version", "step_count", "open_steps", "admitted_at_ms",
         "timeout_ms", "deadline_ms", "cancel_requested_at_ms", "cancel_reason", "result_code",
         "error_code", "terminal_at_ms", "params", *WINDOW_COLUMNS, "rerun_of",
+        *FLOW_RUN_COLUMNS,
     ),
 )  # fmt: skip
 STEP_RUNS = _Table(
@@ -340,6 +377,6 @@ ATTEMPTS = _Table(
         "attempt_id", "run_id", "step_key", "step_run_id", "step_epoch", "attempt_number",
         "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
         "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
-        "result_code", "output", *GRANT_COLUMNS, "execution",
+        "result_code", "output", *GRANT_COLUMNS, "execution", *FLOW_ATTEMPT_COLUMNS,
     ),
 )  # fmt: skip

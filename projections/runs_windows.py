@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from domain.aggregate import RunAggregate, fold
 from domain.event_types import EventType
 from domain.records import Record
+from domain.slots import attempt_slot, holds_until, run_slot_state
 from domain.streams import lease_stream, run_stream, steps_stream
 from domain.work import grant_windows, phase_windows
 from projections.runs_fold import (
@@ -26,13 +27,24 @@ def _refresh_work(rows: _Rows, aggregate: RunAggregate) -> None:
     for phase, window in phase_windows(aggregate).items():
         run[f"{phase}_opens_ms"] = None if window is None else window.opens_ms
         run[f"{phase}_closes_ms"] = None if window is None else window.closes_ms
+    flow = aggregate.plan.flow
+    run["priority"] = flow.priority
+    run["run_slot"] = None if flow.run_slot is None else flow.run_slot.slot
+    run["slot_state"] = run_slot_state(aggregate)
     grants = grant_windows(aggregate)
-    for attempt_id in aggregate.attempts:
+    admitted_at_ms = aggregate.run.admitted_at_ms
+    for attempt_id, state in aggregate.attempts.items():
         attempt = rows.attempts.get(attempt_id)
         if attempt is not None:
             window = grants.get(attempt_id)
             attempt["grant_opens_ms"] = None if window is None else window.opens_ms
             attempt["grant_closes_ms"] = None if window is None else window.closes_ms
+            # the lease order (domain.slots.lease_order) and the slot a lease takes
+            attempt["priority"] = flow.priority
+            attempt["run_admitted_ms"] = admitted_at_ms
+            ref = attempt_slot(aggregate, attempt_id)
+            attempt["slot"] = None if ref is None else ref.slot
+            attempt["slot_until_ms"] = None if ref is None else holds_until(state)
 
 
 def _after(

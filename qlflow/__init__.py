@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.backfill import BackfilledRun, BackfillResult
+from actors.limits import LimitChange
 from actors.retention import BatchResult, RetentionReport
 from actors.supervisor import CycleResult, PageResult
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, RunState, StepRunState
@@ -32,6 +33,7 @@ from projections.audit import (
     TimelineEntry,
     WhyReport,
 )
+from projections.limits import LimitView, SlotHolder
 from projections.package_views import PackageView
 from projections.rebuild import RebuildSummary
 from projections.run_search import RunCursor
@@ -65,6 +67,8 @@ __all__ = [
     "Intent",
     "Lease",
     "LeaseState",
+    "LimitChange",
+    "LimitView",
     "LogAttempt",
     "LogChunk",
     "LogState",
@@ -85,6 +89,7 @@ __all__ = [
     "RunView",
     "Runtime",
     "ScheduleView",
+    "SlotHolder",
     "StepRunState",
     "StepFailure",
     "StepView",

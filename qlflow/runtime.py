@@ -22,6 +22,7 @@ from actors.supervisor import Cycle, CycleResult, PageResult
 from domain import retention
 from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
+from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
@@ -44,6 +45,7 @@ from qlflow.arguments import (
     text_list,
     texts,
 )
+from qlflow.flow_control import FlowControl
 from qlflow.inspection import Inspection
 from qlflow.scheduling import Scheduling
 
@@ -120,7 +122,7 @@ def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Pro
 MAX_RERUN_STEPS = 128  # a plan has at most 128 steps
 
 
-class Runtime(Inspection, Scheduling):
+class Runtime(Inspection, Scheduling, FlowControl):
     """An opened qlflow runtime. Every method is one or a few short transactions;
     nothing runs between calls (the host drives `cycle`)."""
 
@@ -216,15 +218,20 @@ class Runtime(Inspection, Scheduling):
         run_id: str | None = None,
         timeout_ms: int | None = None,
         params: Mapping[str, Any] | None = None,
+        priority: int | None = None,
         now_ms: int | None = None,
     ) -> AdmissionReceipt:
         """Admit a Workflow Run durably; an exact replay returns status "existing".
 
         `params` gives the Workflow's declared parameters (name -> str, int or
-        bool); defaults fill the rest and the plan binds them all."""
+        bool); defaults fill the rest and the plan binds them all. `priority`
+        (-1000..1000; None: the Workflow's, 0 unless declared): workers lease the
+        steps of higher-priority Runs first (docs/DESIGN.md "Flow control")."""
         package, workflow = text("package", package), text("workflow", workflow)
         if timeout_ms is not None:
             positive("timeout_ms", timeout_ms)
+        if priority is not None:
+            check_priority(priority)
         return admission.start(
             self._authority,
             package,
@@ -233,6 +240,7 @@ class Runtime(Inspection, Scheduling):
             run_id=run_id,
             timeout_ms=timeout_ms,
             params=params,
+            priority=priority,
             now_ms=self._now(now_ms),
         )
 

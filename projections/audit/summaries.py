@@ -18,10 +18,13 @@ def summarize(record: Record, step_key: str | None = None) -> str:
         plan = data["plan"]
         timeout = plan.get("timeout_ms")
         limit = f", timeout {timeout} ms" if timeout is not None else ""
+        queued = f", queued for {plan['flow']['run_slot']['limit']}" if data.get("queued") else ""
         return (
             f"admitted {plan['package']}/{plan['workflow_key']} generation {plan['generation']} "
-            f"with {len(plan['steps'])} steps{limit} (key {data.get('admission_key')!r})"
+            f"with {len(plan['steps'])} steps{limit} (key {data.get('admission_key')!r}){queued}"
         )
+    if kind == EventType.WORKFLOW_DEQUEUED:
+        return f"left its queue: took a slot of {data['slot']}"
     if kind == EventType.WORKFLOW_CANCEL_REQUESTED:
         actor = record.metadata.get("actor")
         return f"cancel requested: reason {data['reason']} by {actor} at {data['requested_at_ms']}"

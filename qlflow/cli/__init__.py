@@ -39,6 +39,9 @@ from qlflow.cli import packages
 from qlflow.cli import schedules
 
 # isort: split
+from qlflow.cli import limits
+
+# isort: split
 from qlflow.cli import notifying
 
 # isort: split
@@ -60,6 +63,7 @@ __all__ = [
     "export",
     "hosting",
     "inspecting",
+    "limits",
     "main",
     "notifying",
     "packages",

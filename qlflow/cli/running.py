@@ -54,6 +54,15 @@ def start(
         int | None, typer.Option(help="Aggregate timeout of the Run (ms).")
     ] = None,
     param: ParamOption = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "-P",
+            "--priority",
+            help="-1000..1000: workers lease a higher priority's steps first "
+            "(default: the Workflow's priority, else 0).",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Admit a Workflow Run of the package's current publication (no host needed)."""
@@ -67,6 +76,7 @@ def start(
             run_id=run_id,
             timeout_ms=timeout_ms,
             params=params,
+            priority=priority,
         )
     if wants_json(ctx, json_out):
         write_json(receipt)

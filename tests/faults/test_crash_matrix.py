@@ -23,31 +23,39 @@ from bench import crash_matrix as matrix
 QUICK = {
     "edge": [
         ("admission.after_commit", 1),
-        ("complete.before_commit", 4),  # the retried failure, before its commit
+        ("complete.before_commit", 6),  # the retried failure, before its commit
         ("cancellation.after_begin", 2),
         ("recovery.after_commit", 2),
         ("renew.after_commit", 2),
         ("schedule.after_append", 2),  # the scheduled Run admitted, its cursor not moved
         ("lease_start.after_commit", 1),  # lease and start barrier committed, answer lost
+        ("queue.after_append", 1),  # the queued Run dequeued with its claim, not committed
+        ("complete.after_commit", 1),  # a Run's end freed its Workflow's slot, answer lost
     ],
     "standalone": [
         ("publish.after_commit", 1),
-        ("lease.before_commit", 6),
+        ("lease.before_commit", 7),
         ("frontier.after_commit", 1),
         ("cancel.after_commit", 1),
-        ("running.before_begin", 3),
+        ("running.before_begin", 4),
         ("schedule.after_commit", 2),  # the fire committed, its answer lost
-        ("lease_start.before_commit", 2),
-        ("complete.after_commit", 2),  # a completion that carried its frontier
+        ("lease_start.before_commit", 3),
+        ("complete.after_commit", 3),  # a completion that carried its frontier
+        ("limit.before_commit", 1),  # a limit set at runtime, not committed
+        ("queue.after_commit", 2),  # the dequeue committed, its answer lost
+        ("lease.before_commit", 3),  # a limited Task's lease takes its slot, not committed
     ],
     "cluster": [
         ("admission.before_commit", 3),
-        ("complete.after_commit", 4),  # the retried failure: r back to ready
+        ("complete.after_commit", 6),  # the retried failure: r back to ready
         ("cancellation.before_commit", 2),
         ("recovery.before_commit", 1),
         ("start.after_commit", 1),
         ("schedule.before_commit", 3),  # the skip of a revoked publisher's occurrence
         ("lease_start.after_begin", 1),
+        ("lease.after_commit", 3),  # a limited Task's slot taken under its lock, answer lost
+        ("queue.before_commit", 2),  # the dequeue under the slot's lock, not committed
+        ("complete.before_commit", 3),  # the completion that frees a's slot, not committed
     ],
 }
 WRITE_PATHS = (
@@ -67,6 +75,8 @@ WRITE_PATHS = (
     "quarantine",
     "revoke",
     "schedule",
+    "queue",
+    "limit",
 )
 WINDOWS = ("before_begin", "after_begin", "before_commit", "after_commit")
 

@@ -32,6 +32,7 @@ from tests.cycle.helpers import T0, manifest
 from tests.fuzz.support import EXAMPLES, FUZZ, hostile, mutated
 
 CHAIN = manifest([("x", []), ("y", ["x"])])
+CHAIN["tasks"]["x"]["concurrency"] = 2  # a declared limit for `set_limit`
 NOW = T0 + 10
 
 
@@ -128,6 +129,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             run_id=either(None),
             timeout_ms=either(None),
             params=either(None),
+            priority=either(None),
             now_ms=either(NOW),
         ),
         "inspect_admission": call(run_id=either(p.run_id), admission_key=either(None)),
@@ -218,6 +220,8 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
         "short_run_ids": call(either([p.run_id])),
         "packages": call(either(None)),
         "workflow_params": call(either("demo"), either("flow")),
+        "limits": call(now_ms=either(NOW)),
+        "set_limit": call(either("task:demo/x"), either(3), by=either("ops"), now_ms=either(NOW)),
         "step_history": call(either(p.run_id), either("x")),
         "aggregate_at": call(either(p.run_id), either(None)),
         "schedules": call(),
@@ -259,7 +263,7 @@ METHODS = [
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
     "task_definition", "schedules", "pause_schedule", "resume_schedule", "rerun",
     "backfill_schedule", "retain",
-    "workflow_params",
+    "workflow_params", "limits", "set_limit",
 ]  # fmt: skip
 
 

@@ -15,7 +15,12 @@ and a clock that moves by milliseconds to minutes. After every step it checks:
     terminal status within LIVENESS_ROUNDS rounds, each moving the clock to the next
     instant the domain says work opens;
 (d) exact replay: repeating an acknowledged start or completion answers the same and
-    appends nothing.
+    appends nothing;
+(e) flow control (docs/DESIGN.md "Flow control"): Runs start at random priorities,
+    some of a Workflow with `max_running = 2` (they queue) whose first step's Task has
+    a limit of 1 per `day`: at every step, no slot has more holders at the current
+    instant than its limit (by the domain's own rules over every Run's aggregate), and
+    a queued Run is on no phase's page (it is no work until it takes its slot).
 
 CI runs EXAMPLES state machines of up to 30 steps per store; QLFLOW_FUZZ_EXAMPLES=N
 scales that (tests/hypothesis_budget.py).
@@ -35,6 +40,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import qlflow
 from domain.phases import RUN_PHASES
+from domain.slots import HELD, attempt_slot, holds_until, run_slot_state
 from domain.work import phase_work
 from eventstore.url import with_search_path
 from projections import candidates
@@ -62,11 +68,16 @@ def manifest() -> dict:
          "retry": {"max_attempts": 2, "backoff_ms": 30_000}},
     ]  # fmt: skip
     params = {"day": {"type": "string", "default": "mon"}, "n": {"type": "integer", "default": 1}}
+    limited = [{**steps[0], "task": "per_day"}, *steps[1:]]
     return {
         "package": {"name": "model", "publisher": "acme"},
-        "tasks": {"t": {"command": ["true"]}},
+        "tasks": {
+            "t": {"command": ["true"]},
+            "per_day": {"command": ["true"], "concurrency": {"limit": 1, "key": "{params.day}"}},
+        },
         "workflows": {
             "open": {"params": params, "steps": steps},
+            "limited": {"params": params, "steps": limited, "max_running": 2},
             "bounded": {"params": params, "steps": steps, "timeout_ms": 60_000},
             "timed": {  # the schedule fires a Run every 2 minutes of the model's clock
                 "params": params,
@@ -111,16 +122,20 @@ class RuntimeModel(RuleBasedStateMachine):
     def first_start(self) -> None:
         self._start("open", "mon")
 
-    @rule(workflow=st.sampled_from(["open", "bounded"]), day=st.sampled_from(["mon", "tue"]))
-    def start(self, workflow: str, day: str) -> None:
-        self._start(workflow, day)
+    @rule(
+        workflow=st.sampled_from(["open", "bounded", "limited"]),
+        day=st.sampled_from(["mon", "tue"]),
+        priority=st.sampled_from([None, -1, 0, 5]),
+    )
+    def start(self, workflow: str, day: str, priority: int | None) -> None:
+        self._start(workflow, day, priority)
 
-    def _start(self, workflow: str, day: str) -> None:
+    def _start(self, workflow: str, day: str, priority: int | None = None) -> None:
         key = f"k{len(self.runs)}"
         receipt = self.rt.start("model", workflow, admission_key=key, params={"day": day},
-                                now_ms=self.now)  # fmt: skip
+                                priority=priority, now_ms=self.now)  # fmt: skip
         self.runs[key] = receipt.run_id
-        self.acknowledged.append(("start", workflow, key, day, receipt.run_id))
+        self.acknowledged.append(("start", workflow, key, day, priority, receipt.run_id))
 
     @rule(ms=st.sampled_from(MOVES_MS))
     def move_clock(self, ms: int) -> None:
@@ -155,9 +170,9 @@ class RuntimeModel(RuleBasedStateMachine):
         call = self.acknowledged[index % len(self.acknowledged)]
         before = self._events()
         if call[0] == "start":
-            _, workflow, key, day, run_id = call
+            _, workflow, key, day, priority, run_id = call
             again = self.rt.start("model", workflow, admission_key=key, params={"day": day},
-                                  now_ms=self.now)  # fmt: skip
+                                  priority=priority, now_ms=self.now)  # fmt: skip
             assert (again.run_id, again.status) == (run_id, "existing")
         else:
             _, lease, outcome, at, recorded = call
@@ -186,6 +201,29 @@ class RuntimeModel(RuleBasedStateMachine):
                         assert offered or not decided, (run_id, phase, at)
                     else:
                         assert offered == decided, (run_id, phase, at, work[phase])
+
+    @invariant()
+    def limits_hold(self) -> None:
+        """(e) no slot has more holders now than its limit; a queued Run is no work."""
+        held: dict[str, int] = {}
+        limits: dict[str, int] = {}
+        for run_id in self._all_runs():
+            aggregate = self.rt.aggregate_at(run_id)
+            flow = aggregate.plan.flow
+            if run_slot_state(aggregate) == HELD:
+                assert flow.run_slot is not None
+                held[flow.run_slot.slot] = held.get(flow.run_slot.slot, 0) + 1
+                limits[flow.run_slot.slot] = flow.run_slot.declared
+            if aggregate.run.queued:
+                for phase in RUN_PHASES:
+                    assert not any(w.contains(self.now) for w in phase_work(aggregate)[phase])
+            for attempt in aggregate.attempts.values():
+                ref = attempt_slot(aggregate, attempt.attempt_id)
+                until = holds_until(attempt)
+                if ref is not None and until is not None and until > self.now:
+                    held[ref.slot] = held.get(ref.slot, 0) + 1
+                    limits[ref.slot] = ref.declared
+        assert all(count <= limits[slot] for slot, count in held.items()), (held, limits)
 
     @invariant()
     def never_started_twice(self) -> None:

@@ -103,7 +103,7 @@ ERRORS = [
     (
         HEADER + '[tasks.fetch]\ncmd = ["true"]\ncommand = ["true"]\n',
         "qlflow.toml: [tasks.fetch] cmd: unknown key "
-        "(allowed: command, python, isolation, env, files, enabled, on_interrupt)",
+        "(allowed: command, python, isolation, env, files, enabled, on_interrupt, concurrency)",
     ),
     (
         HEADER + FETCH + 'env = ["A=1"]\n',
@@ -157,7 +157,7 @@ ERRORS = [
     (
         HEADER + FETCH + _flow('[{key = "fetch", task = "fetch"}]', 'schedule = "daily"\n'),
         "qlflow.toml: [workflows.nightly] schedule: unknown key (allowed: steps, timeout_ms, "
-        "enabled, schedules, params, notify)",
+        "enabled, schedules, params, notify, max_running, concurrency, priority)",
     ),
     (
         HEADER + FETCH + "[workflows.nightly]\ntimeout_ms = 5\n",

@@ -286,3 +286,62 @@ def test_a_runtime_session_idle_in_a_transaction_is_cut_off(roles, published, pg
     assert sql_as(roles.owner, "SELECT count(*) FROM events WHERE stream_id = %s", (stream,)) == [
         (0,)
     ]
+
+
+# --- flow control: the plan's flow member is the revision's, the priority the start's ------
+
+FLOW = {
+    "package": {"name": "flowdemo", "publisher": "acme"},
+    "tasks": {
+        "a": {"command": ["true"], "concurrency": {"limit": 1, "key": "{params.region}"}},
+        "b": {"command": ["true"]},
+    },
+    "workflows": {
+        "q": {
+            "max_running": 1,
+            "priority": 3,
+            "params": {"region": {"type": "string", "default": "eu"}},
+            "steps": [{"key": "a", "task": "a"}, {"key": "b", "task": "b", "needs": ["a"]}],
+        }
+    },
+}
+
+
+def test_a_plan_with_limits_and_a_priority_is_admitted_and_a_forged_flow_is_not(rt, roles):
+    rt.publish(FLOW, now_ms=T0)
+    first = rt.start("flowdemo", "q", params={"region": "us"}, priority=7, now_ms=T0)
+    second = rt.start("flowdemo", "q", now_ms=T0 + 1)  # the Workflow's one slot is taken
+    assert first.status == second.status == "created"
+    [view] = [v for v in rt.limits(now_ms=T0 + 2) if v.target == "workflow:flowdemo/q"]
+    assert (view.in_use, view.waiting) == (1, 1)
+    [(data,)] = sql_as(
+        roles.owner,
+        "SELECT data FROM events WHERE type = 'publication.published' "
+        "AND data::jsonb -> 'revision' ->> 'package' = 'flowdemo'",
+    )
+    document = orjson.loads(data)
+    ref, revision = (
+        publication_from_json(document["publication"]),
+        revision_from_json(document["revision"]),
+    )
+    planned = admission.plan_workflow(ref, revision, "q")
+    ids = step_run_ids_for("run-9", [step.key for step in planned.workflow.steps])
+    honest = plan_to_dict(bind_plan(planned, "run-9", ids, None, {"region": "fr"}, -4))
+    assert honest["flow"]["step_slots"]["a"]["key"] == "fr"
+    assert refusal(roles, document, "q", honest) is None
+    for path, value in (
+        (("step_slots", "a", "slots"), 99),  # more slots than declared
+        (("step_slots", "a", "key"), "eu"),  # another key than the params give
+        (("run_slot", "slots"), 5),
+        (("priority",), 5_000),  # out of range
+    ):
+        forged = orjson.loads(orjson.dumps(honest))
+        target = forged["flow"]
+        for name in path[:-1]:
+            target = target[name]
+        target[path[-1]] = value
+        answer = refusal(roles, document, "q", forged)
+        assert answer is not None and answer.startswith("plan_mismatch"), (path, answer)
+    no_limit = orjson.loads(orjson.dumps(honest))
+    del no_limit["flow"]["step_slots"]  # a plan that leaves its Task's limit out
+    assert refusal(roles, document, "q", no_limit).startswith("plan_mismatch")

@@ -7,7 +7,7 @@ import pytest
 
 import qlflow
 from domain.phases import RUN_PHASES
-from projections import candidates, runs
+from projections import candidates, runs, runs_schema
 from tests.cycle.helpers import DIAMOND, T0, manifest, work
 
 _OLD_INDEXES = (
@@ -31,7 +31,16 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
-        tx.execute("DROP INDEX runs_finished")  # what step 10 made
+        for index in (  # what step 12 made (flow control)
+            "attempts_lease_order", "attempts_slot_holders", "runs_slot_queue",
+            "runs_slot_holders",
+        ):  # fmt: skip
+            tx.execute(f"DROP INDEX {index}")
+        for column in runs_schema.FLOW_RUN_COLUMNS:
+            tx.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        for column in runs_schema.FLOW_ATTEMPT_COLUMNS:
+            tx.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
+        tx.execute("DROP INDEX runs_finished")  # what step 11 made
         tx.execute("DROP INDEX runs_rerun_of")  # what step 9 made
         tx.execute("ALTER TABLE runs DROP COLUMN rerun_of")
         for column in ("reused_from", "reused_output"):
