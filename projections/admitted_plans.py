@@ -35,7 +35,7 @@ CANONICAL_JSON = "qlflow_canonical_json"
 PLAN_REFUSAL = "qlflow_plan_refusal"
 LIMIT_KEY = "qlflow_limit_key"
 PLAN_REFUSED = "plan_mismatch"  # the reason of every refusal of this check
-_VERSION = "qlflow admitted plans v2 (the plan's flow member)"
+_VERSION = "qlflow admitted plans v3 (the plan's flow and notify members)"
 _NOT_CANONICAL = "QLPC1"  # raised inside, answered as a refusal
 
 _ID_HEX = ID_DOMAIN.hex()
@@ -210,6 +210,10 @@ BEGIN
         'step_slots', steps));
     IF flow <> '{{}}'::jsonb THEN
         expected := expected || jsonb_build_object('flow', flow);
+    END IF;
+    -- domain.plan.bind_plan: the Workflow's notify rules, as its revision holds them
+    IF workflow -> 'notify' IS NOT NULL THEN
+        expected := expected || jsonb_build_object('notify', workflow -> 'notify');
     END IF;
     IF (p - 'plan_digest') IS DISTINCT FROM expected THEN
         SELECT string_agg(k, ', ' ORDER BY k) INTO differing

@@ -345,3 +345,40 @@ def test_a_plan_with_limits_and_a_priority_is_admitted_and_a_forged_flow_is_not(
     no_limit = orjson.loads(orjson.dumps(honest))
     del no_limit["flow"]["step_slots"]  # a plan that leaves its Task's limit out
     assert refusal(roles, document, "q", no_limit).startswith("plan_mismatch")
+
+
+# --- notifications: the plan's notify member is the revision's ---------------------------
+
+NOTIFYING = {
+    "package": {"name": "notifydemo", "publisher": "acme"},
+    "tasks": {"a": {"command": ["true"]}},
+    "workflows": {
+        "n": {
+            "notify": [{"on": ["failed"], "webhook": "https://hooks.example/n"}],
+            "steps": [{"key": "a", "task": "a"}],
+        }
+    },
+}
+
+
+def test_a_plan_with_notify_rules_is_admitted_and_a_forged_rule_is_not(rt, roles):
+    rt.publish(NOTIFYING, now_ms=T0)
+    assert rt.start("notifydemo", "n", now_ms=T0).status == "created"
+    [(data,)] = sql_as(
+        roles.owner,
+        "SELECT data FROM events WHERE type = 'publication.published' "
+        "AND data::jsonb -> 'revision' ->> 'package' = 'notifydemo'",
+    )
+    document = orjson.loads(data)
+    ref = publication_from_json(document["publication"])
+    honest = honest_plan(ref, revision_from_json(document["revision"]), "n", "run-7")
+    assert honest["notify"] == [{"on": ["failed"], "webhook": "https://hooks.example/n"}]
+    assert refusal(roles, document, "n", honest) is None
+    for forged_rules in ([{"on": ["failed"], "webhook": "https://evil.example/"}], None):
+        forged = orjson.loads(orjson.dumps(honest))
+        if forged_rules is None:
+            del forged["notify"]  # a plan that drops the rules: nobody would be told
+        else:
+            forged["notify"] = forged_rules
+        answer = refusal(roles, document, "n", forged)
+        assert answer is not None and answer.startswith("plan_mismatch"), answer
