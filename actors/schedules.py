@@ -10,7 +10,9 @@ transaction (`actors.admission.admit_in_tx`, key `schedule:<id>:<scheduled_for_m
 so the admission and the cursor's advance commit together or not at all; the
 append's expected version is the cursor's CAS. A start guard refusal (withdrawn,
 quarantined, publisher revoked, ...) turns the fire into a `schedule.skipped` with
-that reason, still advancing the cursor.
+that reason, still advancing the cursor. The row also says whether the schedule's
+last fired Run still runs, which its overlap policy decides on (skip: reason
+"overlap"; queue: nothing until it ended).
 """
 
 from __future__ import annotations
@@ -78,7 +80,15 @@ def turn(tx: Transaction, schedule_id: str, now_ms: int, grace_ms: int) -> Sched
 def _decide(
     tx: Transaction, row: read_model.ScheduleRow, now_ms: int, grace_ms: int
 ) -> tuple[ScheduleDecision, str | None]:
-    decision = decide_turn(row.state, row.declaration, row.declared, now_ms, grace_ms)
+    decision = decide_turn(
+        row.state,
+        row.declaration,
+        row.declared,
+        now_ms,
+        grace_ms,
+        previous_running=row.previous_running,
+        previous_ended_at_ms=row.last_run_ended_at_ms,
+    )
     if decision.admit is None:
         return decision, None
     occurrence = decision.admit
@@ -103,7 +113,16 @@ def _decide(
 def _refused(
     row: read_model.ScheduleRow, now_ms: int, grace_ms: int, reason: str
 ) -> ScheduleDecision:
-    return decide_turn(row.state, row.declaration, row.declared, now_ms, grace_ms, refusal=reason)
+    return decide_turn(
+        row.state,
+        row.declaration,
+        row.declared,
+        now_ms,
+        grace_ms,
+        refusal=reason,
+        previous_running=row.previous_running,
+        previous_ended_at_ms=row.last_run_ended_at_ms,
+    )
 
 
 def run_turn(authority: Units, schedule_id: str, now_ms: int, grace_ms: int) -> ScheduleOutcome:

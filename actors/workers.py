@@ -35,6 +35,7 @@ from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflic
 from domain.event_types import Family
 from domain.flow import limit_of
 from domain.slots import SlotBook, attempt_slot
+from domain.step_timeouts import step_deadline_ms
 from domain.streams import run_stream
 from domain.transitions import Status
 from eventstore.api import Transaction
@@ -58,6 +59,11 @@ class Lease:
     worker_id: str
     stop_requested: bool = False
     started: bool = False  # granted with the start barrier (`lease_attempts(start=True)`)
+    # docs/DESIGN.md "Step timeouts": the instant (the store's clock) the Attempt passes
+    # its step's timeout, once it started (None: no timeout); a renewal at or after it
+    # answers `step_timed_out` when the domain finds it past
+    step_deadline_ms: int | None = None
+    step_timed_out: bool = False
 
 
 def _with_retries(authority: Units, fn: Callable[[Transaction], Batch], name: str) -> Batch:
@@ -79,13 +85,15 @@ def lease_attempts(
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
     start: bool = False,
+    worker: worker_rules.WorkerInfo | None = None,
 ) -> list[Lease]:
     """Lease up to `limit` claimed Attempts in lease order (`domain.slots.lease_order`),
     in one transaction; skip any another worker got or holds, and any whose limit's
     slots are all held (docs/DESIGN.md "Flow control").
 
     With `start` each grant also crosses the start barrier in the same commit (unit
-    `lease_start`): for an executor that spawns at once."""
+    `lease_start`): for an executor that spawns at once. `worker` (host, slots) is
+    recorded on each grant where given (docs/DESIGN.md, "Workers")."""
     # the page at the store's time as last seen; each grant at its time in the unit
     page_at = now_ms if now_ms is not None else authority.store.clock_ms()
     full: frozenset[str] = frozenset()
@@ -103,7 +111,7 @@ def lease_attempts(
         if not offered:
             break
         granted, blocked = _grant(
-            authority, worker_id, offered, limit - len(leases), ttl_ms, now_ms, start
+            authority, worker_id, offered, limit - len(leases), ttl_ms, now_ms, start, worker
         )
         leases += granted
         # a page that ended on claims of full slots may hide others' work behind them:
@@ -127,6 +135,7 @@ def _grant(
     ttl_ms: int,
     now_ms: int | None,
     start: bool,
+    worker: worker_rules.WorkerInfo | None,
 ) -> tuple[list[Lease], frozenset[str]]:
     """One lease transaction over the `offered` (attempt, run, slot) candidates: the
     leases granted, and the slots found full."""
@@ -162,7 +171,7 @@ def _grant(
                     assert ref is not None
                     blocked.add(ref.slot)
                     return EMPTY
-                decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now())
+                decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now(), worker=worker)
                 book.take(ref)
                 granted += 1
                 return decision
@@ -177,7 +186,7 @@ def _grant(
     except (VersionConflict, LockTimeout):
         return [], frozenset()  # Runs moved, or a lock stayed held: leave them for the next call
     leases = [
-        _lease_value(w.aggregate, w.decision.lease, started=start)
+        _lease_value(batch.after.get(w.run_id, w.aggregate), w.decision.lease, started=start)
         for w in batch.written
         if w.aggregate is not None and w.decision is not None and w.decision.lease is not None
     ]
@@ -190,6 +199,7 @@ def _lease_value(
     attempt = aggregate.attempts[grant.attempt_id]
     step = aggregate.steps[attempt.step_key]
     return Lease(
+        step_deadline_ms=step_deadline_ms(aggregate, grant.attempt_id),
         lease_id=grant.lease_id,
         attempt_id=grant.attempt_id,
         run_id=aggregate.run_id,
@@ -206,20 +216,23 @@ def _lease_value(
 def _worker_write(
     authority: Units, lease: Lease, name: str, now: Now, decide: Callable[[RunAggregate], Decision]
 ) -> tuple[RunAggregate, Decision]:
-    """One fenced worker write on the lease's Run; retried on a version conflict."""
+    """One fenced worker write on the lease's Run; retried on a version conflict.
+    (the Run as the write left it, the decision)."""
     write = RunWrite(lease.run_id, decide, lease.attempt_id)
     batch = _with_retries(
         authority,
         lambda tx: write_runs(now.bind(tx), [write], authority.aggregates, wait=True),
         name,
     )
-    return batch.written[0].result()
+    before, decision = batch.written[0].result()
+    return batch.after.get(lease.run_id, before), decision
 
 
 def mark_starting(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
-    """The start barrier: written durably before the worker spawns anything."""
+    """The start barrier: written durably before the worker spawns anything. The
+    answer carries the step's deadline when it has a timeout."""
     now = Now(now_ms)
-    _worker_write(
+    after, _ = _worker_write(
         authority,
         lease,
         "start",
@@ -228,7 +241,7 @@ def mark_starting(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
             agg, lease.attempt_id, lease.lease_id, lease.version, now()
         ),
     )
-    return lease
+    return replace(lease, step_deadline_ms=step_deadline_ms(after, lease.attempt_id))
 
 
 def mark_running(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
@@ -247,9 +260,10 @@ def mark_running(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
 
 
 def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int | None) -> Lease:
-    """Extend the lease; the answer says whether the Run asks the worker to stop."""
+    """Extend the lease; the answer says whether the Run asks the worker to stop, or
+    the Attempt is past its step's timeout."""
     now = Now(now_ms)
-    _, decision = _worker_write(
+    after, decision = _worker_write(
         authority,
         lease,
         "renew",
@@ -265,6 +279,8 @@ def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int | None) -> Le
         version=grant.version,
         expires_at_ms=grant.expires_at_ms,
         stop_requested=decision.stop_requested,
+        step_deadline_ms=step_deadline_ms(after, lease.attempt_id),
+        step_timed_out=decision.step_timed_out,
     )
 
 

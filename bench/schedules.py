@@ -1,7 +1,11 @@
 """Dormant schedules cost nothing: a cycle with 10,000 schedules none of which is due
 against one with 10 (docs/DESIGN.md, "Schedules").
 
-    python -m bench.schedules [--pg URL] [--cycles N] [--schedules N]
+    python -m bench.schedules [--pg URL] [--cycles N] [--schedules N] [--held]
+
+`--held` measures held schedules too: every-minute crons with overlap `queue` whose
+first Run is still running, so every one is due by its cursor and held by its
+overlap; the cycle must read none of them (docs/DESIGN.md, "Schedules", overlap).
 
 Each store gets packages of 100 schedules each (yearly crons, so none is due), is
 armed by cycles, then measured over `--cycles` idle cycles at an instant when no
@@ -38,29 +42,39 @@ PER_PACKAGE = 100
 SEED_PAGE = 2_000  # schedules armed per seeding page (the profile's pages are for serving)
 
 
-def manifest(package: int, count: int) -> dict[str, Any]:
-    crons = [f"{m % 60} {3 + m // 60} 1 1 *" for m in range(count)]
+def manifest(package: int, count: int, held: bool = False) -> dict[str, Any]:
+    if held:  # due every minute, each told apart by its params
+        entries = [
+            {"cron": "* * * * *", "timezone": "UTC", "overlap": "queue", "params": {"n": m}}
+            for m in range(count)
+        ]
+    else:  # yearly: never due while measured
+        crons = [f"{m % 60} {3 + m // 60} 1 1 *" for m in range(count)]
+        entries = [{"cron": cron, "timezone": "UTC"} for cron in crons]
+    flow: dict[str, Any] = {"steps": [{"key": "job", "task": "job"}], "schedules": entries}
+    if held:
+        flow["params"] = {"n": {"type": "integer", "default": 0}}
     return {
         "package": {"name": f"p{package:04d}", "publisher": "bench"},
         "tasks": {"job": {"command": ["true"]}},
-        "workflows": {
-            "flow": {
-                "steps": [{"key": "job", "task": "job"}],
-                "schedules": [{"cron": cron, "timezone": "UTC"} for cron in crons],
-            }
-        },
+        "workflows": {"flow": flow},
     }
 
 
-def seed(rt: qlflow.Runtime, schedules: int) -> None:
+def seed(rt: qlflow.Runtime, schedules: int, held: bool = False) -> None:
     for package in range((schedules + PER_PACKAGE - 1) // PER_PACKAGE):
         count = min(PER_PACKAGE, schedules - package * PER_PACKAGE)
-        rt.publish(manifest(package, count), now_ms=PUBLISHED_AT)
+        rt.publish(manifest(package, count, held), now_ms=PUBLISHED_AT)
     arming = Cycle(rt._authority, rt.profile.page_size, 1, SEED_PAGE, 300_000)
     while arming.run(PUBLISHED_AT + MINUTE).schedule.changed:
         pass
     armed = [view for view in rt.schedules() if view.status == "active"]
     assert len(armed) == schedules, (len(armed), schedules)
+    if held:  # the first occurrence fires; its Run, never leased, keeps running
+        while arming.run(PUBLISHED_AT + 2 * MINUTE).schedule.changed:
+            pass
+        fired = [view for view in rt.schedules() if view.last_run_id is not None]
+        assert len(fired) == schedules, (len(fired), schedules)
 
 
 @contextmanager
@@ -94,13 +108,13 @@ def pg_rows_read(rt: qlflow.Runtime) -> int:
     return int(rows[0][0]) if rows else 0
 
 
-def measure(url: str, schedules: int, cycles: int) -> dict[str, Any]:
+def measure(url: str, schedules: int, cycles: int, held: bool = False) -> dict[str, Any]:
     rt = qlflow.open(url)
     try:
         started = time.perf_counter()
-        seed(rt, schedules)
+        seed(rt, schedules, held)
         seeded_s = time.perf_counter() - started
-        now = PUBLISHED_AT + 2 * MINUTE
+        now = PUBLISHED_AT + 3 * MINUTE
         rt.cycle(now_ms=now)  # warm
         times = []
         work: list[int] = []
@@ -128,6 +142,7 @@ def measure(url: str, schedules: int, cycles: int) -> dict[str, Any]:
         return {
             "store": rt.store.dialect,
             "schedules": schedules,
+            "held": held,
             "cycles": cycles,
             "seed_s": round(seeded_s, 1),
             "median_ms": round(statistics.median(times), 3),
@@ -150,31 +165,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument(
+        "--held", action="store_true", help="also schedules due but held by overlap queue"
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="20 schedules, 2 cycles: does it still run"
     )
     args = parser.parse_args(argv)
     if args.smoke:
         args.schedules, args.cycles = 20, 2
+    kinds = [(count, False) for count in (10, args.schedules)]
+    if args.held:
+        kinds += [(count, True) for count in (10, args.schedules)]
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        for count in (10, args.schedules):
-            url = f"sqlite:///{Path(folder) / f'schedules-{count}.db'}"
-            results.append(measure(url, count, args.cycles))
+        for count, held in kinds:
+            url = f"sqlite:///{Path(folder) / f'schedules-{count}-{held}.db'}"
+            results.append(measure(url, count, args.cycles, held))
     if args.pg:
         import psycopg
 
         from eventstore.url import with_search_path
 
-        for count in (10, args.schedules):
+        for count, held in kinds:
             schema = f"bench_{uuid.uuid4().hex[:12]}"
             with psycopg.connect(args.pg, autocommit=True) as conn:
                 conn.execute(f"CREATE SCHEMA {schema}")
             try:
-                results.append(measure(with_search_path(args.pg, schema), count, args.cycles))
+                url = with_search_path(args.pg, schema)
+                results.append(measure(url, count, args.cycles, held))
             finally:
                 with psycopg.connect(args.pg, autocommit=True) as conn:
                     conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    header = ("store", "schedules", "median ms", "p95 ms", "statements", "work", "unit")
+    header = ("store", "schedules", "held", "median ms", "p95 ms", "statements", "work", "unit")
     print(" | ".join(header))
     for row in results:
         print(
@@ -183,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 for value in (
                     row["store"],
                     row["schedules"],
+                    "yes" if row["held"] else "no",
                     row["median_ms"],
                     row["p95_ms"],
                     row["statements_per_cycle"] if row["statements_per_cycle"] else "-",

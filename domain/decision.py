@@ -49,6 +49,8 @@ class Decision:
     - `run_terminal`: the Run's terminal status when this decision ends it.
     - `lease`: the lease granted or renewed (worker decisions).
     - `stop_requested`: on a renewal, the Run has cancel intent: stop the work.
+    - `step_timed_out`: on a renewal, the Attempt ran past its step's timeout: stop it
+      and complete it `timed_out` (docs/DESIGN.md, "Step timeouts").
     - `replayed`: the same worker write already happened; nothing new to append.
     - `after`: the Run as these records leave it, where the decision folded it
       already (the run path's chained decisions do; None: `run_path.applied` folds it).
@@ -61,6 +63,7 @@ class Decision:
     run_terminal: str | None = None
     lease: LeaseGrant | None = None
     stop_requested: bool = False
+    step_timed_out: bool = False
     replayed: bool = False
     after: RunAggregate | None = None
 

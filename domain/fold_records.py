@@ -413,6 +413,10 @@ class Folder:
         elif to_status == Status.STARTING:
             attempt["started_lease_id"] = data["lease_id"]
             attempt["worker_id"] = data.get("worker_id")
+            started_at = data.get("started_at_ms")
+            if started_at is not None and not is_int(started_at):
+                raise corrupt(record, f"started_at_ms {started_at!r} is not an instant")
+            attempt["started_at_ms"] = started_at
         elif data["lease_id"] != attempt["started_lease_id"]:
             raise corrupt(record, "runs under another lease than the one it started under")
         attempt["status"] = to_status
@@ -550,6 +554,7 @@ _ATTEMPT_DEFAULTS = {
     "lease": None,
     "lease_ids": (),
     "started_lease_id": None,
+    "started_at_ms": None,
     "worker_id": None,
     "result_code": None,
     "reported_outcome": None,

@@ -56,6 +56,7 @@ from domain.python_tasks import files_problem, isolation_problem, parse_target, 
 from domain.retry import RetryPolicy
 from domain.revision import MaterializedRevision, materialize_revision
 from domain.schedule_spec import ScheduleSpec, validate_schedules
+from domain.step_timeouts import timeout_problem
 from domain.tasks import ON_INTERRUPT, ON_INTERRUPT_DEFAULT, define_task
 from domain.workflows import MAX_WORKFLOW_STEPS, WorkflowDefinition, WorkflowStepDefinition
 
@@ -68,12 +69,13 @@ TOP_LEVEL_KEYS = ("package", "tasks", "workflows")
 PACKAGE_KEYS = ("name", "publisher", "project", "installation")
 TASK_KEYS = (
     "command", "python", "isolation", "env", "files", "enabled", "on_interrupt", "concurrency",
+    "timeout_ms",
 )  # fmt: skip
 WORKFLOW_KEYS = (
     "steps", "timeout_ms", "enabled", "schedules", "params", "notify", "max_running",
     "concurrency", "priority",
 )  # fmt: skip
-STEP_KEYS = ("key", "task", "needs", "retry")
+STEP_KEYS = ("key", "task", "needs", "retry", "timeout_ms")
 MAX_TIMEOUT_MS = MAX_SAFE_INTEGER
 
 
@@ -103,16 +105,20 @@ class TaskSpec:
     isolation: str | None = None
     on_interrupt: str = ON_INTERRUPT_DEFAULT
     concurrency: Concurrency | None = None  # docs/DESIGN.md "Flow control"
+    # the default timeout of the steps that run it (docs/DESIGN.md "Step timeouts")
+    timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StepSpec:
-    """One entry of a Workflow's `steps`; `needs` is sorted."""
+    """One entry of a Workflow's `steps`; `needs` is sorted; `timeout_ms` is the
+    step's own, else its Task's (None: neither declares one)."""
 
     key: str
     task: str
     needs: tuple[str, ...]
     retry: RetryPolicy | None = None
+    timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +191,8 @@ def validate_manifest(
     )
     task_ids = tuple(task.task_id for task in tasks)
     workflows = tuple(
-        _workflow(source, key, workflows_raw[key], task_ids) for key in sorted(workflows_raw)
+        _with_task_timeouts(source, _workflow(source, key, workflows_raw[key], task_ids), tasks)
+        for key in sorted(workflows_raw)
     )
     _check_limit_keys(source, tasks, workflows)
     return Manifest(source=source, package=package, tasks=tasks, workflows=workflows)
@@ -237,7 +244,11 @@ def revision_from_manifest(
             key=workflow.key,
             steps=tuple(
                 WorkflowStepDefinition(
-                    key=step.key, task=step.task, needs=step.needs, retry=step.retry
+                    key=step.key,
+                    task=step.task,
+                    needs=step.needs,
+                    retry=step.retry,
+                    timeout_ms=step.timeout_ms,
                 )
                 for step in workflow.steps
             ),
@@ -281,6 +292,7 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     env = _env(source, table, raw.get("env", {}))
     files, digests = _files(source, table, raw.get("files"), folder)
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
+    timeout = _step_timeout(source, table, "timeout_ms", raw.get("timeout_ms"), None)
     on_interrupt = raw.get("on_interrupt", ON_INTERRUPT_DEFAULT)
     if on_interrupt not in ON_INTERRUPT:
         raise manifest_error(
@@ -292,7 +304,7 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
     concurrency = _concurrency(source, table, raw, "concurrency")
     if "python" in raw:
         task = _python_task(source, task_id, raw, env, files, digests, enabled, on_interrupt)
-        return dataclasses.replace(task, concurrency=concurrency)
+        return dataclasses.replace(task, concurrency=concurrency, timeout_ms=timeout)
     if "isolation" in raw:
         raise manifest_error(source, table, "isolation", "applies only to a python Task")
     if "command" not in raw:
@@ -324,6 +336,7 @@ def _task(source: str, task_id: str, raw: Any, folder: bool) -> TaskSpec:
         enabled=enabled,
         on_interrupt=on_interrupt,
         concurrency=concurrency,
+        timeout_ms=timeout,
     )
 
 
@@ -452,7 +465,14 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
             "steps",
             f"has {len(steps_raw)} steps; at most {MAX_WORKFLOW_STEPS} are allowed",
         )
-    steps = [_step(source, table, index, item, task_ids) for index, item in enumerate(steps_raw)]
+    timeout = raw.get("timeout_ms")
+    if timeout is not None and (type(timeout) is not int or not 0 < timeout <= MAX_TIMEOUT_MS):
+        raise manifest_error(
+            source, table, "timeout_ms", f"must be a positive integer, not {describe(timeout)}"
+        )
+    steps = [
+        _step(source, table, index, item, task_ids, timeout) for index, item in enumerate(steps_raw)
+    ]
     indexes: dict[str, int] = {}
     for index, step in enumerate(steps):
         if step.key in indexes:
@@ -464,11 +484,6 @@ def _workflow(source: str, key: str, raw: Any, task_ids: tuple[str, ...]) -> Wor
             )
         indexes[step.key] = index
     _check_graph(source, table, steps, indexes)
-    timeout = raw.get("timeout_ms")
-    if timeout is not None and (type(timeout) is not int or not 0 < timeout <= MAX_TIMEOUT_MS):
-        raise manifest_error(
-            source, table, "timeout_ms", f"must be a positive integer, not {describe(timeout)}"
-        )
     enabled = bool_at(source, table, "enabled", raw.get("enabled", True))
     params = params_at(source, table, raw["params"]) if "params" in raw else ()
     schedules = validate_schedules(raw.get("schedules", []), source, table, "schedules")
@@ -576,7 +591,50 @@ def _check_schedule_params(
             raise manifest_error(source, table, key, str(error)) from None
 
 
-def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ...]) -> StepSpec:
+def _step_timeout(
+    source: str, table: str, key: str, raw: Any, workflow_timeout_ms: int | None
+) -> int | None:
+    """A step's or a Task's `timeout_ms` (None when not declared), refused naming
+    `key` when it is below 1 s or above the Workflow's own timeout."""
+    if raw is None:
+        return None
+    problem = timeout_problem(raw, workflow_timeout_ms)
+    if problem is not None:
+        raise manifest_error(source, table, key, problem)
+    return int(raw)
+
+
+def _with_task_timeouts(
+    source: str, workflow: WorkflowSpec, tasks: tuple[TaskSpec, ...]
+) -> WorkflowSpec:
+    """Each step without a timeout of its own takes its Task's; a Task's timeout above
+    the timeout of a Workflow that runs it is refused at the Task, naming both."""
+    by_id = {task.task_id: task for task in tasks}
+    steps = []
+    for step in workflow.steps:
+        inherited = by_id[step.task].timeout_ms
+        if step.timeout_ms is None and inherited is not None:
+            problem = timeout_problem(inherited, workflow.timeout_ms)
+            if problem is not None:
+                raise manifest_error(
+                    source,
+                    f"tasks.{step.task}",
+                    "timeout_ms",
+                    f"{problem} (Workflow {workflow.key!r}, step {step.key!r} runs it)",
+                )
+            step = dataclasses.replace(step, timeout_ms=inherited)
+        steps.append(step)
+    return dataclasses.replace(workflow, steps=tuple(steps))
+
+
+def _step(
+    source: str,
+    table: str,
+    index: int,
+    raw: Any,
+    task_ids: tuple[str, ...],
+    workflow_timeout_ms: int | None = None,
+) -> StepSpec:
     where = f"steps[{index}]"
     if not isinstance(raw, Mapping):
         raise manifest_error(source, table, where, f"must be a table, not {describe(raw)}")
@@ -610,7 +668,10 @@ def _step(source: str, table: str, index: int, raw: Any, task_ids: tuple[str, ..
     if len(set(needs)) != len(needs):
         raise manifest_error(source, table, f"{where}.needs", "names a step twice")
     retry = retry_at(source, table, where, raw["retry"]) if "retry" in raw else None
-    return StepSpec(key=key, task=task, needs=tuple(sorted(needs)), retry=retry)
+    timeout = _step_timeout(
+        source, table, f"{where}.timeout_ms", raw.get("timeout_ms"), workflow_timeout_ms
+    )
+    return StepSpec(key=key, task=task, needs=tuple(sorted(needs)), retry=retry, timeout_ms=timeout)
 
 
 def _check_graph(source: str, table: str, steps: list[StepSpec], indexes: dict[str, int]) -> None:

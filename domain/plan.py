@@ -50,6 +50,7 @@ from domain.plan_v2 import (
 from domain.publication import PublicationRef, check_publication
 from domain.revision import MaterializedRevision
 from domain.start_guard import task_disabled, workflow_disabled
+from domain.step_timeouts import timeout_problem
 from domain.transitions import STEP_PENDING, STEP_READY
 from domain.workflows import (
     MAX_WORKFLOW_STEPS,
@@ -77,6 +78,9 @@ class PlanStep:
     initial_status: str
     max_attempts: int = 1  # plan v2: the retry policy (1: no retry)
     backoff_ms: int = 0
+    # how long one Attempt may run (docs/DESIGN.md "Step timeouts"); in the step's
+    # document only when set, in a plan of either schema, so other plans keep digests
+    timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +252,7 @@ def bind_plan(
             max_attempts=step.retry.max_attempts if step.retry else 1,
             # a step that never retries has no backoff (so v1 and v2 read back equal)
             backoff_ms=step.retry.backoff_ms if step.retry and step.retry.retries else 0,
+            timeout_ms=step.timeout_ms,
         )
         for step in sorted(workflow.steps, key=lambda step: step.key)
     )
@@ -311,6 +316,8 @@ def _step_document(step: PlanStep, schema: str) -> dict[str, Any]:
     }
     if schema == PLAN_SCHEMA_V2:
         document["retry"] = retry_field(step.max_attempts, step.backoff_ms)
+    if step.timeout_ms is not None:
+        document["timeout_ms"] = step.timeout_ms
     return document
 
 
@@ -474,7 +481,9 @@ def _normalize_step(raw: object, index: int, package: str, generation: int, v2: 
     step = check_mapping(raw, what)
     if not v2:
         refuse_v2_fields(step, V2_STEP_FIELDS, what)
-    check_fields(step, (*_STEP_FIELDS, *(V2_STEP_FIELDS if v2 else ())), what)
+    check_fields(
+        step, (*_STEP_FIELDS, *(V2_STEP_FIELDS if v2 else ())), what, optional=("timeout_ms",)
+    )
     key = check_name(step["key"], "step_key", f"{what} key")
     what = f"plan step {key!r}"
     task_id = check_name(step["task_id"], "task_id", f"{what} task_id")
@@ -498,6 +507,11 @@ def _normalize_step(raw: object, index: int, package: str, generation: int, v2: 
             "initial_status", f"{what}: initial_status must be {expected_status!r}, not {status!r}"
         )
     max_attempts, backoff_ms = normalize_retry(step["retry"], what) if v2 else (1, 0)
+    timeout_ms = step.get("timeout_ms")
+    if timeout_ms is not None:
+        problem = timeout_problem(timeout_ms, None)
+        if problem is not None:
+            raise PlanError("step_timeout", f"{what} timeout_ms {problem}")
     return PlanStep(
         key=key,
         step_run_id=check_id(step["step_run_id"], "step_run_id", f"{what} step_run_id"),
@@ -508,6 +522,7 @@ def _normalize_step(raw: object, index: int, package: str, generation: int, v2: 
         initial_status=expected_status,
         max_attempts=max_attempts,
         backoff_ms=backoff_ms,
+        timeout_ms=timeout_ms,
     )
 
 

@@ -49,6 +49,7 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
                 source_digest=s["source_digest"],
                 needs=tuple(s["needs"]),
                 initial_status=s["initial_status"],
+                timeout_ms=s.get("timeout_ms"),
                 **_retry_of(s),
             )
             for s in value["steps"]
@@ -77,6 +78,8 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
     if len(set(keys)) != len(keys) or len({s.step_run_id for s in steps}) != len(steps):
         raise corrupt(record, "the plan repeats a step key or a StepRun id")
     for step in steps:
+        if step.timeout_ms is not None and (not is_int(step.timeout_ms) or step.timeout_ms <= 0):
+            raise corrupt(record, f"plan step {step.key!r} has an invalid timeout_ms")
         expected = Status.PENDING if step.needs else Status.READY
         if step.initial_status != expected:
             raise corrupt(record, f"plan step {step.key!r} must start {expected!r}")

@@ -8,9 +8,9 @@ admission index all ask these, so the rule lives here once (docs/DESIGN.md,
 
 from __future__ import annotations
 
-from domain.aggregate import RunAggregate, StepRunState
+from domain.aggregate import AttemptState, RunAggregate, StepRunState
 from domain.retry import RetryPolicy, retry_at_after
-from domain.transitions import STEP_READY, Status
+from domain.transitions import STEP_READY, STEP_TIMEOUT, Status
 
 
 def policy_of(aggregate: RunAggregate, step_key: str) -> RetryPolicy:
@@ -20,9 +20,14 @@ def policy_of(aggregate: RunAggregate, step_key: str) -> RetryPolicy:
 
 
 def reported_failures(aggregate: RunAggregate, step_key: str) -> int:
-    """Attempts of the step a worker completed `failed` (lost ones never count)."""
+    """Attempts of the step a worker completed `failed`, or `timed_out` at the step's
+    timeout (`step_timeout`); lost ones never count."""
     step = aggregate.steps[step_key]
-    return sum(1 for a in step.attempt_ids if aggregate.attempts[a].status == Status.FAILED)
+    return sum(1 for a in step.attempt_ids if _failed(aggregate.attempts[a]))
+
+
+def _failed(attempt: AttemptState) -> bool:
+    return attempt.status == Status.FAILED or attempt.result_code == STEP_TIMEOUT
 
 
 def retry_after_failure(aggregate: RunAggregate, step_key: str, now_ms: int) -> int | None:

@@ -35,7 +35,12 @@ from domain.ids import REVISION_ID
 from domain.notify import NotifyRule, notify_document, plan_notify
 from domain.params import params_document, params_from_document
 from domain.retry import RetryPolicy
-from domain.schedule_spec import ScheduleSpec, ScheduleSpecError, validate_schedules
+from domain.schedule_spec import (
+    STORED_OVERLAP,
+    ScheduleSpec,
+    ScheduleSpecError,
+    validate_schedules,
+)
 from domain.tasks import ON_INTERRUPT_DEFAULT, TaskDefinition
 from domain.workflows import (
     WorkflowDefinition,
@@ -184,6 +189,8 @@ def _step_document(step: WorkflowStepDefinition) -> dict[str, Any]:
     document: dict[str, Any] = {"key": step.key, "task": step.task, "needs": list(step.needs)}
     if step.retry is not None:
         document["retry"] = retry_document(step.retry)
+    if step.timeout_ms is not None:  # only where declared: other revisions keep digests
+        document["timeout_ms"] = step.timeout_ms
     return document
 
 
@@ -313,13 +320,17 @@ def revision_from_json(value: object) -> MaterializedRevision:
         steps = []
         for raw_step in check_list(workflow["steps"], f"{what} steps"):
             step = check_mapping(raw_step, f"{what} step")
-            check_fields(step, _STEP_FIELDS, f"{what} step", optional=("retry",))
+            check_fields(step, _STEP_FIELDS, f"{what} step", optional=("retry", "timeout_ms"))
             retry = None
             if "retry" in step:
                 policy = check_mapping(step["retry"], f"{what} step retry")
                 check_fields(policy, ("max_attempts", "backoff_ms"), f"{what} step retry")
                 retry = RetryPolicy(policy["max_attempts"], policy["backoff_ms"])
-            steps.append(WorkflowStepDefinition(step["key"], step["task"], step["needs"], retry))
+            steps.append(
+                WorkflowStepDefinition(
+                    step["key"], step["task"], step["needs"], retry, step.get("timeout_ms")
+                )
+            )
         workflows.append(
             WorkflowDefinition(
                 key=key,
@@ -350,13 +361,18 @@ def revision_from_json(value: object) -> MaterializedRevision:
 
 
 def schedule_document(spec: ScheduleSpec) -> dict[str, Any]:
-    """One schedule of a Workflow as the revision JSON holds it."""
-    return {
+    """One schedule of a Workflow as the revision JSON holds it. `overlap` is there
+    unless it is `allow`, which a revision published before it existed means: those
+    revisions keep their digests and their schedules what they did."""
+    document: dict[str, Any] = {
         "cron": spec.cron,
         "timezone": spec.timezone,
         "misfire": spec.misfire,
         "params": dict(spec.params),
     }
+    if spec.overlap != STORED_OVERLAP:
+        document["overlap"] = spec.overlap
+    return document
 
 
 def _limit_from_json(document: Mapping[str, Any], field: str, what: str) -> Concurrency | None:
@@ -387,6 +403,8 @@ def _notify_from_json(workflow: Mapping[str, Any], what: str) -> tuple[NotifyRul
 
 def _schedules_from_json(value: object, what: str) -> tuple[ScheduleSpec, ...]:
     try:
-        return validate_schedules(value, "revision", None, f"{what} schedules")
+        return validate_schedules(
+            value, "revision", None, f"{what} schedules", default_overlap=STORED_OVERLAP
+        )
     except ScheduleSpecError as error:
         raise PlanError("schedule", str(error)) from None

@@ -32,7 +32,7 @@ from domain.frontier import decide_frontier
 from domain.records import NewEvent, Record, StreamAppend
 from domain.slots import QUEUE_ACTOR, dequeue
 from domain.streams import LEASE, NOTIFICATION, category, entity_id, run_stream, steps_stream
-from domain.worker import complete, grant_lease, mark_starting
+from domain.worker import WorkerInfo, complete, grant_lease, mark_starting
 
 
 def applied(aggregate: RunAggregate, decision: Decision) -> RunAggregate:
@@ -110,11 +110,17 @@ def chained(*decisions: Decision, **fields: Any) -> Decision:
 
 
 def lease_and_start(
-    aggregate: RunAggregate, attempt_id: str, worker_id: str, ttl_ms: int, now_ms: int
+    aggregate: RunAggregate,
+    attempt_id: str,
+    worker_id: str,
+    ttl_ms: int,
+    now_ms: int,
+    *,
+    worker: WorkerInfo | None = None,
 ) -> Decision:
     """Grant the lease (as `grant_lease`) and cross the start barrier under it (as
     `mark_starting`) in one decision; its `lease` is the granted lease."""
-    grant = grant_lease(aggregate, attempt_id, worker_id, ttl_ms, now_ms)
+    grant = grant_lease(aggregate, attempt_id, worker_id, ttl_ms, now_ms, worker=worker)
     assert grant.lease is not None
     granted = applied(aggregate, grant)
     start = mark_starting(granted, attempt_id, grant.lease.lease_id, grant.lease.version, now_ms)

@@ -58,6 +58,8 @@ class AttemptState:
     lease: LeaseState | None = None
     lease_ids: tuple[str, ...] = ()  # every lease ever granted, oldest first
     started_lease_id: str | None = None  # the lease it crossed the start barrier under
+    # when it crossed it, where its step has a timeout (docs/DESIGN.md "Step timeouts")
+    started_at_ms: int | None = None
     worker_id: str | None = None
     result_code: str | None = None
     reported_outcome: str | None = None

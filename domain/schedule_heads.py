@@ -26,6 +26,7 @@ from domain.schedules import (
     arm,
     decide_due,
     retire,
+    waits_for_previous,
 )
 
 
@@ -67,24 +68,44 @@ def declarations(
     return tuple(found)
 
 
-def work_at_ms(state: ScheduleState | None, declared: bool, published_at_ms: int) -> int | None:
+def work_at_ms(
+    state: ScheduleState | None,
+    declared: bool,
+    published_at_ms: int,
+    *,
+    waits_for_run: bool = False,
+) -> int | None:
     """From when the schedule phase has work with this schedule, or None:
 
     - declared but never armed, or retired and declared again: arm it, from its
       publication's `published_at_ms`;
     - no longer declared but active or paused: retire it, at once (0);
-    - declared and active: fire or skip, from its cursor `next_fire_at_ms`.
+    - declared and active: fire or skip, from its cursor `next_fire_at_ms` — unless
+      `waits_for_run` (`domain.schedules.waits_for_previous`: overlap `queue` while the
+      previous Run runs), then none until that Run ends.
     """
     status = None if state is None else state.status
     if declared:
         if status in (None, RETIRED):
             return published_at_ms
         if status == ACTIVE and state is not None:
-            return state.next_fire_at_ms
+            return None if waits_for_run else state.next_fire_at_ms
         return None
     if status in (ACTIVE, PAUSED):
         return 0
     return None
+
+
+def work_pair(
+    state: ScheduleState | None, declaration: Declaration, declared: bool
+) -> tuple[int | None, int | None]:
+    """`work_at_ms` while the schedule's previous Run runs and once it has ended: the
+    read model keeps both, so the Run's end picks the second without asking again."""
+    spec, at = declaration.spec, declaration.published_at_ms
+    return (
+        work_at_ms(state, declared, at, waits_for_run=waits_for_previous(spec, True)),
+        work_at_ms(state, declared, at, waits_for_run=waits_for_previous(spec, False)),
+    )
 
 
 def decide_turn(
@@ -95,10 +116,13 @@ def decide_turn(
     grace_ms: int,
     *,
     refusal: str | None = None,
+    previous_running: bool = False,
+    previous_ended_at_ms: int | None = None,
 ) -> ScheduleDecision:
     """What the schedule phase appends for one schedule at `now_ms`: arm it, retire
     it, or fire or skip its due occurrence (`domain.schedules.decide_due`, with the
-    start guard's `refusal` when admission refused it). Nothing when it has no work."""
+    start guard's `refusal` when admission refused it and what the read model knows
+    of the previous Run). Nothing when it has no work."""
     sid = declaration.schedule_id
     status = None if state is None else state.status
     if declared and status in (None, RETIRED):
@@ -109,4 +133,12 @@ def decide_turn(
         return NOTHING
     if not declared:
         return retire(state, now_ms) if status in (ACTIVE, PAUSED) else NOTHING
-    return decide_due(state, declaration.spec, now_ms, grace_ms, refusal=refusal)
+    return decide_due(
+        state,
+        declaration.spec,
+        now_ms,
+        grace_ms,
+        refusal=refusal,
+        previous_running=previous_running,
+        previous_ended_at_ms=previous_ended_at_ms,
+    )

@@ -1,7 +1,7 @@
 """One schedule of a Workflow, as the manifest declares it, and its identity.
 
 `schedules = [{ cron = "0 3 * * *", timezone = "UTC", misfire = "skip",
-params = {...} }]` on a Workflow. `validate_schedules` checks the list and
+overlap = "skip", params = {...} }]` on a Workflow. `validate_schedules` checks the list and
 `validate_schedule` one entry; both raise `ManifestError` naming the file, the table
 and the key, e.g.
 
@@ -30,7 +30,17 @@ from domain.text import is_storable_text
 SKIP = "skip"  # beyond the grace: admit nothing, move the cursor past now
 FIRE_ONCE = "fire_once"  # beyond the grace: admit the oldest missed occurrence only
 MISFIRE_POLICIES = (SKIP, FIRE_ONCE)
-SCHEDULE_KEYS = ("cron", "timezone", "misfire", "params")
+# what an occurrence does while the schedule's previous Run is still running
+# (docs/DESIGN.md, "Schedules", overlap)
+OVERLAP_ALLOW = "allow"  # admit it anyway: Runs of the schedule may overlap
+OVERLAP_SKIP = "skip"  # admit nothing: `schedule.skipped`, reason "overlap"
+OVERLAP_QUEUE = "queue"  # hold it on the cursor and admit it once the previous Run ended
+OVERLAP_POLICIES = (OVERLAP_ALLOW, OVERLAP_SKIP, OVERLAP_QUEUE)
+# A manifest that says nothing gets `skip`; a stored revision that says nothing was
+# published before overlap existed and keeps the behaviour it had: `allow`.
+MANIFEST_OVERLAP = OVERLAP_SKIP
+STORED_OVERLAP = OVERLAP_ALLOW
+SCHEDULE_KEYS = ("cron", "timezone", "misfire", "overlap", "params")
 CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 MAX_CRON_CHARS = 256
 MAX_DESCRIPTION_CHARS = 72
@@ -43,12 +53,14 @@ ParamValue = str | int | bool
 @dataclass(frozen=True, slots=True)
 class ScheduleSpec:
     """A validated schedule. `cron` is normalized (upper case, single spaces);
-    `params` is sorted by name."""
+    `params` is sorted by name; `overlap` says what an occurrence does while the
+    schedule's previous Run still runs (`STORED_OVERLAP` when not stated)."""
 
     cron: str
     timezone: str
     misfire: str = SKIP
     params: tuple[tuple[str, ParamValue], ...] = ()
+    overlap: str = STORED_OVERLAP
 
     def params_dict(self) -> dict[str, ParamValue]:
         """The parameter values as a dict (what a scheduled admission binds)."""
@@ -57,8 +69,8 @@ class ScheduleSpec:
 
 def schedule_id(publisher: str, package: str, workflow: str, spec: ScheduleSpec) -> str:
     """The id of a schedule: derived from (publisher, package, workflow key, cron,
-    timezone, params). The misfire policy is not part of it, so changing only that
-    keeps the schedule and its cursor."""
+    timezone, params). The misfire and overlap policies are not part of it, so changing
+    only those keeps the schedule and its cursor."""
     params = canonical_bytes(dict(spec.params)).decode("utf-8")
     return derive_id(SCHEDULE_ID, publisher, package, workflow, spec.cron, spec.timezone, params)
 
@@ -81,15 +93,24 @@ def describe_cron(cron: str) -> str:
 
 
 def validate_schedules(
-    raw: Any, source: str = MANIFEST_FILE, table: str | None = None, key: str = "schedules"
+    raw: Any,
+    source: str = MANIFEST_FILE,
+    table: str | None = None,
+    key: str = "schedules",
+    *,
+    default_overlap: str = MANIFEST_OVERLAP,
 ) -> tuple[ScheduleSpec, ...]:
     """Validate a Workflow's `schedules` list, in manifest order. The same schedule
-    (cron, timezone and params) twice is refused: it would be one schedule."""
+    (cron, timezone and params) twice is refused: it would be one schedule.
+    `default_overlap` is what an entry without `overlap` gets: the manifest's
+    default, or `STORED_OVERLAP` when reading a stored revision."""
     if not isinstance(raw, list):
         raise _error(source, table, key, f"must be a list of tables, not {_show(raw)}")
     specs: list[ScheduleSpec] = []
     for index, item in enumerate(raw):
-        spec = validate_schedule(item, source, table, f"{key}[{index}]")
+        spec = validate_schedule(
+            item, source, table, f"{key}[{index}]", default_overlap=default_overlap
+        )
         for earlier, other in enumerate(specs):
             if (other.cron, other.timezone, other.params) == (
                 spec.cron,
@@ -107,9 +128,15 @@ def validate_schedules(
 
 
 def validate_schedule(
-    raw: Any, source: str = MANIFEST_FILE, table: str | None = None, key: str = "schedule"
+    raw: Any,
+    source: str = MANIFEST_FILE,
+    table: str | None = None,
+    key: str = "schedule",
+    *,
+    default_overlap: str = MANIFEST_OVERLAP,
 ) -> ScheduleSpec:
-    """Validate one entry `{cron, timezone, misfire, params}`; errors name `key.<field>`."""
+    """Validate one entry `{cron, timezone, misfire, overlap, params}`; errors name
+    `key.<field>`."""
     if not isinstance(raw, Mapping):
         raise _error(source, table, key, f"must be a table, not {_show(raw)}")
     for name in raw:
@@ -127,6 +154,7 @@ def validate_schedule(
         timezone=_timezone(place, raw.get("timezone")),
         misfire=_misfire(place, raw.get("misfire", SKIP)),
         params=_params(place, raw.get("params", {})),
+        overlap=_overlap(place, raw.get("overlap", default_overlap)),
     )
 
 
@@ -193,6 +221,13 @@ def _misfire(place: _Place, raw: Any) -> str:
     return raw
 
 
+def _overlap(place: _Place, raw: Any) -> str:
+    if not isinstance(raw, str) or raw not in OVERLAP_POLICIES:
+        allowed = ", ".join(repr(policy) for policy in OVERLAP_POLICIES)
+        raise _field_error(place, "overlap", f"must be one of {allowed}, not {_show(raw)}")
+    return raw
+
+
 def _params(place: _Place, raw: Any) -> tuple[tuple[str, ParamValue], ...]:
     if not isinstance(raw, Mapping):
         raise _field_error(place, "params", f"must be a table of values, not {_show(raw)}")
@@ -224,7 +259,7 @@ def _params(place: _Place, raw: Any) -> tuple[tuple[str, ParamValue], ...]:
 class ScheduleSpecError(ManifestError):
     """A schedule entry breaks a rule; the message and `source`, `table`, `key` name
     the place as the manifest's errors do, and `field` names the entry's field
-    (cron, timezone, misfire, params) or is None for the entry as a whole."""
+    (cron, timezone, misfire, overlap, params) or is None for the entry as a whole."""
 
     def __init__(
         self, source: str, table: str | None, key: str, field: str | None, problem: str

@@ -28,7 +28,12 @@ from domain.fields import ID_PATTERN
 from domain.ids import RUN_ID, SCHEDULE_EVENT, derive_id
 from domain.occurrences import check_instant, next_after
 from domain.records import NewEvent, Record, StreamAppend
-from domain.schedule_spec import FIRE_ONCE, ScheduleSpec
+from domain.schedule_spec import (
+    FIRE_ONCE,
+    OVERLAP_QUEUE,
+    OVERLAP_SKIP,
+    ScheduleSpec,
+)
 from domain.streams import SCHEDULE, category, entity_id, schedule_stream
 
 ACTIVE = "active"
@@ -39,6 +44,7 @@ SCHEDULE_STATUSES = (ACTIVE, PAUSED, RETIRED)
 SCHEDULE_ACTOR = "cycle:schedule"
 USER_ACTOR = "user"
 LATE = "late"  # skipped: the occurrence was past the grace and the misfire policy is skip
+OVERLAP = "overlap"  # skipped: the schedule's previous Run still ran (overlap skip)
 ADMISSION_KEY_PREFIX = "schedule"
 
 
@@ -146,6 +152,13 @@ def arm(
     )
 
 
+def waits_for_previous(spec: ScheduleSpec, previous_running: bool) -> bool:
+    """Whether a due occurrence is held on the cursor, admitting nothing, because the
+    schedule's previous Run still runs (overlap `queue`). The read model indexes no
+    work for such a schedule until that Run's end says otherwise."""
+    return previous_running and spec.overlap == OVERLAP_QUEUE
+
+
 def decide_due(
     state: ScheduleState,
     spec: ScheduleSpec,
@@ -153,6 +166,8 @@ def decide_due(
     grace_ms: int,
     *,
     refusal: str | None = None,
+    previous_running: bool = False,
+    previous_ended_at_ms: int | None = None,
 ) -> ScheduleDecision:
     """What a schedule phase does with `state` at `now_ms`.
 
@@ -163,17 +178,30 @@ def decide_due(
     cursor's occurrence — the oldest missed — and moves past now. `refusal` is the
     start guard's reason (e.g. "withdrawn"): a due occurrence is then skipped with
     that reason, whatever the grace.
+
+    `previous_running` says the schedule's last fired Run has not ended, and
+    `previous_ended_at_ms` when it did. Overlap `allow` ignores them; `skip` skips a
+    due occurrence while the previous Run runs (reason "overlap"); `queue` holds it
+    (nothing written) and, once the previous Run ended, admits it with its lateness
+    counted from that end rather than from the occurrence.
     """
     _check_state(state)
     now_ms = check_instant("now_ms", now_ms)
     grace_ms = check_instant("grace_ms", grace_ms)
     if refusal is not None and not (isinstance(refusal, str) and refusal.isidentifier()):
         raise InvalidInput("refusal", "identifier", f"refusal must be a word, got {refusal!r}")
+    if previous_ended_at_ms is not None:
+        previous_ended_at_ms = check_instant("previous_ended_at_ms", previous_ended_at_ms)
     due_ms = work_at_ms(state)
-    if due_ms is None or due_ms > now_ms:
+    if due_ms is None or due_ms > now_ms or waits_for_previous(spec, previous_running):
         return NOTHING
     next_ms = next_occurrence(spec, now_ms)
-    late = now_ms - due_ms > grace_ms
+    held_since_ms = due_ms
+    if spec.overlap == OVERLAP_QUEUE and previous_ended_at_ms is not None:
+        held_since_ms = max(due_ms, previous_ended_at_ms)
+    late = now_ms - held_since_ms > grace_ms
+    if refusal is None and previous_running and spec.overlap == OVERLAP_SKIP:
+        refusal = OVERLAP
     if refusal is None and (not late or spec.misfire == FIRE_ONCE):
         occurrence = Occurrence(
             schedule_id=state.schedule_id,

@@ -132,6 +132,8 @@ def _read(document: Any) -> RunAggregate:
 
 
 def _read_attempt(raw: Any) -> AttemptState:
+    if type(raw) is dict and "started_at_ms" not in raw:  # written before step timeouts
+        raw = {**raw, "started_at_ms": None}
     _exact(raw, _ATTEMPT_FIELDS)
     values: dict[str, Any] = {k: tuple(v) if k in _TUPLES else v for k, v in raw.items()}
     if values["lease"] is not None:

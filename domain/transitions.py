@@ -136,6 +136,7 @@ LEASE_EXPIRED = "lease_expired"
 ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 WORKER_SHUTDOWN = "worker_shutdown"  # the host stopped the step: it did not fail by itself
 INTERRUPTED_TOO_OFTEN = "interrupted_too_often"
+STEP_TIMEOUT = "step_timeout"  # the host stopped the Attempt at its step's timeout_ms
 MAX_INTERRUPTIONS = 3  # per step; the next one fails it (docs/DESIGN.md, "Interruptions")
 WORKFLOW_CANCELLED = "workflow_cancelled"
 WORKFLOW_TIMED_OUT = "workflow_timed_out"

@@ -4,9 +4,10 @@ the lease stream).
 A worker leases a claimed Attempt (`grant_lease`), crosses the start barrier
 (`mark_starting`: Attempt `starting`, StepRun `ready → running`, written before
 anything is spawned), reports `mark_running`, keeps the lease alive (`renew`,
-whose answer carries `stop_requested` under cancel intent), and ends with
-`complete` (outcome succeeded | failed — recorded as cancelled / timed_out under
-cancel intent) or gives a not-yet-started claim back (`release`).
+whose answer carries `stop_requested` under cancel intent and `step_timed_out` past
+the step's timeout), and ends with `complete` (outcome succeeded | failed |
+interrupted | timed_out — recorded as cancelled / timed_out under cancel intent) or
+gives a not-yet-started claim back (`release`).
 
 Every write presents (lease_id, version). Anything but the current, live lease
 of the Attempt is a `FenceError` saying which: unknown lease, replaced lease,
@@ -18,6 +19,7 @@ empty Decision flagged `replayed` — never a second record.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from domain.aggregate import AttemptState, LeaseState, RunAggregate, effective_intent
@@ -29,6 +31,7 @@ from domain.ids import LEASE_ID, WORKER_EVENT, WORKER_MUTATION, WORKER_STEP_EVEN
 from domain.json_values import check_finite, check_output_size
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.retries import retry_after_failure
+from domain.step_timeouts import past_step_timeout, step_timeout_ms
 from domain.transitions import (
     ATTEMPT_CLAIMED,
     ATTEMPT_INTERRUPTED,
@@ -46,24 +49,74 @@ from domain.transitions import (
     RELEASE_REASONS,
     STEP_READY,
     STEP_RUNNING,
+    STEP_TIMEOUT,
     WORKER_SHUTDOWN,
     Status,
 )
 
-OUTCOMES = (Status.SUCCEEDED, Status.FAILED, Status.INTERRUPTED)
+# timed_out: the host stopped the Attempt at its step's timeout (docs/DESIGN.md, "Step
+# timeouts"); accepted only for an Attempt the domain finds past it
+OUTCOMES = (Status.SUCCEEDED, Status.FAILED, Status.INTERRUPTED, Status.TIMED_OUT)
 
 
 def worker_actor(worker_id: str) -> str:
     return f"worker:{worker_id}"
 
 
+MAX_WORKER_SLOTS = 10_000
+MAX_HOST_CHARS = 255
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """What a worker says of itself on a lease grant: the host it runs on and how
+    many Attempts it runs at once (its slots). Either may be None (not said)."""
+
+    host: str | None = None
+    slots: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.host is not None and (
+            not isinstance(self.host, str) or not 0 < len(self.host) <= MAX_HOST_CHARS
+        ):
+            raise InvalidInput(
+                "host", "text", f"host must be 1..{MAX_HOST_CHARS} characters, not {self.host!r}"
+            )
+        if self.slots is not None and (
+            type(self.slots) is not int or not 1 <= self.slots <= MAX_WORKER_SLOTS
+        ):
+            raise InvalidInput(
+                "slots",
+                "range",
+                f"slots must be an integer from 1 to {MAX_WORKER_SLOTS}, not {self.slots!r}",
+            )
+
+    def fields(self) -> dict[str, Any]:
+        """The grant's data fields for what was said (`worker_host`, `worker_slots`)."""
+        said: dict[str, Any] = {}
+        if self.host is not None:
+            said["worker_host"] = self.host
+        if self.slots is not None:
+            said["worker_slots"] = self.slots
+        return said
+
+
 # --- lease grant -----------------------------------------------------------------------
 
 
 def grant_lease(
-    aggregate: RunAggregate, attempt_id: str, worker_id: str, ttl_ms: int, now_ms: int
+    aggregate: RunAggregate,
+    attempt_id: str,
+    worker_id: str,
+    ttl_ms: int,
+    now_ms: int,
+    *,
+    worker: WorkerInfo | None = None,
 ) -> Decision:
     """Lease a claimed Attempt to `worker_id` for `ttl_ms` (5 s – 10 min).
+
+    `worker` is what the worker says of itself (its host, its slots), recorded on
+    the grant only where given (docs/DESIGN.md, "Workers").
 
     Refused (FenceError) when the Run is terminal or has cancel intent, the
     Attempt is not claimed at its admitted ready epoch, or another lease is live.
@@ -77,6 +130,7 @@ def grant_lease(
         raise InvalidInput(
             "worker_id", "non_empty", "worker_id must be a string of 1..128 characters"
         )
+    said = {} if worker is None else worker.fields()
     attempt = _attempt(aggregate, attempt_id)
     _require_running(aggregate)
     intent = effective_intent(aggregate, now_ms)
@@ -117,6 +171,7 @@ def grant_lease(
             "granted_at_ms": now_ms,
             "ttl_ms": ttl_ms,
             "expires_at_ms": expires_at_ms,
+            **said,
         },
         parts=(lease_id, worker_id),
     )
@@ -169,10 +224,13 @@ def _start(
     builder: DecisionBuilder, aggregate: RunAggregate, attempt: AttemptState, lease: LeaseState
 ) -> None:
     _require_admitted_epoch(aggregate, attempt)
+    data = _lease_ref(attempt.attempt_id, lease)
+    if step_timeout_ms(aggregate, attempt.step_key) is not None:
+        data["started_at_ms"] = builder.now_ms  # the step's timeout runs from here
     builder.event(
         derive_id(WORKER_EVENT, attempt.attempt_id, Status.STARTING, lease.lease_id),
         EventType.ATTEMPT_STARTING,
-        _lease_ref(attempt.attempt_id, lease),
+        data,
     )
     step = aggregate.steps[attempt.step_key]
     builder.change_step(
@@ -196,7 +254,8 @@ def renew(
 ) -> Decision:
     """Extend a live lease to `now_ms + ttl_ms`; the new version is in `Decision.lease`.
 
-    `stop_requested` is set when the Run has cancel intent. Presenting the version
+    `stop_requested` is set when the Run has cancel intent, `step_timed_out` when the
+    Attempt is past its step's timeout (and the Run has none). Presenting the version
     just before a renewal this lease already made answers with that renewal
     (`replayed`), so a worker that lost the response learns its new version.
     """
@@ -205,6 +264,7 @@ def renew(
     attempt = _attempt(aggregate, attempt_id)
     _require_running(aggregate)
     stop = effective_intent(aggregate, now_ms) is not None
+    timed_out = not stop and past_step_timeout(aggregate, attempt_id, now_ms)
     lease = attempt.lease
     if (
         lease is not None
@@ -213,7 +273,12 @@ def renew(
         and lease.version == lease_version + 1
         and lease.version > lease.granted_version
     ):
-        return Decision(lease=_grant_of(attempt_id, lease), stop_requested=stop, replayed=True)
+        return Decision(
+            lease=_grant_of(attempt_id, lease),
+            stop_requested=stop,
+            step_timed_out=timed_out,
+            replayed=True,
+        )
     lease = _fence(attempt, lease_id, lease_version, now_ms)
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     expires_at_ms = lease_expiry(now_ms, ttl_ms)
@@ -229,7 +294,7 @@ def renew(
         parts=(lease_id, lease_version),
     )
     grant = LeaseGrant(attempt_id, lease_id, version, lease.worker_id, expires_at_ms)
-    return builder.build(lease=grant, stop_requested=stop)
+    return builder.build(lease=grant, stop_requested=stop, step_timed_out=timed_out)
 
 
 # --- completion and release ------------------------------------------------------------
@@ -248,7 +313,8 @@ def complete(
     execution: Mapping[str, Any] | None = None,
 ) -> Decision:
     """End a started Attempt with the worker's `outcome` (succeeded | failed |
-    interrupted: its host stopped it, docs/DESIGN.md "Interruptions").
+    interrupted: its host stopped it, docs/DESIGN.md "Interruptions" | timed_out: its
+    host stopped it at its step's timeout, docs/DESIGN.md "Step timeouts").
 
     `output` is what the task returned; `execution` how it ran (exit code, signal,
     pid, log path: `domain.execution`), recorded beside it and passed nowhere.
@@ -256,9 +322,12 @@ def complete(
     Without cancel intent: succeeded, or failed with `result_code` (default
     `execution_failed`); interrupted (`worker_shutdown`) sends the StepRun back to
     ready without using up an attempt, at most MAX_INTERRUPTIONS times — the next
-    one fails it (`interrupted_too_often`). With cancel intent any outcome is recorded `cancelled`
-    (`execution_cancelled`), or `timed_out` (`execution_timed_out`) for reason
-    timeout. The StepRun takes the Attempt's terminal status; the lease completes.
+    one fails it (`interrupted_too_often`); timed_out (`step_timeout`) is refused
+    (InvalidInput) unless the Attempt is past its step's timeout at `now_ms`, and is
+    retried like a failure, counting as one. With cancel intent any outcome is
+    recorded `cancelled` (`execution_cancelled`), or `timed_out`
+    (`execution_timed_out`) for reason timeout. The StepRun takes the Attempt's
+    terminal status; the lease completes.
     """
     check_now(now_ms)
     if outcome not in OUTCOMES:
@@ -311,11 +380,20 @@ def complete(
         status, code = ATTEMPT_INTERRUPTED, result_code or WORKER_SHUTDOWN
     elif outcome == Status.INTERRUPTED:
         status, code = Status.FAILED, INTERRUPTED_TOO_OFTEN
+    elif outcome == Status.TIMED_OUT:
+        if not past_step_timeout(aggregate, attempt_id, now_ms):
+            raise InvalidInput(
+                "outcome",
+                "not_past_timeout",
+                f"Attempt {attempt_id!r} is not past its step's timeout at {now_ms}: "
+                "only an Attempt stopped at its timeout_ms is completed timed_out",
+            )
+        status, code = Status.TIMED_OUT, STEP_TIMEOUT
     else:
         status, code = Status.FAILED, result_code or EXECUTION_FAILED
-    # a reported failure with attempts left goes back to ready (plan v2 retry); an
-    # interruption does not count as one, and one too many is never retried
-    retries = status == Status.FAILED and code != INTERRUPTED_TOO_OFTEN
+    # a reported failure or step timeout with attempts left goes back to ready (plan v2
+    # retry); an interruption does not count as one, and one too many is never retried
+    retries = code == STEP_TIMEOUT or (status == Status.FAILED and code != INTERRUPTED_TOO_OFTEN)
     retry_at = retry_after_failure(aggregate, step.key, now_ms) if retries else None
     builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(lease.worker_id))
     completed_id = derive_id(WORKER_EVENT, attempt_id, Status.COMPLETED, lease_id)

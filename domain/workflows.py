@@ -21,6 +21,7 @@ from domain.notify import NotifyRule
 from domain.params import ParamDefinition, params_document
 from domain.retry import RetryPolicy
 from domain.schedule_spec import ScheduleSpec
+from domain.step_timeouts import timeout_problem
 from domain.tasks import TaskDefinition
 
 MAX_WORKFLOW_STEPS = 128
@@ -30,12 +31,15 @@ WORKFLOW_DOMAIN = "qlflow/workflow-semantic@v1"
 @dataclass(frozen=True, slots=True)
 class WorkflowStepDefinition:
     """A Step of a Workflow: runs `task` after every Step in `needs` succeeded;
-    `retry` (None: not declared) says how often a reported failure is retried."""
+    `retry` (None: not declared) says how often a reported failure is retried, and
+    `timeout_ms` (None: none) how long one Attempt may run (docs/DESIGN.md, "Step
+    timeouts": the step's own or its Task's, resolved when the manifest is read)."""
 
     key: str
     task: str
     needs: tuple[str, ...] = ()
     retry: RetryPolicy | None = None
+    timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         check_name(self.key, "step_key", "Step key")
@@ -112,7 +116,8 @@ class WorkflowDefinition:
 
 def check_workflow(workflow: WorkflowDefinition, tasks: Mapping[str, TaskDefinition]) -> None:
     """Structural rules of a Workflow within its revision: the graph rules of
-    `check_step_graph`, then every Step's Task exists ("unknown_task")."""
+    `check_step_graph`, then every Step's Task exists ("unknown_task") and its
+    timeout is one (`domain.step_timeouts.timeout_problem`, "step_timeout")."""
     what = f"Workflow {workflow.key!r}"
     check_step_graph([(step.key, step.needs) for step in workflow.steps], what)
     for step in workflow.steps:
@@ -121,6 +126,10 @@ def check_workflow(workflow: WorkflowDefinition, tasks: Mapping[str, TaskDefinit
                 "unknown_task",
                 f"{what}: Step {step.key!r} uses Task {step.task!r}, which is not in the revision",
             )
+        if step.timeout_ms is not None:
+            problem = timeout_problem(step.timeout_ms, workflow.timeout_ms)
+            if problem is not None:
+                raise PlanError("step_timeout", f"{what}: Step {step.key!r} timeout_ms {problem}")
 
 
 def workflow_semantic_digest(
@@ -141,6 +150,8 @@ def workflow_semantic_digest(
         }
         if step.retry is not None:
             entry["retry"] = retry_document(step.retry)
+        if step.timeout_ms is not None:  # only where declared: other digests stay
+            entry["timeout_ms"] = step.timeout_ms
         steps.append(entry)
     steps.sort(key=lambda step: (step["key"], orjson.dumps(step, option=orjson.OPT_SORT_KEYS)))
     document: dict[str, object] = {

@@ -35,7 +35,7 @@ CANONICAL_JSON = "qlflow_canonical_json"
 PLAN_REFUSAL = "qlflow_plan_refusal"
 LIMIT_KEY = "qlflow_limit_key"
 PLAN_REFUSED = "plan_mismatch"  # the reason of every refusal of this check
-_VERSION = "qlflow admitted plans v3 (the plan's flow and notify members)"
+_VERSION = "qlflow admitted plans v4 (the plan's flow and notify members, step timeouts)"
 _NOT_CANONICAL = "QLPC1"  # raised inside, answered as a refusal
 
 _ID_HEX = ID_DOMAIN.hex()
@@ -174,7 +174,11 @@ BEGIN
                  'max_attempts', coalesce((s -> 'retry' ->> 'max_attempts')::int, 1),
                  'backoff_ms', CASE WHEN (s -> 'retry' ->> 'max_attempts')::int > 1
                                     THEN (s -> 'retry' ->> 'backoff_ms')::int ELSE 0 END))
-             ELSE '{{}}'::jsonb END AS step
+             ELSE '{{}}'::jsonb END
+          -- a step's timeout, only where the revision declares one (either schema)
+          || CASE WHEN (s -> 'timeout_ms') IS NOT NULL
+                  THEN jsonb_build_object('timeout_ms', s -> 'timeout_ms')
+                  ELSE '{{}}'::jsonb END AS step
           FROM jsonb_array_elements(workflow -> 'steps') s) x;
     expected := jsonb_build_object(
         'schema', CASE WHEN v2 THEN '{PLAN_SCHEMA_V2}' ELSE '{PLAN_SCHEMA_V1}' END,

@@ -30,9 +30,11 @@ import orjson
 
 from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
+from domain.event_types import EventType
 from domain.phases import RUN_PHASES
 from domain.records import Record
-from domain.streams import run_stream
+from domain.streams import lease_stream, run_stream
+from domain.transitions import Status
 from projections.runs_fold import (
     _fold,
     _json,
@@ -42,6 +44,7 @@ from projections.runs_fold import (
 )
 from projections.runs_replay import Replay  # the rebuild's fold (projections.registry)
 from projections.runs_schema import (  # the module's contract (projections.registry)
+    _IN_CHUNK,
     ATTEMPTS,
     COMPONENT,
     EXECUTION_STEP,
@@ -55,6 +58,7 @@ from projections.runs_schema import (  # the module's contract (projections.regi
     UNKNOWN_MS,
     WINDOW_COLUMNS,
     WORK_STEP,
+    WORKERS_STEP,
 )
 from projections.runs_windows import (
     _after,
@@ -96,6 +100,8 @@ def backfill(store, from_version: int) -> int:
         return 0
     if from_version < EXECUTION_STEP:
         _split_executions(store)
+    if from_version < WORKERS_STEP:
+        _renewals_of_held_leases(store)
     if from_version >= WORK_STEP:
         return 0  # a later step leaves the windows alone
     done = 0
@@ -123,6 +129,38 @@ def backfill(store, from_version: int) -> int:
 
 
 REFRESH_BATCH = 200  # Runs `backfill` refolds per transaction
+
+
+def _renewals_of_held_leases(store) -> None:
+    """Across `WORKERS_STEP`: an Attempt whose lease is held keeps what that lease's
+    grant said (host, slots) and its last renewal; every other row keeps NULL, as a
+    replay of grants written before the step leaves it (their grants said nothing,
+    and `renewed_at_ms` is NULL once a lease ended). Reads the lease streams of the
+    Attempts whose lease is held, nothing else."""
+    with store.transaction() as tx:
+        held = [row[0] for row in tx.query(
+            "SELECT attempt_id FROM attempts WHERE lease_status = ?", (Status.LEASED.value,)
+        )]  # fmt: skip
+        filled = []
+        for start in range(0, len(held), _IN_CHUNK):
+            chunk = held[start : start + _IN_CHUNK]
+            streams = tx.read_streams([lease_stream(attempt_id) for attempt_id in chunk])
+            for attempt_id in chunk:
+                said: tuple[object, object, object] = (None, None, None)
+                for record in streams.get(lease_stream(attempt_id), ()):
+                    data = record.data
+                    if record.type == EventType.LEASE_GRANTED:
+                        said = (data.get("worker_host"), data.get("worker_slots"), None)
+                    elif record.type == EventType.LEASE_RENEWED:
+                        said = (said[0], said[1], data["renewed_at_ms"])
+                if said != (None, None, None):
+                    filled.append((*said, attempt_id))
+        if filled:
+            tx.executemany(
+                """UPDATE attempts SET worker_host = ?, worker_slots = ?, renewed_at_ms = ?
+                   WHERE attempt_id = ?""",
+                filled,
+            )
 
 
 def _split_executions(store) -> None:

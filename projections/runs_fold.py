@@ -457,12 +457,19 @@ def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | Non
             lease_status=Status.LEASED,
             worker_id=data["worker_id"],
             expires_at_ms=data["expires_at_ms"],
+            worker_host=data.get("worker_host"),
+            worker_slots=data.get("worker_slots"),
+            renewed_at_ms=None,
         )
     elif kind == _LEASE_RENEWED:
-        attempt.update(lease_version=record.stream_version, expires_at_ms=data["expires_at_ms"])
-    else:
+        attempt.update(
+            lease_version=record.stream_version,
+            expires_at_ms=data["expires_at_ms"],
+            renewed_at_ms=data["renewed_at_ms"],
+        )
+    else:  # the lease ended: its last renewal is no worker's news any more
         status = Status.COMPLETED if kind == _LEASE_COMPLETED else Status.RELEASED
-        attempt.update(lease_version=record.stream_version, lease_status=status)
+        attempt.update(lease_version=record.stream_version, lease_status=status, renewed_at_ms=None)
     return attempt["run_id"]
 
 

@@ -273,7 +273,6 @@ _FINISHED = [
     "CREATE INDEX runs_finished ON runs (terminal_at_ms, run_id) WHERE terminal_at_ms IS NOT NULL"
 ]
 MIGRATIONS.append({"sqlite": _FINISHED, "postgresql": _FINISHED})
-
 # Step 12: flow control (docs/DESIGN.md "Flow control"). A Run's priority, the slot of
 # its Workflow's limit and whether it holds it or waits in its queue; an Attempt's
 # lease order (its Run's priority and admission) and the slot of its Task's limit,
@@ -308,6 +307,24 @@ def _flow_step(integer: str) -> list[str]:
 
 
 MIGRATIONS.append({"sqlite": _flow_step("INTEGER"), "postgresql": _flow_step("BIGINT")})
+# Step 13: workers (docs/DESIGN.md "Workers"): the host and slots a worker said on the
+# grant of an Attempt's lease, the last renewal of that lease while it is held (NULL
+# once it ended, so a store upgraded across this step differs from a replay only in
+# the leases held then: `backfill` reads those), and the Attempts by their end, for
+# the workers seen lately.
+_WORKERS_STEP = [
+    "ALTER TABLE attempts ADD COLUMN worker_host TEXT",
+    "ALTER TABLE attempts ADD COLUMN worker_slots {integer}",
+    "ALTER TABLE attempts ADD COLUMN renewed_at_ms {integer}",
+    "CREATE INDEX attempts_ended ON attempts (ended_at_ms) WHERE ended_at_ms IS NOT NULL",
+]
+MIGRATIONS.append(
+    {
+        dialect: [sql.format(integer=integer) for sql in _WORKERS_STEP]
+        for dialect, integer in (("sqlite", "INTEGER"), ("postgresql", "BIGINT"))
+    }
+)
+WORKERS_STEP = len(MIGRATIONS)
 
 
 TABLES = {
@@ -378,5 +395,6 @@ ATTEMPTS = _Table(
         "task_ref", "status", "claimed_at_ms", "claimed_position", "lease_id", "lease_version",
         "lease_status", "worker_id", "expires_at_ms", "started_at_ms", "ended_at_ms",
         "result_code", "output", *GRANT_COLUMNS, "execution", *FLOW_ATTEMPT_COLUMNS,
+        "worker_host", "worker_slots", "renewed_at_ms",
     ),
 )  # fmt: skip

@@ -27,6 +27,7 @@ class ScheduleView:
     cron: str
     timezone: str
     misfire: str
+    overlap: str  # allow | skip | queue: an occurrence while the last fired Run runs
     next_fire_at_ms: int | None
     last_fired_at_ms: int | None
     paused: bool
@@ -56,6 +57,7 @@ def _view(row: read_model.ScheduleRow) -> ScheduleView:
         cron=spec.cron,
         timezone=spec.timezone,
         misfire=spec.misfire,
+        overlap=spec.overlap,
         next_fire_at_ms=None if state is None else state.next_fire_at_ms,
         last_fired_at_ms=None if state is None else state.last_fired_at_ms,
         paused=state is not None and state.status == PAUSED,

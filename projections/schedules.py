@@ -8,11 +8,18 @@ append's transaction:
   row of the installation stops being declared, then each schedule the new head
   declares is (again) declared, with its spec, owner and publication;
 - the `schedule-<id>` stream: the cursor (status, version, head event,
-  `next_fire_at_ms`, the last fire).
+  `next_fire_at_ms`, the last fire);
+- the end of the last fired Run (its `workflow.<terminal>` record, or the
+  `retention.removed` record that names it): `last_run_ended_at_ms`.
 
 `work_at_ms` is the domain's answer (`domain.schedule_heads.work_at_ms`) to "from
 when does the schedule phase have work here"; a partial index on it is all a cycle
-reads, so a dormant schedule costs nothing.
+reads, so a dormant schedule costs nothing. The row also keeps the answer for once
+the last fired Run has ended (`work_when_ended_ms`, `domain.schedule_heads.work_pair`):
+an overlap `queue` schedule has no work while that Run runs, and the Run's end moves
+the second answer into `work_at_ms` with one queued UPDATE, no read and no timer.
+Every other write picks between the two by the row's own columns in the same
+statement, so a Run ending concurrently is never overwritten by a stale answer.
 """
 
 from __future__ import annotations
@@ -24,20 +31,22 @@ from typing import Any
 import orjson
 
 from domain.errors import CorruptionError, PlanError
-from domain.event_types import EventType
+from domain.event_types import EventType, Family, of
 from domain.publication import publication_from_json
 from domain.records import Record
 from domain.revision import revision_from_json
-from domain.schedule_heads import Declaration, declarations, work_at_ms
-from domain.schedule_spec import ScheduleSpec
+from domain.schedule_heads import Declaration, declarations, work_pair
+from domain.schedule_spec import STORED_OVERLAP, ScheduleSpec
 from domain.schedules import ScheduleState, fold_schedule
-from domain.streams import PUBLICATION, SCHEDULE, prefix
+from domain.streams import PUBLICATION, RETENTION, RUN, SCHEDULE, entity_id, prefix
+from domain.transitions import RUN_TERMINAL
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, PUBLISHER, READ, RUNTIME
 
 COMPONENT = "projections.schedules"
 PUBLISHED = EventType.PUBLICATION_PUBLISHED
-STREAM_PREFIXES = (prefix(SCHEDULE), prefix(PUBLICATION))
+STREAM_PREFIXES = (prefix(SCHEDULE), prefix(PUBLICATION), prefix(RUN), prefix(RETENTION))
+_RUN_ENDS = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 
 MIGRATIONS: list[dict[str, Any]] = [
     {
@@ -70,10 +79,24 @@ MIGRATIONS: list[dict[str, Any]] = [
         ],
     }
 ]
+# step 2: overlap (docs/DESIGN.md, "Schedules"): the policy, when the last fired Run
+# ended (NULL while it runs) and the work once it has; rows made before keep `allow`
+# (what their revisions mean) and get their last Run's end from `backfill`
+MIGRATIONS.append(
+    {
+        "sqlite": [
+            f"ALTER TABLE schedules ADD COLUMN overlap TEXT NOT NULL DEFAULT '{STORED_OVERLAP}'",
+            "ALTER TABLE schedules ADD COLUMN last_run_ended_at_ms INTEGER",
+            "ALTER TABLE schedules ADD COLUMN work_when_ended_ms INTEGER",
+            "UPDATE schedules SET work_when_ended_ms = work_at_ms",
+            """CREATE INDEX schedules_running_run ON schedules (last_run_id)
+                WHERE last_run_id IS NOT NULL AND last_run_ended_at_ms IS NULL""",
+        ],
+    }
+)
 # PostgreSQL takes the same DDL with BIGINT for the integer columns.
-MIGRATIONS[0]["postgresql"] = [
-    stmt.replace("INTEGER", "BIGINT") for stmt in MIGRATIONS[0]["sqlite"]
-]
+for _step in MIGRATIONS:
+    _step["postgresql"] = [stmt.replace("INTEGER", "BIGINT") for stmt in _step["sqlite"]]
 
 TABLES = {"schedules": ("schedule_id",)}
 # the runtime moves cursors; a publisher's publish re-declares its installation's rows
@@ -82,26 +105,55 @@ GRANTS = {"schedules": {RUNTIME: MOVE, PUBLISHER: MOVE, AUDIT: READ}}
 _COLUMNS = (
     "schedule_id, project, installation, package, publisher, workflow_key, cron, timezone, "
     "misfire, params, publication_id, published_at_ms, declared, status, version, "
-    "head_event_id, next_fire_at_ms, last_fired_at_ms, last_run_id"
+    "head_event_id, next_fire_at_ms, last_fired_at_ms, last_run_id, overlap, "
+    "last_run_ended_at_ms"
 )
+# the work of a row: the first answer while its last fired Run runs, else the second
+_PICK_WORK = """work_at_ms = CASE WHEN last_run_id IS NOT NULL AND last_run_ended_at_ms IS NULL
+      THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END, work_when_ended_ms = ?"""
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRow:
-    """One row: the declaration, whether the head still declares it, the cursor."""
+    """One row: the declaration, whether the head still declares it, the cursor, and
+    when the last fired Run ended (None while it runs, or before any fired)."""
 
     declaration: Declaration
     declared: bool
     state: ScheduleState | None
+    last_run_ended_at_ms: int | None = None
+
+    @property
+    def previous_running(self) -> bool:
+        """Whether the schedule's last fired Run has not ended yet."""
+        last_run = None if self.state is None else self.state.last_run_id
+        return last_run is not None and self.last_run_ended_at_ms is None
 
 
 def apply(tx: Transaction, records: Sequence[Record]) -> None:
     """Fold freshly appended records into the `schedules` rows."""
+    ended: list[tuple[int, str]] = []
     for record in records:
         if record.type == PUBLISHED:
             _published(tx, record)
         elif record.stream_id.startswith(STREAM_PREFIXES[0]):
             _cursor(tx, record)
+        elif record.type in _RUN_ENDS:
+            ended.append((record.metadata.get("at_ms", 0), entity_id(record.stream_id)))
+        elif record.type == EventType.RETENTION_REMOVED:
+            ended += [
+                (run.get("terminal_at_ms") or 0, run["run_id"])
+                for run in record.data.get("runs", ())
+                if isinstance(run, dict) and isinstance(run.get("run_id"), str)
+            ]
+    if ended:
+        # a Run's end is a schedule's news only if it was the last one the schedule
+        # fired: one queued statement, served by the partial index of running last Runs
+        tx.executemany(
+            """UPDATE schedules SET last_run_ended_at_ms = ?, work_at_ms = work_when_ended_ms
+               WHERE last_run_id = ? AND last_run_ended_at_ms IS NULL""",
+            ended,
+        )
 
 
 def _published(tx: Transaction, record: Record) -> None:
@@ -123,23 +175,24 @@ def _published(tx: Transaction, record: Record) -> None:
         row = _row(tx, declaration.schedule_id)
         state = row.state if row is not None else None
         if row is None:
+            work, _ = work_pair(None, declaration, True)
             tx.execute(
-                f"INSERT INTO schedules ({_COLUMNS}, work_at_ms) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, 0, '', NULL, NULL, NULL, ?)",
-                (
-                    *_declared_values(declaration),
-                    work_at_ms(None, True, declaration.published_at_ms),
-                ),
+                f"INSERT INTO schedules ({_COLUMNS}, work_at_ms, work_when_ended_ms) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, 0, '', NULL, NULL, NULL, ?, "
+                "NULL, ?, ?)",
+                (*_declared_values(declaration), declaration.spec.overlap, work, work),
             )
             continue
         tx.execute(
-            """UPDATE schedules SET project = ?, installation = ?, package = ?, publisher = ?,
+            f"""UPDATE schedules SET project = ?, installation = ?, package = ?, publisher = ?,
                  workflow_key = ?, cron = ?, timezone = ?, misfire = ?, params = ?,
-                 publication_id = ?, published_at_ms = ?, declared = 1, work_at_ms = ?
+                 publication_id = ?, published_at_ms = ?, declared = 1, overlap = ?,
+                 {_PICK_WORK}
                WHERE schedule_id = ?""",
             (
                 *_declared_values(declaration)[1:],
-                work_at_ms(state, True, declaration.published_at_ms),
+                declaration.spec.overlap,
+                *_picked(work_pair(state, declaration, True)),
                 declaration.schedule_id,
             ),
         )
@@ -151,7 +204,7 @@ def _published(tx: Transaction, record: Record) -> None:
     )
     for values in rows:
         row = _from_values(values)
-        _set_work(tx, row.declaration.schedule_id, work_at_ms(row.state, False, 0))
+        _set_work(tx, row.declaration.schedule_id, work_pair(row.state, row.declaration, False))
 
 
 def _cursor(tx: Transaction, record: Record) -> None:
@@ -163,24 +216,40 @@ def _cursor(tx: Transaction, record: Record) -> None:
         return  # an exact replay hands back records already folded
     state = fold_schedule([record], row.state)
     assert state is not None
+    cursor = (
+        state.status,
+        state.version,
+        state.head_event_id,
+        state.next_fire_at_ms,
+        state.last_fired_at_ms,
+        state.last_run_id,
+    )
+    running, ended = work_pair(state, row.declaration, row.declared)
+    if record.type == EventType.SCHEDULE_FIRED:  # its Run was admitted with it: running
+        tx.execute(
+            """UPDATE schedules SET status = ?, version = ?, head_event_id = ?,
+                 next_fire_at_ms = ?, last_fired_at_ms = ?, last_run_id = ?,
+                 last_run_ended_at_ms = NULL, work_at_ms = ?, work_when_ended_ms = ?
+               WHERE schedule_id = ?""",
+            (*cursor, running, ended, schedule_id),
+        )
+        return
     tx.execute(
-        """UPDATE schedules SET status = ?, version = ?, head_event_id = ?, next_fire_at_ms = ?,
-             last_fired_at_ms = ?, last_run_id = ?, work_at_ms = ? WHERE schedule_id = ?""",
-        (
-            state.status,
-            state.version,
-            state.head_event_id,
-            state.next_fire_at_ms,
-            state.last_fired_at_ms,
-            state.last_run_id,
-            work_at_ms(state, row.declared, row.declaration.published_at_ms),
-            schedule_id,
-        ),
+        f"""UPDATE schedules SET status = ?, version = ?, head_event_id = ?, next_fire_at_ms = ?,
+             last_fired_at_ms = ?, last_run_id = ?, {_PICK_WORK} WHERE schedule_id = ?""",
+        (*cursor, running, ended, ended, schedule_id),
     )
 
 
-def _set_work(tx: Transaction, schedule_id: str, at_ms: int | None) -> None:
-    tx.execute("UPDATE schedules SET work_at_ms = ? WHERE schedule_id = ?", (at_ms, schedule_id))
+def _picked(pair: tuple[int | None, int | None]) -> tuple[int | None, int | None, int | None]:
+    """The parameters of `_PICK_WORK` for (work while running, work once ended)."""
+    return pair[0], pair[1], pair[1]
+
+
+def _set_work(tx: Transaction, schedule_id: str, pair: tuple[int | None, int | None]) -> None:
+    tx.execute(
+        f"UPDATE schedules SET {_PICK_WORK} WHERE schedule_id = ?", (*_picked(pair), schedule_id)
+    )
 
 
 def _declared_values(declaration: Declaration) -> tuple[Any, ...]:
@@ -222,12 +291,15 @@ def _from_values(values: Sequence[Any]) -> ScheduleRow:
         next_fire_at_ms,
         last_fired_at_ms,
         last_run_id,
+        overlap,
+        last_run_ended_at_ms,
     ) = values
     spec = ScheduleSpec(
         cron=cron,
         timezone=timezone,
         misfire=misfire,
         params=tuple(sorted(orjson.loads(params).items())),
+        overlap=overlap,
     )
     declaration = Declaration(
         schedule_id=schedule_id,
@@ -251,12 +323,44 @@ def _from_values(values: Sequence[Any]) -> ScheduleRow:
             last_fired_at_ms=last_fired_at_ms,
             last_run_id=last_run_id,
         )
-    return ScheduleRow(declaration, bool(declared), state)
+    return ScheduleRow(declaration, bool(declared), state, last_run_ended_at_ms)
 
 
 def _row(reader: Reads, schedule_id: str) -> ScheduleRow | None:
     rows = reader.query(f"SELECT {_COLUMNS} FROM schedules WHERE schedule_id = ?", (schedule_id,))
     return _from_values(rows[0]) if rows else None
+
+
+OVERLAP_STEP = 2  # the schema step that added the overlap columns
+
+
+def backfill(store: Any, from_version: int) -> int:
+    """After an upgrade across `OVERLAP_STEP`, record when each schedule's last fired
+    Run ended, from the Runs read model or its retention tombstone (what a rebuild
+    folds from the log); a new store has nothing to fill. Returns the rows filled."""
+    if from_version == 0 or from_version >= OVERLAP_STEP:
+        return 0
+    filled = 0
+    with store.transaction() as tx:
+        found = tx.query(
+            """SELECT schedule_id, last_run_id FROM schedules
+               WHERE last_run_id IS NOT NULL AND last_run_ended_at_ms IS NULL"""
+        )
+        for schedule_id, run_id in found:
+            ended = tx.query("SELECT status, terminal_at_ms FROM runs WHERE run_id = ?", (run_id,))
+            if not ended:
+                ended = tx.query(
+                    "SELECT status, terminal_at_ms FROM removed_runs WHERE run_id = ?", (run_id,)
+                )
+            if not ended or ended[0][0] not in RUN_TERMINAL:
+                continue
+            tx.execute(
+                """UPDATE schedules SET last_run_ended_at_ms = ?, work_at_ms = work_when_ended_ms
+                   WHERE schedule_id = ?""",
+                (ended[0][1] or 0, schedule_id),
+            )
+            filled += 1
+    return filled
 
 
 # --- readers -----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from projections.step_logs import LogAttempt, LogChunk
 from projections.task_io import TaskDefinitionView, TaskInputs
 from projections.verify import Difference, VerifyReport
 from projections.views import AttemptView, RunView, StepView
+from projections.workers import WorkerView
 from qlflow import errors
 from qlflow.async_runtime import AsyncRuntime
 from qlflow.executor.reports import AttemptReport
@@ -90,6 +91,7 @@ __all__ = [
     "Runtime",
     "ScheduleView",
     "SlotHolder",
+    "WorkerView",
     "StepRunState",
     "StepFailure",
     "StepView",

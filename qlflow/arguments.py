@@ -92,7 +92,7 @@ def lease_of(lease: Any) -> Lease:
         text(f"lease.{name}", getattr(lease, name))
     positive("lease.version", lease.version)
     instant("lease.expires_at_ms", lease.expires_at_ms)
-    for name in ("stop_requested", "started"):
+    for name in ("stop_requested", "started", "step_timed_out"):
         flag(f"lease.{name}", getattr(lease, name))
     return lease
 

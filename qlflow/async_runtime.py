@@ -88,6 +88,7 @@ class AsyncRuntime:
     why = _on_a_thread(Runtime.why)
     withdraw = _on_a_thread(Runtime.withdraw)
     workflow_params = _on_a_thread(Runtime.workflow_params)
+    workers = _on_a_thread(Runtime.workers)
     close = _on_a_thread(Runtime.close)
 
     async def __aenter__(self) -> AsyncRuntime:

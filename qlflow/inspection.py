@@ -12,13 +12,16 @@ from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from eventstore import logs as log_store
 from eventstore.logs import LogState, Piece, Pruned
 from projections import package_views, run_search, step_logs, views, workflow_params
+from projections import workers as worker_views
 from projections.package_views import PackageView
 from projections.run_search import RunFilter
 from projections.step_logs import LogAttempt, LogChunk
+from projections.workers import WorkerView
 from qlflow.arguments import instant, optional_text, positive, text, texts
 from qlflow.store_bound import StoreBound
 
 RUN_STATUSES = frozenset({RUN_RUNNING, *RUN_TERMINAL})  # what a runs search filters on
+RECENT_MS = 3_600_000  # `workers()` lists those seen in the last hour by default
 
 
 class Inspection(StoreBound):
@@ -149,6 +152,19 @@ class Inspection(StoreBound):
             until_ms=None if until_ms is None else instant("until_ms", until_ms),
             id_prefix=optional_text("id_prefix", id_prefix),
         )
+
+    # -- workers -----------------------------------------------------------------------
+    def workers(
+        self, since_ms: int | None = None, *, now_ms: int | None = None, limit: int = 1_000
+    ) -> list[WorkerView]:
+        """The workers that run an Attempt now or leased, renewed or completed one at or
+        after `since_ms` (default: the hour before `now_ms`), the most recently seen
+        first: host and slots as they said, Attempts running (and of those, under a
+        lease that ran out), last renewal (docs/DESIGN.md, "Workers")."""
+        now = self.store.clock_ms() if now_ms is None else instant("now_ms", now_ms)
+        since = now - RECENT_MS if since_ms is None else instant("since_ms", since_ms)
+        positive("limit", limit, 1, 10_000)
+        return worker_views.list_workers(self.store, now, since, limit)
 
     # -- packages ----------------------------------------------------------------------
     def packages(self, package: str | None = None) -> list[PackageView]:

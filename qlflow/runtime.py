@@ -26,6 +26,7 @@ from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
 from domain.values import AdmissionReceipt, Publication
+from domain.worker import WorkerInfo
 from eventstore.api import StoreUsageError
 from projections import audit, rebuild, registry, task_io, verify, views
 from projections.audit import TimelineEntry, WhyReport
@@ -316,12 +317,17 @@ class Runtime(Inspection, Scheduling, FlowControl):
         step_key: str | None = None,
         tasks: Iterable[str] | None = None,
         start: bool = False,
+        slots: int | None = None,
+        host: str | None = None,
     ) -> list[Lease]:
         """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min).
 
         `start=True`: each grant also crosses the start barrier in the same commit (the
         Attempt is `starting`, `Lease.started` is set): for an executor that spawns at
-        once; `mark_running` stays optional and `complete` is accepted from starting."""
+        once; `mark_running` stays optional and `complete` is accepted from starting.
+        `slots` (how many Attempts this worker runs at once) and `host` are recorded on
+        the grants, for `workers()`; a lease of a step with a timeout carries its
+        `step_deadline_ms` once started."""
         worker_id = text("worker_id", worker_id)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)  # refused even when there is nothing to lease
@@ -329,6 +335,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
         task_set = None if tasks is None else texts("tasks", tasks)
         run_id = optional_text("run_id", run_id)
         step_key = optional_text("step_key", step_key)
+        said = None if slots is None and host is None else WorkerInfo(host=host, slots=slots)
         return workers.lease_attempts(
             self._authority,
             worker_id,
@@ -339,6 +346,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
             step_key=step_key,
             tasks=task_set,
             start=flag("start", start),
+            worker=said,
         )
 
     def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:

@@ -4,6 +4,7 @@ own thread through the local executor."""
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -12,6 +13,7 @@ from qlflow.executor import AttemptReport
 from qlflow.executor.seam import Executor
 from qlflow.runtime import Lease, Runtime
 
+HOST = socket.gethostname()[:255] or None  # recorded on the grants (`qlflow workers`)
 log = logging.getLogger("qlflow.driver")
 
 
@@ -70,6 +72,8 @@ class WorkerPool:
             run_id=self.run_id,
             tasks=tasks,
             start=True,
+            slots=self.slots,
+            host=HOST,
         )
         for lease in leases:
             thread = threading.Thread(

@@ -45,6 +45,9 @@ from qlflow.cli import limits
 from qlflow.cli import notifying
 
 # isort: split
+from qlflow.cli import workers
+
+# isort: split
 from qlflow.cli import administering
 
 # isort: split
@@ -72,4 +75,5 @@ __all__ = [
     "running",
     "schedules",
     "step_logs",
+    "workers",
 ]

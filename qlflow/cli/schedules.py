@@ -55,7 +55,7 @@ def schedules(ctx: typer.Context, json_out: JsonOption = False) -> None:
 def schedules_table(found: list[ScheduleView], now_ms: int) -> Table:
     """The schedules as a table, times relative to `now_ms`."""
     table = Table(title="schedules", title_justify="left")
-    for column in ("workflow", "cron", "zone", "next fire", "last fire", "paused", "id"):
+    for column in ("workflow", "cron", "zone", "next fire", "last fire", "overlap", "paused", "id"):
         table.add_column(column)
     for view in found:
         table.add_row(
@@ -64,6 +64,7 @@ def schedules_table(found: list[ScheduleView], now_ms: int) -> Table:
             view.timezone,
             _next(view, now_ms),
             when(view.last_fired_at_ms, now_ms),
+            view.overlap,
             Text("paused", style="yellow") if view.paused else "no",
             view.schedule_id,
         )

@@ -24,6 +24,7 @@ from projections.task_io import TaskInputs
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
+from qlflow.executor.step_deadline import STEP_TIMEOUT, StepDeadline
 from qlflow.executor.task_io import OUTPUT_INVALID, OutputInvalid, read_output, task_environment
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
@@ -263,9 +264,10 @@ class LocalProcessExecutor:
 
     def _supervise(self, item: _Supervised) -> AttemptReport:
         """While the process runs: record it running, renew the lease every ttl/3, and
-        on `stop_requested` (or a stop of the host) SIGTERM the group, SIGKILL it
-        `kill_after_s` later. A write the store cannot take now is tried again with a
-        capped backoff; the process runs on meanwhile."""
+        on `stop_requested`, past the step's timeout (`step_timed_out`, asked at its
+        deadline: `step_deadline`) or on a stop of the host, SIGTERM the group,
+        SIGKILL it `kill_after_s` later. A write the store cannot take now is tried
+        again with a capped backoff; the process runs on meanwhile."""
         interval_s = self.ttl_ms / 3000
         transient = transient_errors()
         renewal_retried: tuple[type[BaseException], ...] = (QlflowError, *transient)
@@ -273,8 +275,11 @@ class LocalProcessExecutor:
         running_backoff, renew_backoff = Backoff(), Backoff()
         next_running = time.monotonic()
         next_renew = time.monotonic() + _renew_after(self._rt, item.lease, interval_s)
+        deadline = StepDeadline()
         while True:
             now = time.monotonic()
+            if item.stop_reason is None and deadline.due(self._rt, item.lease, now):
+                item.renew_now = True  # the renewal's answer says if it is past its timeout
             if not running_recorded and not item.exited.is_set() and now >= next_running:
                 try:
                     item.lease = self._rt.mark_running(item.lease)
@@ -298,6 +303,8 @@ class LocalProcessExecutor:
                     recovered(renew_backoff, item.lease, "renewal")
                     if item.lease.stop_requested and item.stop_reason is None:
                         item.stop_reason = "stop_requested"
+                    if item.lease.step_timed_out and item.stop_reason is None:
+                        item.stop_reason = STEP_TIMEOUT
                 except FenceError as error:
                     return self._abandon(item, f"lease lost while running: {error}")
                 except renewal_retried as error:
@@ -324,6 +331,9 @@ class LocalProcessExecutor:
                 waits.append(next_running - now)
             if item.term_sent_at is not None and not item.killed:
                 waits.append(item.term_sent_at + self.kill_after_s - now)
+            until_deadline = deadline.wait_s(self._rt, item.lease, now)
+            if until_deadline is not None and item.stop_reason is None:
+                waits.append(until_deadline)
             item.wake.wait(max(0.0, min(waits)))
             item.wake.clear()
         signal_group(item.process, signal.SIGKILL)  # whatever the leader left behind
@@ -348,11 +358,17 @@ class LocalProcessExecutor:
         code = WORKER_SHUTDOWN if outcome == Status.FAILED and stopped_by_host else None
         if code is not None and item.on_interrupt == ON_INTERRUPT_DEFAULT:
             outcome = INTERRUPTED
-        try:  # what the task wrote to QLFLOW_OUTPUT is its output, and nothing else is
-            written = read_output(_io_paths(item.log_path)[1])
-        except OutputInvalid as problem:
-            execution["error"] = str(problem)
-            outcome, code, written = Status.FAILED, OUTPUT_INVALID, None
+        written: dict[str, Any] | None = None
+        if item.stop_reason == STEP_TIMEOUT and item.term_sent_at is not None:
+            # stopped at its step's timeout: recorded timed_out (step_timeout) however
+            # it exited, and what it may have half written is no output
+            outcome, code = Status.TIMED_OUT, None
+        else:
+            try:  # what the task wrote to QLFLOW_OUTPUT is its output, and nothing else is
+                written = read_output(_io_paths(item.log_path)[1])
+            except OutputInvalid as problem:
+                execution["error"] = str(problem)
+                outcome, code, written = Status.FAILED, OUTPUT_INVALID, None
         status, error = self._complete(item, outcome, code, written, execution)
         return report(
             item.lease,

@@ -39,6 +39,7 @@ from qlflow.executor.local import (
     START_FAILED,
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
+from qlflow.executor.step_deadline import STEP_TIMEOUT, StepDeadline
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.python.call import PROCESS_DIED, Call, Outcome, invoke
@@ -321,9 +322,13 @@ class PythonExecutor:
         backoff = Backoff()
         running_at: float | None = time.monotonic() + RUNNING_AFTER_S
         next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
+        deadline = StepDeadline()
         while True:
             now = time.monotonic()
             waits = [next_renew - now]
+            until_deadline = deadline.wait_s(self._rt, item.lease, now)
+            if until_deadline is not None and item.stop_reason is None:
+                waits.append(until_deadline)
             if running_at is not None:
                 waits.append(running_at - now)
             if item.stop_asked_at is not None and item.handle.can_kill and not item.killed:
@@ -347,6 +352,8 @@ class PythonExecutor:
                 except QlflowError as error:
                     log.warning("attempt %s: mark_running: %s", item.lease.attempt_id, error)
                     running_at = None
+            if item.stop_reason is None and deadline.due(self._rt, item.lease, now):
+                item.renew_now = True  # the renewal's answer says if it is past its timeout
             if item.renew_now or now >= next_renew:
                 item.renew_now = False
                 try:
@@ -355,6 +362,8 @@ class PythonExecutor:
                     recovered(backoff, item.lease, "renewal")
                     if item.lease.stop_requested and item.stop_reason is None:
                         item.stop_reason = "stop_requested"
+                    if item.lease.step_timed_out and item.stop_reason is None:
+                        item.stop_reason = STEP_TIMEOUT
                 except FenceError as error:
                     return self._abandon(item, f"lease lost while running: {error}")
                 except renewal_retried as error:
@@ -390,13 +399,18 @@ class PythonExecutor:
                     recorded = INTERRUPTED
             elif item.killed:
                 result_code = None  # ended on the Run's stop: recorded as the Run says
+        output = outcome.output
+        if item.stop_reason == STEP_TIMEOUT and item.stop_asked_at is not None:
+            # stopped at its step's timeout: recorded timed_out (step_timeout) however
+            # the function ended, with no output
+            recorded, result_code, output = Status.TIMED_OUT, None, None
         execution = {
             "pid": item.handle.pid,
             "log_path": str(item.attempt_log.path),
             "stopped_by": item.stop_reason,
             "error": _cut(outcome.message) if recorded != Status.SUCCEEDED else None,
         }
-        status, error = self._complete(item, recorded, result_code, outcome.output, execution)
+        status, error = self._complete(item, recorded, result_code, output, execution)
         return report(
             item.lease,
             status,

@@ -222,6 +222,14 @@ class Pages:
             {"schedules": found, "nav": "schedules", "now_ms": self.dashboard.now_ms()},
         )
 
+    async def workers(self, request: Request) -> Response:
+        found = await run_in_threadpool(self.dashboard.workers)
+        return self.render(
+            request,
+            "workers.html",
+            {"workers": found, "nav": "workers", "now_ms": self.dashboard.now_ms()},
+        )
+
     async def login(self, request: Request) -> Response:
         if self.token is None:
             return RedirectResponse("/runs", status_code=303)
@@ -393,6 +401,7 @@ def build(
         Route("/schedules", pages.schedules),
         Route("/schedules/{schedule_id}/pause", pages.pause, methods=["POST"]),
         Route("/schedules/{schedule_id}/resume", pages.resume, methods=["POST"]),
+        Route("/workers", pages.workers),
         Route(security.LOGIN_PATH, pages.login),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

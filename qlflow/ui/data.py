@@ -24,6 +24,7 @@ from projections.package_views import PackageView
 from projections.run_search import RunCursor
 from projections.step_logs import LogAttempt, LogChunk
 from projections.views import RunView, StepView
+from projections.workers import WorkerView
 from qlflow.cli.retry_words import waiting_retry
 from qlflow.clock import wall_clock_ms
 from qlflow.runtime import Runtime
@@ -215,6 +216,12 @@ class Dashboard(Starting, Schedules):
 
     def now_ms(self) -> int:
         return self._clock()
+
+    # -- workers --------------------------------------------------------------------------
+    def workers(self) -> list[WorkerView]:
+        """The workers that run an Attempt now or were seen in the last hour
+        (`Runtime.workers`)."""
+        return self.runtime.workers(now_ms=self.now_ms())
 
     # -- runs -----------------------------------------------------------------------------
     def runs(self, query: RunQuery) -> RunsPage:

@@ -48,6 +48,7 @@ NAV_ITEMS = (
     ("runs", "Runs", "/runs"),
     ("schedules", "Schedules", "/schedules"),
     ("packages", "Packages", "/packages"),
+    ("workers", "Workers", "/workers"),
 )
 
 # how the step page marks each stream of a log

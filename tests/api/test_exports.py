@@ -62,6 +62,7 @@ PINNED = [
     "VerifyReport",
     "WhyReport",
     "Worker",
+    "WorkerView",
     "errors",
     "open",
     "open_async",

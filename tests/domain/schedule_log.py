@@ -41,8 +41,16 @@ def local(at_ms: int, zone_name: str) -> str:
     return (EPOCH + at_ms * MS).astimezone(zone(zone_name)).strftime("%Y-%m-%d %H:%M%z")
 
 
-def make_spec(cron: str, timezone: str = "UTC", misfire: str = "skip", **params) -> ScheduleSpec:
-    return ScheduleSpec(cron=cron, timezone=timezone, misfire=misfire, params=tuple(params.items()))
+def make_spec(
+    cron: str, timezone: str = "UTC", misfire: str = "skip", overlap: str = "allow", **params
+) -> ScheduleSpec:
+    return ScheduleSpec(
+        cron=cron,
+        timezone=timezone,
+        misfire=misfire,
+        params=tuple(params.items()),
+        overlap=overlap,
+    )
 
 
 def spec_id(spec: ScheduleSpec) -> str:

@@ -57,11 +57,13 @@ def make_plan(
     timeout_ms: int | None = None,
     retries: Mapping[str, tuple[int, int]] | None = None,
     params: Mapping[str, object] | None = None,
+    step_timeouts: Mapping[str, int] | None = None,
 ) -> ExecutionPlan:
     """A plan whose Steps are `needs`' keys, each needing the listed keys; `retries`
     gives some Steps (max_attempts, backoff_ms) and `params` are bound parameter
-    values: either makes it a v2 plan."""
+    values: either makes it a v2 plan. `step_timeouts` gives some Steps a timeout."""
     retries = dict(retries or {})
+    step_timeouts = dict(step_timeouts or {})
     bound = tuple(sorted((params or {}).items()))
     steps = tuple(
         PlanStep(
@@ -74,6 +76,7 @@ def make_plan(
             initial_status="pending" if needs[key] else "ready",
             max_attempts=retries.get(key, (1, 0))[0],
             backoff_ms=retries.get(key, (1, 0))[1],
+            timeout_ms=step_timeouts.get(key),
         )
         for key in sorted(needs)
     )
@@ -102,6 +105,7 @@ def make_plan(
             tuple(sorted(needs.items())),
             tuple(sorted(retries.items())),
             bound,
+            *sorted(step_timeouts.items()),
         ),
     )
 

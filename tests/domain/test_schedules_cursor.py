@@ -477,3 +477,56 @@ def test_cycles_closer_than_the_grace_fire_every_occurrence_exactly_once(
     assert log.fired_at == expected
     assert all(not occurrence.late for occurrence in log.admitted)
     assert "schedule.skipped" not in event_types(log)
+
+
+# --- overlap ------------------------------------------------------------------------------
+
+
+def test_overlap_allow_fires_whatever_the_previous_run_does():
+    log = armed_log(overlap="allow")
+    decision = decide_due(log.state, log.spec, MIDNIGHT, 0, previous_running=True)
+    assert decision.admit is not None and decision.admit.scheduled_for_ms == MIDNIGHT
+
+
+def test_overlap_skip_skips_while_the_previous_run_runs():
+    log = armed_log(overlap="skip")
+    log.apply(decide_due(log.state, log.spec, MIDNIGHT + 1_000, 0, previous_running=True))
+    assert log.admitted == []
+    assert log.records[-1].data == {
+        "from_ms": MIDNIGHT,
+        "to_ms": MIDNIGHT + 1_000,
+        "next_fire_at_ms": MIDNIGHT + 15 * MINUTE,
+        "reason": schedules.OVERLAP,
+    }
+    fire = decide_due(log.state, log.spec, MIDNIGHT + 15 * MINUTE, 0, previous_running=False)
+    assert fire.admit is not None
+
+
+def test_overlap_queue_holds_the_occurrence_then_counts_lateness_from_the_end():
+    log = armed_log(overlap="queue")
+    held = decide_due(log.state, log.spec, MIDNIGHT + HOUR, 0, previous_running=True)
+    assert held.noop  # held on the cursor: nothing written
+    assert schedules.waits_for_previous(log.spec, True)
+    assert not schedules.waits_for_previous(make_spec("* * * * *", overlap="skip"), True)
+    # ended 40 minutes after the occurrence: lateness counts from the end, not the cursor
+    ended = MIDNIGHT + 40 * MINUTE
+    on_time = decide_due(
+        log.state, log.spec, ended + 5 * MINUTE, 5 * MINUTE, previous_ended_at_ms=ended
+    )
+    assert on_time.admit is not None and on_time.admit.scheduled_for_ms == MIDNIGHT
+    assert not on_time.admit.late
+    late = decide_due(
+        log.state, log.spec, ended + 5 * MINUTE + 1, 5 * MINUTE, previous_ended_at_ms=ended
+    )
+    assert late.admit is None and late.events[0].data["reason"] == LATE
+
+
+def test_the_read_models_work_pair_holds_a_queue_schedule_only_while_its_run_runs():
+    from domain.schedule_heads import Declaration, work_pair
+
+    for overlap, expected in (("allow", (MIDNIGHT, MIDNIGHT)), ("queue", (None, MIDNIGHT))):
+        log = armed_log(overlap=overlap)
+        declaration = Declaration(
+            log.schedule_id, "pub:x", "p", "i", "pkg", "acme", "wf", log.spec, MIDNIGHT - 1
+        )
+        assert work_pair(log.state, declaration, True) == expected

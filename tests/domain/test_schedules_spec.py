@@ -39,7 +39,9 @@ def entry(**fields):
 
 def test_a_valid_entry_gets_defaults_and_a_normalized_cron():
     spec = validate_schedule({"cron": " 0  3 * *   mon ", "timezone": "Europe/Berlin"})
-    assert spec == ScheduleSpec(cron="0 3 * * MON", timezone="Europe/Berlin", misfire=SKIP)
+    assert spec == ScheduleSpec(
+        cron="0 3 * * MON", timezone="Europe/Berlin", misfire=SKIP, overlap="skip"
+    )
     spec = validate_schedule(entry(misfire="fire_once", params={"b": 1, "a": "x", "c": True}))
     assert spec.misfire == FIRE_ONCE
     assert spec.params == (("a", "x"), ("b", 1), ("c", True))
@@ -229,3 +231,56 @@ def test_describe_cron_falls_back_to_the_expression():
     busy = "1,2,3,4,5,6,7,8,9 1,2,3,4,5 1,2,3 1,2 1,2"
     assert describe_cron(busy) == busy
     assert describe_cron("not a cron") == "not a cron"
+
+
+# --- overlap ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlap", ["allow", "skip", "queue"])
+def test_overlap_is_allow_skip_or_queue_and_not_part_of_the_id(overlap):
+    spec = validate_schedule(entry(overlap=overlap, params={"day": "mon"}))
+    assert spec.overlap == overlap
+    assert schedule_id(*BASE[:3], spec) == schedule_id(*BASE)
+
+
+@pytest.mark.parametrize("overlap", ["wait", "Skip", "", None, True, 1, ["skip"]])
+def test_an_unknown_overlap_is_refused_naming_the_field(overlap):
+    error = refused(entry(overlap=overlap))
+    assert (error.key, error.field) == ("schedules[0].overlap", "overlap")
+    assert "'allow', 'skip', 'queue'" in str(error)
+
+
+def test_a_manifest_defaults_to_skip_and_a_stored_revision_to_allow():
+    assert validate_schedule(entry()).overlap == "skip"
+    stored = validate_schedules([entry()], "revision", None, default_overlap="allow")
+    assert stored[0].overlap == "allow"
+
+
+def test_a_revision_states_overlap_unless_allow_so_older_revisions_keep_their_digests():
+    import dataclasses
+
+    from domain.errors import PlanError
+    from domain.revision import revision_from_json, revision_to_json
+    from tests.domain.test_plan_package import revision
+
+    made = revision()
+    (flow,) = made.workflows.values()
+    digests = {}
+    for overlap in ("allow", "skip", "queue"):
+        spec = ScheduleSpec("0 3 * * *", "UTC", overlap=overlap)
+        with_schedule = revision(workflows=[dataclasses.replace(flow, schedules=(spec,))])
+        document = revision_to_json(with_schedule)
+        (stated,) = document["workflows"][flow.key]["schedules"]
+        assert ("overlap" in stated) is (overlap != "allow")
+        assert revision_from_json(document).workflows[flow.key].schedules == (spec,)
+        digests[overlap] = with_schedule.revision_digest
+    assert len(set(digests.values())) == 3
+    # a revision published before overlap existed has none: it reads as allow
+    old = revision_to_json(revision(workflows=[dataclasses.replace(flow, schedules=(
+        ScheduleSpec("0 3 * * *", "UTC"),
+    ))]))  # fmt: skip
+    assert revision_from_json(old).revision_digest == digests["allow"]
+    (stated,) = old["workflows"][flow.key]["schedules"]
+    stated["overlap"] = "allow"  # the default stated is not the canonical form
+    with pytest.raises(PlanError):
+        revision_from_json(old)

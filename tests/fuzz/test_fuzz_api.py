@@ -143,6 +143,8 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             run_id=either(None),
             step_key=either(None),
             tasks=either(None),
+            slots=either(4),
+            host=either("box"),
         ),
         "mark_starting": call(lease, now_ms=either(NOW)),
         "mark_running": call(lease, now_ms=either(NOW)),
@@ -222,6 +224,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
         "workflow_params": call(either("demo"), either("flow")),
         "limits": call(now_ms=either(NOW)),
         "set_limit": call(either("task:demo/x"), either(3), by=either("ops"), now_ms=either(NOW)),
+        "workers": call(since_ms=either(None), now_ms=either(NOW), limit=either(10)),
         "step_history": call(either(p.run_id), either("x")),
         "aggregate_at": call(either(p.run_id), either(None)),
         "schedules": call(),
@@ -263,7 +266,7 @@ METHODS = [
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
     "task_definition", "schedules", "pause_schedule", "resume_schedule", "rerun",
     "backfill_schedule", "retain",
-    "workflow_params", "limits", "set_limit",
+    "workflow_params", "limits", "set_limit", "workers",
 ]  # fmt: skip
 
 

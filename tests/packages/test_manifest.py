@@ -103,7 +103,8 @@ ERRORS = [
     (
         HEADER + '[tasks.fetch]\ncmd = ["true"]\ncommand = ["true"]\n',
         "qlflow.toml: [tasks.fetch] cmd: unknown key "
-        "(allowed: command, python, isolation, env, files, enabled, on_interrupt, concurrency)",
+        "(allowed: command, python, isolation, env, files, enabled, on_interrupt, concurrency,"
+        " timeout_ms)",
     ),
     (
         HEADER + FETCH + 'env = ["A=1"]\n',
@@ -170,7 +171,7 @@ ERRORS = [
     (
         HEADER + FETCH + _flow('[{key = "fetch", task = "fetch", after = ["x"]}]'),
         "qlflow.toml: [workflows.nightly] steps[0].after: unknown key "
-        "(allowed: key, task, needs, retry)",
+        "(allowed: key, task, needs, retry, timeout_ms)",
     ),
     (
         HEADER + FETCH + _flow('[{key = "fetch"}]'),

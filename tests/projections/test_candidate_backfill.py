@@ -31,6 +31,9 @@ def _back_to_the_flags(rt) -> None:
     candidate windows has it."""
     dialect = rt.store.dialect
     with rt.store.transaction() as tx:
+        tx.execute("DROP INDEX attempts_ended")  # what step 13 made
+        for column in ("worker_host", "worker_slots", "renewed_at_ms"):
+            tx.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
         for index in (  # what step 12 made (flow control)
             "attempts_lease_order", "attempts_slot_holders", "runs_slot_queue",
             "runs_slot_holders",

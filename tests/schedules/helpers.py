@@ -21,8 +21,16 @@ def iso(at_ms: int) -> str:
     return datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
-def schedule(cron: str, timezone: str = "UTC", **extra: Any) -> dict[str, Any]:
-    return {"cron": cron, "timezone": timezone, **extra}
+def schedule(
+    cron: str, timezone: str = "UTC", overlap: str | None = "allow", **extra: Any
+) -> dict[str, Any]:
+    """One schedule entry. These tests fire Runs nobody runs, so by default the entry
+    lets them overlap (`overlap = "allow"`); `overlap=None` leaves the key out (the
+    manifest's default, `skip`)."""
+    entry = {"cron": cron, "timezone": timezone, **extra}
+    if overlap is not None:
+        entry["overlap"] = overlap
+    return entry
 
 
 def manifest(

@@ -31,7 +31,7 @@ command = ["true"]
 
 [workflows.tick]
 steps = [{ key = "tick", task = "tick" }]
-schedules = [{ cron = "* * * * *", timezone = "UTC" },
+schedules = [{ cron = "* * * * *", timezone = "UTC", overlap = "allow" },
              { cron = "0 3 * * *", timezone = "Europe/Berlin", misfire = "fire_once" }]
 """
 T0 = ms("2024-05-01T10:00:00Z")

@@ -33,6 +33,7 @@ def test_schedules_page_lists_each_schedule(rt, client, clock):
     (view,) = rt.schedules()
     assert f"{view.description}<br><code>0 3 * * *</code>" in row
     assert "<td>Europe/Berlin</td>" in row
+    assert "<td>allow</td>" in row  # its overlap policy
     assert f'data-ms="{view.next_fire_at_ms}"' in row  # local time, with a hint
     assert " CET</span>" in row  # and in the schedule's zone
     assert f'action="/schedules/{schedule_id}/pause"' in row and 'data-action="pause"' in row
