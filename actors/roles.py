@@ -94,9 +94,9 @@ def setup_roles(
     table_grants, policies = store_grants(LOG_ACCESS)
     table_grants.update({table: dict(privileges) for table, privileges in logs.GRANTS.items()})
     for module in registry.modules():
-        # a module without GRANTS leaves its tables unnamed: the setup refuses them
-        grants = getattr(module, "GRANTS", {})
-        table_grants.update({table: dict(privileges) for table, privileges in grants.items()})
+        table_grants.update(
+            {table: dict(privileges) for table, privileges in module.GRANTS.items()}
+        )
     return apply_roles(
         admin_url,
         schema,

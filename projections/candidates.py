@@ -11,8 +11,11 @@ several pages and the caller can rotate where it starts.
 
 from __future__ import annotations
 
+from typing import Any
+
 from domain.phases import RUN_PHASES
 from domain.transitions import ATTEMPT_ACTIVE
+from eventstore.api import Reads
 
 __all__ = [
     "active_attempt_ids", "claimable_attempts", "claimable_condition", "page",
@@ -36,21 +39,22 @@ Cursor = tuple[int, str]
 
 
 def page(
-    store_or_tx, phase: str, now_ms: int, limit: int, after: Cursor | None = None
+    store_or_tx: Reads, phase: str, now_ms: int, limit: int, after: Cursor | None = None
 ) -> list[str]:
     """Up to `limit` run ids with work for `phase` at `now_ms` (see `work_page`)."""
     return [run_id for _, run_id in work_page(store_or_tx, phase, now_ms, limit, after)]
 
 
 def work_page(
-    store_or_tx, phase: str, now_ms: int, limit: int, after: Cursor | None = None
+    store_or_tx: Reads, phase: str, now_ms: int, limit: int, after: Cursor | None = None
 ) -> list[Cursor]:
     """Up to `limit` Runs with work for `phase` at `now_ms`, as (opened at, run id),
     the work that opened first first (then by id), after `after`: a range of the
     phase's index, whatever the number of dormant Runs."""
     if phase not in RUN_PHASES:
         raise ValueError(f"unknown phase {phase!r}; one of {RUN_PHASES}")
-    where, params = _open_at(phase), [now_ms, now_ms]
+    where = _open_at(phase)
+    params: list[Any] = [now_ms, now_ms]
     if after is not None:
         where += f" AND ({phase}_opens_ms, run_id) > (?, ?)"
         params += [after[0], after[1]]
@@ -63,7 +67,7 @@ def work_page(
 
 
 def claimable_attempts(
-    store_or_tx,
+    store_or_tx: Reads,
     now_ms: int,
     limit: int,
     *,
@@ -81,7 +85,7 @@ def claimable_attempts(
     cancellation ends it) and, with `full_slots`, the claims waiting for those.
     `slot` is the limit slot a lease would take (None: no limit)."""
     where = [claimable_condition()]
-    params: list = [now_ms, now_ms]
+    params: list[Any] = [now_ms, now_ms]
     if full_slots:
         where.append(f"(slot IS NULL OR slot NOT IN ({', '.join('?' for _ in full_slots)}))")
         params.extend(sorted(full_slots))
@@ -104,7 +108,7 @@ def claimable_attempts(
     return [(row[0], row[1], row[2]) for row in rows]
 
 
-def active_attempt_ids(tx, run_id: str) -> list[str]:
+def active_attempt_ids(tx: Reads, run_id: str) -> list[str]:
     """Sorted ids of the Run's non-terminal Attempts (the PostgreSQL lock order)."""
     active = sorted(ATTEMPT_ACTIVE)
     rows = tx.query(

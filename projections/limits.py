@@ -28,8 +28,10 @@ from domain.flow import (
 from domain.records import Record
 from domain.revision import revision_from_json
 from domain.slots import HELD, QUEUED
+from eventstore.api import Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 from projections import candidates, publications
+from projections.contract import Folded
 from projections.published_revisions import FUNCTIONS as _REVISION_FUNCTIONS
 from projections.published_revisions import published_revisions
 
@@ -47,10 +49,12 @@ _CREATE = """CREATE TABLE flow_limits (
 )"""
 MIGRATIONS = [{"sqlite": [_CREATE], "postgresql": [_CREATE.replace("INTEGER", "BIGINT")]}]
 TABLES = {TABLE: ("target",)}
+Replay = None  # the rebuild calls `apply` batch by batch
+backfill = None  # nothing to fill after an upgrade
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
 
 
-def apply(tx: Any, records: Sequence[Record]) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold `limit.set` records: the target's limit is the last one set."""
     rows = {}
     for record in records:

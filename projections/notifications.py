@@ -22,6 +22,7 @@ from domain.notify import Delivery, next_delivery
 from domain.records import Record
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
+from projections.contract import Folded
 
 COMPONENT = "projections.notifications"
 _OUTBOX = streams.prefix(streams.NOTIFICATION)
@@ -72,11 +73,12 @@ MIGRATIONS = [
 ]
 TABLES = {TABLE: ("run_id", "rule")}
 # the runtime writes a Run's terminal commit (the due records) and the attempts
+Replay = None  # the rebuild calls `apply` batch by batch
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
 _IN_CHUNK = 500
 
 
-def apply(tx: Transaction, records: Sequence[Record]) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold outbox records into their delivery rows; a retention record takes the
     removed Runs' rows."""
     for record in records:

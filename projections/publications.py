@@ -14,7 +14,7 @@ rows with `publication_from_row` and takes the same publisher lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from domain import streams
@@ -30,6 +30,7 @@ from eventstore.grants import (
     READ,
     RUNTIME,
 )
+from projections.contract import Folded, Insert
 
 COMPONENT = "projections.publications"
 STREAM_PREFIXES = tuple(
@@ -100,6 +101,7 @@ TABLES = {
     "publishers": ("publisher",),
     "admission_receipts": ("receipt_stream",),
 }
+backfill = None  # nothing to fill after an upgrade
 GRANTS = {
     "publications": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
     "publishers": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
@@ -118,7 +120,7 @@ def publisher_lock(publisher: str) -> str:
     return PUBLISHER_LOCK_PREFIX + publisher
 
 
-def apply(tx: Transaction, records: Sequence[Record]) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold freshly appended publication, publisher and receipt records."""
     for record in records:
         kind = record.type
@@ -142,9 +144,7 @@ class Replay:
     """`apply` for a rebuild: receipts (one per Run, and nothing else reads their table)
     go in by one bulk `insert` per batch; every other record through `apply`."""
 
-    def __init__(
-        self, tx: Transaction, insert: Callable[[str, Sequence[str], list[tuple]], None]
-    ) -> None:
+    def __init__(self, tx: Transaction, insert: Insert) -> None:
         self._tx = tx
         self._insert = insert
 
@@ -158,7 +158,7 @@ class Replay:
         """Nothing is held back."""
 
 
-def _receipt_values(record: Record) -> tuple:
+def _receipt_values(record: Record) -> tuple[Any, ...]:
     data = record.data
     return (record.stream_id, *(data[column] for column in _RECEIPT_COLUMNS[1:]))
 

@@ -30,16 +30,17 @@ read models writes nothing. Readers see the old rows or the new rows, never a mi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from types import ModuleType
 from typing import Any
 
 from domain import streams
 from domain.errors import CorruptionError, InvalidInput, SchemaError
+from domain.records import Record
 from eventstore.api import EventStore, ReplaySession, Transaction
 from projections import registry, snapshots
+from projections.contract import Insert, Projection, Replayer
 from projections.log_check import DOCUMENT, LogCheck, check_log
 
 Progress = Callable[[int, int], None]
@@ -232,7 +233,7 @@ class ReplayCopy:
             return self._session.read_log(self.position, limit)
         return self.check.records(self._session.read_rows(self.position, limit))
 
-    def _apply(self, records: list) -> None:
+    def _apply(self, records: list[Any]) -> None:
         check = self.check
         if check is None:
             self._route(records)
@@ -248,10 +249,10 @@ class ReplayCopy:
         except Exception as exc:  # the report names it beside the log's problems
             self.failure = exc
 
-    def _route(self, records: list) -> None:
+    def _route(self, records: list[Any]) -> None:
         """Hand each module its records of the batch, in log order, sorted out in one
         pass: a stream's category decides which modules fold it."""
-        mine: list[list] = [[] for _ in self._folds]
+        mine: list[list[Any]] = [[] for _ in self._folds]
         routes = self._routes
         for record in records:
             stream = record.stream_id
@@ -284,20 +285,19 @@ class ReplayCopy:
 class _Apply:
     """The replay of a module without its own `Replay`: its `apply`, batch by batch."""
 
-    def __init__(self, module: ModuleType, tx: Transaction) -> None:
+    def __init__(self, module: Projection, tx: Transaction) -> None:
         self._module = module
         self._tx = tx
 
-    def apply(self, records: list) -> None:
+    def apply(self, records: Sequence[Record]) -> None:
         self._module.apply(self._tx, records)
 
     def flush(self) -> None:
         """`apply` holds nothing back."""
 
 
-def _replayer(module: ModuleType, tx: Transaction, insert: Callable[..., None]) -> Any:
-    replay = getattr(module, "Replay", None)
-    return _Apply(module, tx) if replay is None else replay(tx, insert)
+def _replayer(module: Projection, tx: Transaction, insert: Insert) -> Replayer:
+    return _Apply(module, tx) if module.Replay is None else module.Replay(tx, insert)
 
 
 def check_batch(batch: int) -> None:

@@ -1,40 +1,21 @@
-"""The read-model modules and how records reach them.
-
-Each projection module defines:
-
-- `COMPONENT`: its schema component name (see `EventStore.migrate`);
-- `MIGRATIONS`: its schema steps, each `{dialect: sql or [sql, ...]}`;
-- `TABLES`: `{table: (key column, ...)}` — what `rebuild` recreates and `verify` compares;
-- `GRANTS`: `{table: {role kind: privileges}}` for every table it creates — what each
-  least-privilege role may do with it (`eventstore.grants`; applied by `actors.roles`);
-- `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
-- `apply(tx, records)`: update its tables for records just appended, in the
-  append's transaction. It must be deterministic and depend only on the records
-  and the tables' current rows (and the log), so that a replay of the log gives the
-  same rows. A module that sets `TAKES_FOLDED = True` is also given `folded`: run
-  id -> the Run's aggregate as the writer's decisions leave it, after these records,
-  for the Runs the writer has (it may use them instead of folding the Runs again;
-  the answer must be the same).
-
-It may also define `Replay(tx, insert)`, the rebuild's way to fold the whole log
-batch after batch (`apply(records)`, then `flush()`): free to hold rows in memory and
-to write new ones in bulk with `insert(table, columns, rows)`, it must leave exactly
-the rows `apply` would. Without one the rebuild calls `apply` per batch.
+"""The read-model modules and how records reach them. What each module declares is
+`projections.contract.Projection`; `modules()` is checked against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from types import ModuleType
+from collections.abc import Sequence
+from typing import Any
 
-from domain.aggregate import RunAggregate
-from domain.records import Record
+from domain.records import Record, StreamAppend
 from eventstore import faults
+from eventstore.api import EventStore, Transaction
 from eventstore.grants import ServerFunction
-from eventstore.validation import encode_appends
+from eventstore.validation import EncodedBatch, encode_appends
+from projections.contract import Folded, Projection
 
 
-def modules() -> tuple[ModuleType, ...]:
+def modules() -> tuple[Projection, ...]:
     """All projection modules, in the order their records are applied."""
     from projections import (
         limits,
@@ -67,44 +48,44 @@ def functions() -> tuple[ServerFunction, ...]:
     )
 
 
-def migrate_all(store) -> None:
-    """Bring every projection schema up to date (idempotent). A module that defines
-    `backfill(store, from_version)` fills, after an upgrade from `from_version`, what
-    its schema steps could not compute."""
-    upgraded = []
+def migrate_all(store: EventStore) -> None:
+    """Bring every projection schema up to date (idempotent), then let each upgraded
+    module with a `backfill` fill what its schema steps could not compute."""
+    upgraded: list[tuple[Projection, int]] = []
     for module in modules():
         before = store.schema_version(module.COMPONENT)
         if store.migrate(module.COMPONENT, module.MIGRATIONS) > before:
             upgraded.append((module, before))
     for module, before in upgraded:
-        backfill = getattr(module, "backfill", None)
-        if backfill is not None:
-            backfill(store, before)
+        if module.backfill is not None:
+            module.backfill(store, before)
 
 
-Folded = Mapping[str, RunAggregate]
-"""Run id -> the Run's aggregate after the records being applied (see above)."""
-
-
-def apply_records(tx, records: Sequence[Record], folded: Folded | None = None) -> None:
+def apply_records(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Route freshly appended records to the modules that fold them."""
     if not records:
         return
     for module in modules():
         mine = [r for r in records if r.stream_id.startswith(module.STREAM_PREFIXES)]
-        if mine and getattr(module, "TAKES_FOLDED", False):
-            module.apply(tx, mine, folded=folded)
-        elif mine:
-            module.apply(tx, mine)
+        if mine:
+            module.apply(tx, mine, folded)
 
 
-def commit(tx, appends, folded: Folded | None = None) -> list[Record]:
+def commit(
+    tx: Transaction, appends: Sequence[StreamAppend], folded: Folded | None = None
+) -> list[Record]:
     """Append through the store and update the read models in the same transaction
     (`folded`: the Runs as the appends leave them, where the writer has them)."""
     return commit_encoded(tx, encode_appends(appends), folded)
 
 
-def commit_through(tx, function, args, appends, folded: Folded | None = None) -> list[Record]:
+def commit_through(
+    tx: Transaction,
+    function: str,
+    args: Sequence[Any],
+    appends: Sequence[StreamAppend],
+    folded: Folded | None = None,
+) -> list[Record]:
     """`commit` with the append made through the server-side function `function`
     (`Transaction.append_through`)."""
     records = tx.append_through(function, args, encode_appends(appends))
@@ -113,7 +94,9 @@ def commit_through(tx, function, args, appends, folded: Folded | None = None) ->
     return records
 
 
-def commit_encoded(tx, batch, folded: Folded | None = None) -> list[Record]:
+def commit_encoded(
+    tx: Transaction, batch: EncodedBatch, folded: Folded | None = None
+) -> list[Record]:
     """`commit` for appends already validated and encoded (`encode_appends`)."""
     records = tx.append_encoded(batch)
     apply_records(tx, records, folded)

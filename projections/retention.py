@@ -19,7 +19,9 @@ from domain.errors import NotFound
 from domain.event_types import EventType
 from domain.records import Record
 from domain.values import utc_text
+from eventstore.api import Transaction
 from eventstore.grants import ADMISSION, AUDIT, READ, RUNTIME
+from projections.contract import Folded
 
 COMPONENT = "projections.retention"
 STREAM_PREFIXES = (streams.prefix(streams.RETENTION),)
@@ -45,13 +47,15 @@ MIGRATIONS = [
     {"sqlite": [_CREATE, _BY_KEY], "postgresql": [_CREATE.replace("INTEGER", "BIGINT"), _BY_KEY]}
 ]
 TABLES = {TABLE: ("run_id",)}
+Replay = None  # the rebuild calls `apply` batch by batch
+backfill = None  # nothing to fill after an upgrade
 GRANTS = {TABLE: {RUNTIME: READ, ADMISSION: READ, AUDIT: READ}}
 # the Runs read model's tables and the snapshots, by the column naming the Run
 _RUN_ROWS = ("runs", "step_runs", "attempts", "run_snapshots")
 _IN_CHUNK = 500
 
 
-def apply(tx: Any, records: Sequence[Record]) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold retention records: each removed Run leaves a tombstone and its rows go."""
     for record in records:
         if record.type != EventType.RETENTION_REMOVED:

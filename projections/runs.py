@@ -24,17 +24,18 @@ until COMMIT (actors.loading), so no one else changes these rows meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import orjson
 
 from domain import execution as execution_rules
-from domain.aggregate import RunAggregate
 from domain.event_types import EventType
 from domain.phases import RUN_PHASES
 from domain.records import Record
 from domain.streams import lease_stream, run_stream
 from domain.transitions import Status
+from eventstore.api import Transaction
+from projections.contract import Folded
 from projections.runs_fold import (
     _fold,
     _json,
@@ -68,13 +69,11 @@ from projections.runs_windows import (
 
 __all__ = [
     "COMPONENT", "GRANTS", "GRANT_COLUMNS", "MIGRATIONS", "STREAM_PREFIXES", "TABLES",
-    "TAKES_FOLDED", "WINDOW_COLUMNS", "WORK_STEP", "EXECUTION_STEP", "Replay", "apply", "backfill",
+    "WINDOW_COLUMNS", "WORK_STEP", "EXECUTION_STEP", "Replay", "apply", "backfill",
 ]  # fmt: skip
 
-TAKES_FOLDED = True  # see projections.registry
 
-
-def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | None = None) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold freshly appended run, step and lease records into the read models
     (`folded`: Runs as their writer's decisions left them, after these records)."""
     rows = _load(tx, records)

@@ -351,13 +351,15 @@ class _Table:
         self.columns = columns  # every column, in table order
         self.key = TABLES[name]
         self.key_of: Callable[[Row], Any] = itemgetter(*self.key)  # a str, or a tuple
-        self.values: Callable[[Row], tuple] = itemgetter(*columns)
+        self.values: Callable[[Row], tuple[Any, ...]] = itemgetter(*columns)
         self.select_sql = f"SELECT {', '.join(columns)} FROM {name} WHERE"  # + a condition
 
     def row(self, values: Sequence[Any]) -> Row:
         return dict(zip(self.columns, values, strict=True))
 
-    def differing(self, rows: Iterable[Row], loaded: dict[Any, tuple]) -> list[tuple[tuple, bool]]:
+    def differing(
+        self, rows: Iterable[Row], loaded: dict[Any, tuple[Any, ...]]
+    ) -> list[tuple[tuple[Any, ...], bool]]:
         """(values, is new) of each row that is new or differs from `loaded` (key ->
         values as stored), in key order (a fixed row lock order)."""
         found = []

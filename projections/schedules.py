@@ -42,6 +42,7 @@ from domain.streams import PUBLICATION, RETENTION, RUN, SCHEDULE, entity_id, pre
 from domain.transitions import RUN_TERMINAL
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, PUBLISHER, READ, RUNTIME
+from projections.contract import Folded
 
 COMPONENT = "projections.schedules"
 PUBLISHED = EventType.PUBLICATION_PUBLISHED
@@ -100,6 +101,7 @@ for _step in MIGRATIONS:
 
 TABLES = {"schedules": ("schedule_id",)}
 # the runtime moves cursors; a publisher's publish re-declares its installation's rows
+Replay = None  # the rebuild calls `apply` batch by batch
 GRANTS = {"schedules": {RUNTIME: MOVE, PUBLISHER: MOVE, AUDIT: READ}}
 
 _COLUMNS = (
@@ -130,7 +132,7 @@ class ScheduleRow:
         return last_run is not None and self.last_run_ended_at_ms is None
 
 
-def apply(tx: Transaction, records: Sequence[Record]) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold freshly appended records into the `schedules` rows."""
     ended: list[tuple[int, str]] = []
     for record in records:

@@ -11,7 +11,7 @@ versions, and `rebuild` drops them all (the next appends write them again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -23,7 +23,9 @@ from domain.event_types import EventType, Family, of
 from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot, snapshot_document
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
+from eventstore.api import Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
+from projections.contract import Folded
 
 COMPONENT = "projections.snapshots"
 STREAM_PREFIXES = (streams.prefix(streams.RUN),)
@@ -40,12 +42,12 @@ _CREATE = """CREATE TABLE run_snapshots (
 MIGRATIONS = [{"sqlite": [_CREATE], "postgresql": [_CREATE.replace("INTEGER", "BIGINT")]}]
 TABLES: dict[str, tuple[str, ...]] = {}  # checked by verify against the log, not replayed
 # the runtime deletes a finished Run's snapshot: a cache it may already overwrite
+backfill = None  # nothing to fill after an upgrade
 GRANTS = {TABLE: {RUNTIME: (*MOVE, "DELETE"), AUDIT: READ}}
-TAKES_FOLDED = True  # see projections.registry
 _TERMINAL = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 
 
-def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | None = None) -> None:
+def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Write a Run's aggregate after these records (`folded`, where the writer has it)
     as its snapshot when they take the Run stream past a multiple of SNAPSHOT_EVERY;
     delete the snapshot of a Run that ended."""

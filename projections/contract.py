@@ -1,0 +1,74 @@
+"""The projection contract: what every read-model module declares, as a type the
+checker holds each module in `projections.registry.modules` to (docs/DESIGN.md
+"Projections")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from domain.aggregate import RunAggregate
+from domain.records import Record
+from eventstore.api import EventStore, Transaction
+
+Folded = Mapping[str, RunAggregate]
+"""Run id -> the Run's aggregate after the records being applied, where the writer
+has it: a module may use it instead of folding the Run again (same answer)."""
+
+Insert = Callable[[str, Sequence[str], list[tuple[Any, ...]]], None]
+"""`insert(table, columns, rows)`: a rebuild's bulk write of new rows."""
+
+Migrations = Sequence[Mapping[str, str | Sequence[str]]]
+"""Schema steps, each `{dialect: sql or [sql, ...]}` (see `EventStore.migrate`)."""
+
+
+class Replayer(Protocol):
+    """A module's fold of the whole log in a rebuild: batch after batch, then `flush`."""
+
+    def apply(self, records: Sequence[Record]) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class Projection(Protocol):
+    """A read-model module.
+
+    - `COMPONENT`, `MIGRATIONS`: its schema component and steps;
+    - `TABLES`: `{table: (key column, ...)}`, what `rebuild` recreates and `verify`
+      compares;
+    - `GRANTS`: `{table: {role kind: privileges}}` for every table it creates
+      (`eventstore.grants`, applied by `actors.roles`);
+    - `STREAM_PREFIXES`: the stream id prefixes whose records it folds;
+    - `apply(tx, records, folded)`: update its tables for records just appended, in
+      the append's transaction; deterministic, depending only on the records, the
+      tables' rows and the log, so a replay gives the same rows;
+    - `Replay(tx, insert)` or None: the rebuild's fold, which must leave exactly the
+      rows `apply` would (None: the rebuild calls `apply` per batch);
+    - `backfill(store, from_version)` or None: fills, after an upgrade from
+      `from_version`, what its schema steps could not compute.
+    """
+
+    @property
+    def COMPONENT(self) -> str: ...
+
+    @property
+    def MIGRATIONS(self) -> Migrations: ...
+
+    @property
+    def TABLES(self) -> Mapping[str, tuple[str, ...]]: ...
+
+    @property
+    def GRANTS(self) -> Mapping[str, Mapping[str, tuple[str, ...]]]: ...
+
+    @property
+    def STREAM_PREFIXES(self) -> tuple[str, ...]: ...
+
+    @property
+    def Replay(self) -> Callable[[Transaction, Insert], Replayer] | None: ...
+
+    @property
+    def backfill(self) -> Callable[[EventStore, int], object] | None: ...
+
+    def apply(
+        self, tx: Transaction, records: Sequence[Record], folded: Folded | None = None
+    ) -> None: ...
