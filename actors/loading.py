@@ -11,17 +11,18 @@ version, and the tail must fold onto it; one that does not is never used.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from actors.aggregate_cache import AggregateCache
-from domain.aggregate import RunAggregate, extend, fold, lease_stream, run_stream, steps_stream
+from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError, NotFound
-from domain.event_types import EventType
 from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot
+from domain.streams import lease_stream, run_stream, steps_stream
 from eventstore.api import Reads
 from projections import snapshots
+from projections.run_streams import claimed_attempt_ids, read_whole_runs
 
 
 def slot_lock(slot: str) -> str:
@@ -108,11 +109,6 @@ def not_found(run_id: str) -> NotFound:
     return NotFound(f"run {run_id!r} does not exist; check the id (qlflow runs lists them)")
 
 
-def claimed_attempt_ids(run_records: Sequence[Record]) -> list[str]:
-    """Ids of every Attempt the Run's log has claimed, in claim order."""
-    return [r.data["attempt_id"] for r in run_records if r.type == EventType.ATTEMPT_CLAIMED]
-
-
 # --- reading -----------------------------------------------------------------------------
 
 
@@ -175,22 +171,8 @@ def _read_after_bases(tx: Reads, bases: Mapping[str, RunAggregate]) -> dict[str,
 
 
 def _read_whole(tx: Reads, run_ids: list[str]) -> dict[str, RunStreams]:
-    """Every stream of each Run: two queries (the lease streams named by the RunEvents'
-    claims are read in the second). Runs that do not exist are left out."""
-    found = tx.read_streams([s for r in run_ids for s in (run_stream(r), steps_stream(r))])
-    claims = {
-        run_id: claimed_attempt_ids(found[run_stream(run_id)])
-        for run_id in run_ids
-        if found[run_stream(run_id)]
-    }
-    wanted = [lease_stream(a) for attempt_ids in claims.values() for a in attempt_ids]
-    leases = tx.read_streams(wanted) if wanted else {}
+    """Every stream of each Run (`projections.run_streams`). Runs that do not exist are
+    left out."""
     return {
-        run_id: RunStreams(
-            run_id,
-            found[run_stream(run_id)],
-            found[steps_stream(run_id)],
-            {a: leases[lease_stream(a)] for a in attempt_ids},
-        )
-        for run_id, attempt_ids in claims.items()
+        run_id: RunStreams(run_id, *whole) for run_id, whole in read_whole_runs(tx, run_ids).items()
     }

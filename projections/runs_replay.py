@@ -27,6 +27,7 @@ from domain.errors import CorruptionError
 from domain.event_types import Family, of
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
+from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _fold_family,
     _named_and_created,
@@ -35,7 +36,7 @@ from projections.runs_fold import (
     _select_steps_with_live_attempts,
 )
 from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_RUNS
-from projections.runs_windows import _refresh_work, _run_streams
+from projections.runs_windows import _refresh_work
 
 REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
 HELD_RECORDS = 50_000  # records held in all Runs' streams before the longest are folded
@@ -145,7 +146,7 @@ class Replay:
         """Fold these Runs, store their windows and rows, and let them go. Not `strict`:
         a Run whose records do not fold yet (the batch ended inside its append) stays."""
         held = self._held
-        found = _run_streams(self._tx, [r for r in run_ids if not held[r].whole], self._last)
+        found = read_whole_runs(self._tx, [r for r in run_ids if not held[r].whole], self._last)
         done = []
         for run_id in run_ids:
             streams = held[run_id]

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from domain.aggregate import RunAggregate, fold
-from domain.event_types import EventType
 from domain.records import Record
 from domain.slots import attempt_slot, holds_until, run_slot_state
-from domain.streams import lease_stream, run_stream, steps_stream
 from domain.work import grant_windows, phase_windows
+from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _Rows,
 )
@@ -101,44 +100,7 @@ def _ends_at(aggregate: RunAggregate, streams: _Streams) -> bool:
 
 def _folded_runs(tx, run_ids: Iterable[str]) -> list[RunAggregate]:
     """Each Run's aggregate, folded by the domain from its streams as `tx` reads them."""
-    return [fold(*streams) for streams in _run_streams(tx, run_ids).values()]
+    return [fold(*streams) for streams in read_whole_runs(tx, run_ids).values()]
 
 
 _Streams = tuple[list[Record], list[Record], dict[str, list[Record]]]
-
-
-def _run_streams(
-    tx, run_ids: Iterable[str], upto_position: int | None = None
-) -> dict[str, _Streams]:
-    """Each existing Run's (run, steps, {attempt: lease}) streams as `tx` reads them
-    (only records at or before `upto_position`, if given): two queries in all."""
-    ordered = sorted(run_ids)
-    if not ordered:
-        return {}
-    streams = tx.read_streams([s for r in ordered for s in (run_stream(r), steps_stream(r))])
-    streams = {k: _upto(v, upto_position) for k, v in streams.items()}
-    claimed = {
-        run_id: [
-            r.data["attempt_id"]
-            for r in streams[run_stream(run_id)]
-            if r.type == EventType.ATTEMPT_CLAIMED
-        ]
-        for run_id in ordered
-    }
-    wanted = [lease_stream(a) for attempts in claimed.values() for a in attempts]
-    leases = tx.read_streams(wanted) if wanted else {}
-    return {
-        run_id: (
-            streams[run_stream(run_id)],
-            streams[steps_stream(run_id)],
-            {a: _upto(leases[lease_stream(a)], upto_position) for a in claimed[run_id]},
-        )
-        for run_id in ordered
-        if streams[run_stream(run_id)]
-    }
-
-
-def _upto(records: list[Record], position: int | None) -> list[Record]:
-    if position is None:
-        return records
-    return [r for r in records if r.global_position <= position]

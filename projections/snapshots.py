@@ -17,15 +17,17 @@ from typing import Any
 import orjson
 
 from domain import streams
-from domain.aggregate import RunAggregate, fold, lease_stream, run_stream, steps_stream
+from domain.aggregate import RunAggregate, fold
 from domain.errors import CorruptionError
-from domain.event_types import EventType, Family, of
+from domain.event_types import Family, of
 from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot, snapshot_document
+from domain.streams import run_stream
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from eventstore.api import Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 from projections.contract import Folded
+from projections.run_streams import claimed_attempt_ids, read_whole_runs
 
 COMPONENT = "projections.snapshots"
 STREAM_PREFIXES = (streams.prefix(streams.RUN),)
@@ -146,15 +148,13 @@ def _problem(tx, run_id: str, run_version: int, steps_version: int, text: str) -
         steps_version,
     ):
         return "its row's versions are not its document's"
-    found = tx.read_streams([run_stream(run_id), steps_stream(run_id)])
-    run_records = found[run_stream(run_id)][:run_version]
-    claimed = [r.data["attempt_id"] for r in run_records if r.type == EventType.ATTEMPT_CLAIMED]
-    leases = tx.read_streams([lease_stream(a) for a in claimed]) if claimed else {}
+    run_records, step_records, leases = read_whole_runs(tx, [run_id])[run_id]
+    claimed = claimed_attempt_ids(run_records[:run_version])
     try:
         whole = fold(
-            run_records,
-            found[steps_stream(run_id)][:steps_version],
-            {a: leases[lease_stream(a)][: snapshot.lease_versions.get(a, 0)] for a in claimed},
+            run_records[:run_version],
+            step_records[:steps_version],
+            {a: leases[a][: snapshot.lease_versions.get(a, 0)] for a in claimed},
         )
     except CorruptionError as error:
         return f"the log up to its versions does not fold: {error}"

@@ -14,11 +14,11 @@ from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
 from domain.errors import InvalidInput
 from domain.records import Record
-from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import RUN_RUNNING, STEP_TERMINAL, Status
 from eventstore.api import EventStore
 from projections import retention, run_search
 from projections.run_search import RunCursor, RunFilter
+from projections.run_streams import read_whole_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,13 +263,11 @@ def events(
 
     source: Iterable[Record]
     if run_id is not None:
-        streams = [run_stream(run_id), steps_stream(run_id)]
-        streams += [
-            lease_stream(a)
-            for (a,) in store.query("SELECT attempt_id FROM attempts WHERE run_id = ?", (run_id,))
-        ]
+        whole = read_whole_runs(store, [run_id]).get(run_id)
+        records = [] if whole is None else [*whole.run, *whole.steps]
+        records += [r for lease in (whole.leases.values() if whole else ()) for r in lease]
         source = sorted(
-            (r for s in streams for r in store.read_stream(s) if inside(r)),
+            (r for r in records if inside(r)),
             key=lambda r: r.global_position,
             reverse=newest_first,
         )

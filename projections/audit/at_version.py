@@ -6,7 +6,8 @@ from domain.aggregate import RunAggregate, fold
 from domain.errors import InvalidInput
 from domain.records import Record
 from eventstore.api import EventStore
-from projections.audit.run_log import RunLog, claimed_attempts, read_run_log
+from projections.audit.run_log import RunLog, read_run_log
+from projections.run_streams import claims
 
 
 def aggregate_at(store: EventStore, run_id: str, version: int | None = None) -> RunAggregate:
@@ -44,7 +45,7 @@ def _cut(
     run = log.run[:version]
     steps = [r for r in log.steps if r.data.get("run_version", 0) <= version]
     before = log.run[version].global_position if version < len(log.run) else log.position + 1
-    claimed = {r.data["attempt_id"] for r in claimed_attempts(run)}
+    claimed = {r.data["attempt_id"] for r in claims(run)}
     leases = {
         attempt_id: [r for r in records if r.global_position < before]
         for attempt_id, records in log.leases.items()

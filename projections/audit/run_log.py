@@ -4,15 +4,14 @@ holds: docs/DESIGN.md, "Streams")."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from domain.errors import InvalidInput
-from domain.event_types import EventType
 from domain.records import Record
-from domain.streams import lease_stream, run_stream, steps_stream
 from eventstore.api import EventStore
 from projections import retention
+from projections.run_streams import read_whole_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +31,6 @@ class RunLog:
         return sorted(records, key=lambda r: r.global_position)
 
 
-def claimed_attempts(run_records: Sequence[Record]) -> list[Record]:
-    """The `attempt.claimed` records of a run stream, in claim order."""
-    return [r for r in run_records if r.type == EventType.ATTEMPT_CLAIMED]
-
-
 def read_run_log(store: EventStore, run_id: str) -> RunLog:
     """The Run's streams as of the current head (NotFound if the Run does not exist)."""
     if not isinstance(run_id, str) or not run_id:
@@ -44,18 +38,13 @@ def read_run_log(store: EventStore, run_id: str) -> RunLog:
             "run_id", "non-empty string", f"run_id must be a non-empty string, got {run_id!r}"
         )
     head = store.head_position()
-
-    def upto(records: Sequence[Record]) -> tuple[Record, ...]:
-        return tuple(r for r in records if r.global_position <= head)
-
-    run = upto(store.read_stream(run_stream(run_id)))
-    if not run:
+    whole = read_whole_runs(store, [run_id], upto_position=head).get(run_id)
+    if whole is None:
         raise retention.run_not_found(store, run_id)
-    attempts = [r.data["attempt_id"] for r in claimed_attempts(run)]
     return RunLog(
         run_id=run_id,
         position=head,
-        run=run,
-        steps=upto(store.read_stream(steps_stream(run_id))),
-        leases={a: upto(store.read_stream(lease_stream(a))) for a in attempts},
+        run=tuple(whole.run),
+        steps=tuple(whole.steps),
+        leases={a: tuple(records) for a, records in whole.leases.items()},
     )

@@ -9,8 +9,9 @@ from typing import Any
 from domain import streams
 from domain.errors import NotFound
 from eventstore.api import EventStore
-from projections.audit.run_log import RunLog, claimed_attempts, read_run_log
+from projections.audit.run_log import RunLog, read_run_log
 from projections.audit.summaries import summarize
+from projections.run_streams import claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ def step_history(store: EventStore, run_id: str, step_key: str) -> list[Timeline
 
 def _entries(log: RunLog, *, mutations: bool) -> list[TimelineEntry]:
     step_of_attempt = {
-        record.data["attempt_id"]: record.data["step_key"] for record in claimed_attempts(log.run)
+        record.data["attempt_id"]: record.data["step_key"] for record in claims(log.run)
     }
     entries = []
     for record in log.merged():

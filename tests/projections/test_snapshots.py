@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 import qlflow
-from actors.loading import RunStreams, claimed_attempt_ids, read_run_streams
+from actors.loading import RunStreams, read_run_streams
+from domain.event_types import EventType
 from domain.streams import lease_stream, run_stream, steps_stream
 from projections.rebuild import rebuild
 from projections.snapshots import SNAPSHOT_EVERY
@@ -49,7 +50,8 @@ def snapshot_row(store):
 def whole_streams(tx, run_id: str) -> RunStreams:
     """Every record of the Run's streams from the first, read stream by stream."""
     run = tx.read_stream(run_stream(run_id))
-    leases = {a: tx.read_stream(lease_stream(a)) for a in claimed_attempt_ids(run)}
+    claimed = [r.data["attempt_id"] for r in run if r.type == EventType.ATTEMPT_CLAIMED]
+    leases = {a: tx.read_stream(lease_stream(a)) for a in claimed}
     return RunStreams(run_id, run, tx.read_stream(steps_stream(run_id)), leases)
 
 
