@@ -23,10 +23,11 @@ def reported_failures(aggregate: RunAggregate, step_key: str) -> int:
     """Attempts of the step a worker completed `failed`, or `timed_out` at the step's
     timeout (`step_timeout`); lost ones never count."""
     step = aggregate.steps[step_key]
-    return sum(1 for a in step.attempt_ids if _failed(aggregate.attempts[a]))
+    return sum(1 for a in step.attempt_ids if counts_as_failure(aggregate.attempts[a]))
 
 
-def _failed(attempt: AttemptState) -> bool:
+def counts_as_failure(attempt: AttemptState) -> bool:
+    """Whether the ended Attempt counts against its step's max_attempts."""
     return attempt.status == Status.FAILED or attempt.result_code == STEP_TIMEOUT
 
 

@@ -12,6 +12,7 @@ from domain import event_types
 from domain import execution as execution_rules
 from domain.aggregate import RunAggregate
 from domain.event_types import EventType, Family
+from domain.retries import counts_as_failure
 from domain.transitions import STEP_TERMINAL, Status
 from eventstore import logs
 from eventstore.api import EventStore
@@ -47,7 +48,7 @@ def failures(
                 continue
             ran: Mapping[str, Any] = execution_rules.split(data)[1] or {}
             with_attempt.add(attempt.step_key)
-            if end == Status.FAILED:
+            if counts_as_failure(attempt):
                 reported[attempt.step_key] = reported.get(attempt.step_key, 0) + 1
             retry_at = retried.get(attempt.attempt_id)
             found.append(

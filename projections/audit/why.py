@@ -12,6 +12,7 @@ from domain.decision import check_now
 from domain.event_types import EventType
 from domain.frontier import aggregate_outcome
 from domain.retries import retry_number
+from domain.step_timeouts import past_step_timeout, step_deadline_ms
 from domain.transitions import (
     ATTEMPT_CLAIMED,
     ATTEMPT_INTERRUPTED,
@@ -72,7 +73,7 @@ def why(store: EventStore, run_id: str, now_ms: int, log_lines: int = LAST_LINES
     blocked: list[AttemptBlock] = []
     backlog: list[AttemptBlock] = []
     for attempt in aggregate.active_attempts():
-        block = _attempt_block(attempt, now_ms, intent)
+        block = _attempt_block(aggregate, attempt, now_ms, intent)
         if _interrupted_last(aggregate, attempt.step_key):
             block = replace(block, interrupted=True)
         (backlog if block.status == ATTEMPT_CLAIMED and not block.lease_live else blocked).append(
@@ -113,7 +114,9 @@ def _intent(log: RunLog, aggregate: RunAggregate, now_ms: int) -> Intent | None:
     return Intent(reason, at_ms, None, recorded=False)
 
 
-def _attempt_block(attempt: AttemptState, now_ms: int, intent: Intent | None) -> AttemptBlock:
+def _attempt_block(
+    aggregate: RunAggregate, attempt: AttemptState, now_ms: int, intent: Intent | None
+) -> AttemptBlock:
     lease = attempt.lease
     block = AttemptBlock(
         attempt_id=attempt.attempt_id,
@@ -127,6 +130,8 @@ def _attempt_block(attempt: AttemptState, now_ms: int, intent: Intent | None) ->
         expires_at_ms=lease.expires_at_ms if lease else None,
         lease_live=attempt.has_live_lease(now_ms),
         next="",
+        step_deadline_ms=step_deadline_ms(aggregate, attempt.attempt_id),
+        past_step_timeout=past_step_timeout(aggregate, attempt.attempt_id, now_ms),
     )
     return replace(block, next=attempt_next(block, intent))
 

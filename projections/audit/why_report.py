@@ -49,6 +49,9 @@ class AttemptBlock:
     lease_live: bool
     next: str  # what happens next, in a sentence
     interrupted: bool = False  # the step's Attempt before it was stopped by its host
+    # the start barrier plus its step's timeout (docs/DESIGN.md "Step timeouts")
+    step_deadline_ms: int | None = None
+    past_step_timeout: bool = False
 
     @property
     def interrupted_words(self) -> str:
@@ -284,6 +287,7 @@ def attempt_next(block: AttemptBlock, intent: Intent | None, when: When = epoch)
             f"worker {worker} holds lease {lease_id} v{block.lease_version} until {expires}; "
             "it ends when the worker completes"
             + (" (as " + ending(intent) + ": the Run has cancel intent)" if intent else "")
+            + _step_timeout_words(block, when)
             + f"; if the lease expires first, recovery marks the Attempt lost and {after}"
         )
     gone = (
@@ -292,6 +296,19 @@ def attempt_next(block: AttemptBlock, intent: Intent | None, when: When = epoch)
         else "it has no lease"
     )
     return f"{gone}: the next cycle's recovery marks the Attempt lost and {after}"
+
+
+def _step_timeout_words(block: AttemptBlock, when: When) -> str:
+    """What the step's timeout does to a running Attempt, or "" when it has none."""
+    if block.step_deadline_ms is None:
+        return ""
+    deadline = when(block.step_deadline_ms)
+    if block.past_step_timeout:
+        return (
+            f"; it passed its step's timeout at {deadline}: its host stops it at the next "
+            "renewal and records it timed_out (step_timeout)"
+        )
+    return f"; its step times out at {deadline} (then its host stops it)"
 
 
 def _root_cause_lines(report: WhyReport, when: When) -> list[str]:

@@ -73,6 +73,25 @@ def test_the_lease_carries_the_deadline_and_a_renewal_past_it_says_so(rt):
     assert rt.verify_projections().ok
 
 
+def test_why_says_when_a_running_step_times_out_and_that_it_passed_it(rt):
+    rt.publish(manifest(), now_ms=T0)
+    run_id = rt.start("slow", "flow", admission_key="k", now_ms=T0).run_id
+    lease = rt.mark_running(_lease_work(rt, T0), now_ms=T0 + 1)
+    before = rt.why(run_id, now_ms=T0 + 1_000)
+    (block,) = before.blocked
+    assert block.step_deadline_ms == T0 + STEP_TIMEOUT and not block.past_step_timeout
+    assert "its step times out at" in "\n".join(before.lines())
+    lease = rt.renew(lease, ttl_ms=TTL, now_ms=T0 + STEP_TIMEOUT + 1)
+    after = rt.why(run_id, now_ms=T0 + STEP_TIMEOUT + 1)
+    (block,) = after.blocked
+    assert block.past_step_timeout
+    assert "passed its step's timeout" in "\n".join(after.lines())
+    rt.complete(lease, "timed_out", now_ms=T0 + STEP_TIMEOUT + 2)
+    (failure,) = rt.why(run_id, now_ms=T0 + STEP_TIMEOUT + 3).failures
+    # a step timeout counts against max_attempts as the retry policy counts it
+    assert (failure.result_code, failure.retry, failure.max_attempts) == ("step_timeout", 2, 2)
+
+
 def test_the_last_allowed_attempt_timed_out_times_the_step_out(rt):
     rt.publish(manifest(retries=1), now_ms=T0)
     run_id = rt.start("slow", "flow", admission_key="k", now_ms=T0).run_id
