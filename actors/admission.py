@@ -47,7 +47,7 @@ from actors.planned_workflows import PlannedWorkflows
 from actors.publishing import PUBLICATION_STREAM, serialize_publisher
 from actors.retrying import replay_once
 from domain.admission import admission_records
-from domain.aggregate import RunAggregate, run_stream, steps_stream
+from domain.aggregate import RunAggregate
 from domain.errors import (
     AdmissionCollision,
     CorruptionError,
@@ -75,6 +75,7 @@ from domain.revision import MaterializedRevision, revision_from_json
 from domain.run_path import admit_and_claim
 from domain.slots import takes_slot_at_admission
 from domain.start_guard import check_start
+from domain.streams import run_stream, steps_stream
 from domain.text import is_storable_text
 from domain.values import (
     CREATED,

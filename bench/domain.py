@@ -29,7 +29,7 @@ from rich.table import Table
 
 from bench.output import results_path
 from domain.admission import admission_records
-from domain.aggregate import RunAggregate, extend, fold, lease_stream, run_stream, steps_stream
+from domain.aggregate import RunAggregate, extend, fold
 from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
@@ -37,6 +37,7 @@ from domain.frontier import decide_frontier
 from domain.ids import STEP_RUN_ID, derive_id
 from domain.plan import PLAN_SCHEMA, ExecutionPlan, PlanStep
 from domain.records import Record
+from domain.streams import lease_stream, run_stream, steps_stream
 from domain.worker import complete, grant_lease, mark_running, mark_starting
 
 RESULTS = results_path("domain")

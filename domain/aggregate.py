@@ -32,13 +32,10 @@ from domain.run_state import (
     StepRunState,
     effective_intent,
 )
-from domain.streams import lease_stream, run_stream, steps_stream
 
 __all__ = [
     "MUTATION_TYPE", "AttemptState", "LeaseState", "RunAggregate", "RunState",
     "StepRunState", "effective_intent", "extend", "fold",
-    # the stream names, for callers that take them from here
-    "lease_stream", "run_stream", "steps_stream",
 ]  # fmt: skip
 
 

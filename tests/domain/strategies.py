@@ -20,15 +20,7 @@ import orjson
 from hypothesis import strategies as st
 
 from domain.admission import admission_records
-from domain.aggregate import (
-    AttemptState,
-    RunAggregate,
-    extend,
-    fold,
-    lease_stream,
-    run_stream,
-    steps_stream,
-)
+from domain.aggregate import AttemptState, RunAggregate, extend, fold
 from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision, DecisionBuilder, LeaseGrant
@@ -39,6 +31,7 @@ from domain.plan import PLAN_SCHEMA, ExecutionPlan, PlanStep
 from domain.plan_v2 import PLAN_SCHEMA_V2
 from domain.records import Record
 from domain.recovery import decide_recovery
+from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import CANCEL_REASONS, RELEASE_REASONS
 from domain.worker import complete, grant_lease, mark_running, mark_starting, release, renew
 

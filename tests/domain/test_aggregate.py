@@ -9,9 +9,10 @@ import re
 import pytest
 
 from domain.admission import admission_records
-from domain.aggregate import effective_intent, fold, lease_stream, run_stream, steps_stream
+from domain.aggregate import effective_intent, fold
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.errors import CorruptionError, InvalidInput
+from domain.streams import lease_stream, run_stream, steps_stream
 from domain.worker import renew
 from tests.domain.strategies import (
     RUN_ID,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from domain.aggregate import run_stream
 from domain.attempts import attempt_id_for, decide_attempt_claims
 from domain.cancellation import request_cancel
 from domain.errors import InvalidInput
 from domain.ids import TASK_ATTEMPT, TASK_ATTEMPT_EVENT, derive_id
 from domain.recovery import decide_recovery
+from domain.streams import run_stream
 from domain.transitions import MAX_ATTEMPTS_PER_STEP
 from tests.domain.strategies import RUN_ID, TTL_MS, World, attempt_of, lease, make_plan
 

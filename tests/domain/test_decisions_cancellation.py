@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from domain.aggregate import lease_stream, run_stream, steps_stream
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.errors import InvalidInput
 from domain.ids import (
@@ -17,6 +16,7 @@ from domain.ids import (
     derive_id,
 )
 from domain.recovery import decide_recovery
+from domain.streams import lease_stream, run_stream, steps_stream
 from domain.transitions import CANCEL_REASONS
 from domain.worker import complete, release
 from tests.domain.strategies import (

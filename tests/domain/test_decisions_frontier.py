@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from domain.aggregate import run_stream, steps_stream
 from domain.cancellation import request_cancel
 from domain.errors import InvalidInput
 from domain.frontier import aggregate_outcome, decide_frontier
+from domain.streams import run_stream, steps_stream
 from tests.domain.strategies import RUN_ID, World, claim, finish, force_step, make_plan
 
 RUN = run_stream(RUN_ID)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from domain.aggregate import run_stream
 from domain.attempts import decide_attempt_claims
 from domain.cancellation import request_cancel
 from domain.errors import PlanError
 from domain.retries import reported_failures
 from domain.revision import revision_from_json, revision_to_json
+from domain.streams import run_stream
 from domain.tasks import define_task
 from domain.transitions import INTERRUPTED_TOO_OFTEN, MAX_INTERRUPTIONS, WORKER_SHUTDOWN
 from domain.worker import complete, interruptions

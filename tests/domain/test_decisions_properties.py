@@ -11,13 +11,14 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.aggregate import RunAggregate, run_stream
+from domain.aggregate import RunAggregate
 from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
 from domain.errors import QlflowError
 from domain.frontier import decide_frontier
 from domain.recovery import decide_recovery
+from domain.streams import run_stream
 from domain.transitions import (
     ATTEMPT_INTERRUPTED,
     CANCEL_REASONS,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.aggregate import lease_stream, run_stream
 from domain.cancellation import request_cancel
 from domain.recovery import decide_recovery
+from domain.streams import lease_stream, run_stream
 from domain.worker import release
 from tests.domain.strategies import (
     RUN_ID,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from domain.aggregate import lease_stream, run_stream
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.errors import FenceError, InvalidInput, NotFound
 from domain.ids import LEASE_ID, derive_id
+from domain.streams import lease_stream, run_stream
 from domain.worker import complete, grant_lease, mark_running, mark_starting, release, renew
 from tests.domain.strategies import (
     RUN_ID,

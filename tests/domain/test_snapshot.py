@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.aggregate import extend, lease_stream, run_stream, steps_stream
+from domain.aggregate import extend
 from domain.errors import CorruptionError
 from domain.snapshot import aggregate_from_snapshot, snapshot_document, snapshot_versions
+from domain.streams import lease_stream, run_stream, steps_stream
 from tests.domain.strategies import World, chain_needs, claim, finish, make_plan, reachable_worlds
 from tests.hypothesis_budget import examples
 
