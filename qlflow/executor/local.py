@@ -24,7 +24,15 @@ from projections.task_io import TaskInputs
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
-from qlflow.executor.step_deadline import STEP_TIMEOUT, StepDeadline
+from qlflow.executor.step_deadline import STEP_TIMEOUT
+from qlflow.executor.supervision import (
+    HeldAttempts,
+    LeaseKeeper,
+    attempt_log_path,
+    complete_held,
+    not_started,
+    run_log_folder,
+)
 from qlflow.executor.task_io import OUTPUT_INVALID, OutputInvalid, read_output, task_environment
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
@@ -83,8 +91,7 @@ class LocalProcessExecutor:
         self.log_dir = Path(log_dir)
         self.ttl_ms = ttl_ms
         self.kill_after_s = kill_after_s
-        self._supervised: dict[str, _Supervised] = {}
-        self._lock = threading.Lock()
+        self._held: HeldAttempts[_Supervised] = HeldAttempts(lambda item: item.wake.set())
         self._closing = threading.Event()
         atexit.register(_kill_at_exit, weakref.ref(self))
 
@@ -95,8 +102,7 @@ class LocalProcessExecutor:
     # -- control from other threads ------------------------------------------
     def running(self) -> list[RunningProcess]:
         """The subprocesses alive right now."""
-        with self._lock:
-            items = list(self._supervised.values())
+        items = self._held.select()
         return [
             RunningProcess(
                 s.lease.attempt_id,
@@ -113,20 +119,15 @@ class LocalProcessExecutor:
     def renew_now(self, run_id: str | None = None) -> None:
         """Renew the leases now (of one Run, or all) instead of waiting for ttl/3, so a
         new cancel intent reaches the processes at once as `stop_requested`."""
-        for item in self._items(run_id):
-            item.renew_now = True
-            item.wake.set()
+        self._held.renew_now(run_id)
 
     def stop_all(self, reason: str = "shutdown") -> None:
         """SIGTERM every process group now; SIGKILL follows after `kill_after_s`."""
-        for item in self._items(None):
-            if item.stop_reason is None:
-                item.stop_reason = reason
-            item.wake.set()
+        self._held.stop_all(reason)
 
     def kill_all(self) -> None:
         """SIGKILL every process group at once (the host is leaving without waiting)."""
-        for item in self._items(None):
+        for item in self._held.select():
             if item.stop_reason is None:
                 item.stop_reason = "killed"
             item.killed = True
@@ -138,10 +139,6 @@ class LocalProcessExecutor:
         self._closing.set()
         self.kill_all()
 
-    def _items(self, run_id: str | None) -> list[_Supervised]:
-        with self._lock:
-            return [s for s in self._supervised.values() if run_id in (None, s.lease.run_id)]
-
     # -- one Attempt ----------------------------------------------------------
     def execute(self, lease: Lease) -> AttemptReport:
         """Run one leased Attempt to its end and record the outcome under the lease:
@@ -149,7 +146,7 @@ class LocalProcessExecutor:
         granted with it: `lease_attempts(start=True)`) before spawning,
         then supervise the process under its lease and `complete` with its exit code
         (0 -> succeeded, anything else -> failed)."""
-        log_path = self._log_path(lease)
+        log_path = attempt_log_path(self.log_dir, lease)
         command: TaskCommand | None = None
         inputs: TaskInputs = {"params": {}, "needs": {}}
         problem, code = None, START_FAILED
@@ -157,10 +154,10 @@ class LocalProcessExecutor:
         try:  # what a store that cannot answer now keeps from us is asked for again
             command = self._read(held, "task lookup", self._resolve)
         except (FenceError, NotStarted) as error:
-            return self._not_started(held.lease, log_path, f"lease lost or host stopping: {error}")
+            return not_started(held.lease, log_path, f"lease lost or host stopping: {error}")
         except TaskUnavailable as error:
             if error.cancelled and not lease.started:
-                return self._not_started(lease, log_path, str(error))
+                return not_started(lease, log_path, str(error))
             problem, code = str(error), error.result_code or START_FAILED
             if error.cancelled:  # past the barrier already: recorded, never run
                 code = WORKER_SHUTDOWN
@@ -170,11 +167,11 @@ class LocalProcessExecutor:
             try:
                 inputs = self._read(held, "task inputs", self._rt.task_inputs)
             except (FenceError, NotStarted) as error:
-                return self._not_started(held.lease, log_path, f"lease lost or stopping: {error}")
+                return not_started(held.lease, log_path, f"lease lost or stopping: {error}")
             except QlflowError as error:
                 command, problem = None, str(error)
         if self._closed and not lease.started:
-            return self._not_started(lease, log_path, "the executor is shutting down")
+            return not_started(lease, log_path, "the executor is shutting down")
         try:
             if not lease.started:  # a lease granted with start=True crossed it already
                 until_recorded(
@@ -189,7 +186,7 @@ class LocalProcessExecutor:
             log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
             return report(held.lease, None, None, None, log_path, error=str(error))
         except NotStarted:
-            return self._not_started(held.lease, log_path, "the executor is shutting down")
+            return not_started(held.lease, log_path, "the executor is shutting down")
         if command is None:
             return self._start_failed(held, log_path, problem or "task unavailable", code)
         if self._closing.is_set() or self._closed:  # past the barrier, never run: again later
@@ -210,8 +207,7 @@ class LocalProcessExecutor:
             capture=capture,
             on_interrupt=command.on_interrupt,
         )
-        with self._lock:
-            self._supervised[lease.attempt_id] = item
+        self._held.add(item)
         threading.Thread(
             target=_wait_for_exit, args=(item,), name=f"wait-{process.pid}", daemon=True
         ).start()
@@ -220,8 +216,7 @@ class LocalProcessExecutor:
         finally:
             signal_group(process, signal.SIGKILL)  # on any way out, nothing survives
             capture.close()
-            with self._lock:
-                self._supervised.pop(lease.attempt_id, None)
+            self._held.remove(lease.attempt_id)
 
     def _read(self, held: Held, what: str, read: Callable[[Lease], T]) -> T:
         """`read(lease)` until the store answers, the lease renewed meanwhile; a lease
@@ -268,18 +263,13 @@ class LocalProcessExecutor:
         deadline: `step_deadline`) or on a stop of the host, SIGTERM the group,
         SIGKILL it `kill_after_s` later. A write the store cannot take now is tried
         again with a capped backoff; the process runs on meanwhile."""
-        interval_s = self.ttl_ms / 3000
         transient = transient_errors()
-        renewal_retried: tuple[type[BaseException], ...] = (QlflowError, *transient)
         running_recorded = False
-        running_backoff, renew_backoff = Backoff(), Backoff()
+        running_backoff = Backoff()
         next_running = time.monotonic()
-        next_renew = time.monotonic() + _renew_after(self._rt, item.lease, interval_s)
-        deadline = StepDeadline()
+        keeper = LeaseKeeper(self._rt, self.ttl_ms, item.lease)
         while True:
             now = time.monotonic()
-            if item.stop_reason is None and deadline.due(self._rt, item.lease, now):
-                item.renew_now = True  # the renewal's answer says if it is past its timeout
             if not running_recorded and not item.exited.is_set() and now >= next_running:
                 try:
                     item.lease = self._rt.mark_running(item.lease)
@@ -295,22 +285,9 @@ class LocalProcessExecutor:
                     running_recorded = True
             if item.exited.is_set():
                 break
-            if item.renew_now or now >= next_renew:
-                item.renew_now = False
-                try:
-                    item.lease = self._rt.renew(item.lease, ttl_ms=self.ttl_ms)
-                    next_renew = time.monotonic() + _renew_after(self._rt, item.lease, interval_s)
-                    recovered(renew_backoff, item.lease, "renewal")
-                    if item.lease.stop_requested and item.stop_reason is None:
-                        item.stop_reason = "stop_requested"
-                    if item.lease.step_timed_out and item.stop_reason is None:
-                        item.stop_reason = STEP_TIMEOUT
-                except FenceError as error:
-                    return self._abandon(item, f"lease lost while running: {error}")
-                except renewal_retried as error:
-                    # the lease may well outlive this: keep trying until the store answers
-                    next_renew = time.monotonic() + min(interval_s, renew_backoff.failed())
-                    retrying(renew_backoff, item.lease, "renewal", error)
+            lost = keeper.tick(item, now)
+            if lost is not None:
+                return self._abandon(item, lost)
             if item.stop_reason is not None and item.term_sent_at is None:
                 log.info("attempt %s: SIGTERM (%s)", item.lease.attempt_id, item.stop_reason)
                 signal_group(item.process, signal.SIGTERM)
@@ -326,14 +303,11 @@ class LocalProcessExecutor:
                 signal_group(item.process, signal.SIGKILL)
                 item.killed = True
             now = time.monotonic()
-            waits = [next_renew - now]
+            waits = [keeper.wait_s(item, now)]
             if not running_recorded:
                 waits.append(next_running - now)
             if item.term_sent_at is not None and not item.killed:
                 waits.append(item.term_sent_at + self.kill_after_s - now)
-            until_deadline = deadline.wait_s(self._rt, item.lease, now)
-            if until_deadline is not None and item.stop_reason is None:
-                waits.append(until_deadline)
             item.wake.wait(max(0.0, min(waits)))
             item.wake.clear()
         signal_group(item.process, signal.SIGKILL)  # whatever the leader left behind
@@ -369,7 +343,9 @@ class LocalProcessExecutor:
             except OutputInvalid as problem:
                 execution["error"] = str(problem)
                 outcome, code, written = Status.FAILED, OUTPUT_INVALID, None
-        status, error = self._complete(item, outcome, code, written, execution)
+        status, error = complete_held(
+            self._rt, item, outcome, code, written, execution, ttl_ms=self.ttl_ms
+        )
         return report(
             item.lease,
             status,
@@ -393,32 +369,6 @@ class LocalProcessExecutor:
             )  # fmt: skip
         except QlflowError as error:  # the lease ended: the completion will say so
             log.warning("attempt %s: log not stored: %s", held.lease.attempt_id, error)
-
-    def _complete(
-        self,
-        held: Held,
-        outcome: str,
-        result_code: str | None,
-        output: dict[str, Any] | None,
-        execution: dict[str, Any],
-    ) -> tuple[str | None, str | None]:
-        """Record the outcome, trying again while the store cannot take it (a completion
-        is idempotent: a retry after a lost answer is a replay). (status, None), or
-        (None, why) when it could not be recorded."""
-        try:
-            status = until_recorded(
-                self._rt,
-                held,
-                "completion",
-                lambda lease: self._rt.complete(
-                    lease, outcome, result_code=result_code, output=output, execution=execution
-                ),
-                ttl_ms=self.ttl_ms,
-            )
-        except QlflowError as error:
-            log.warning("attempt %s: completion not recorded: %s", held.lease.attempt_id, error)
-            return None, str(error)
-        return status, None
 
     def _abandon(self, item: _Supervised, reason: str) -> AttemptReport:
         """The lease is gone: nothing this worker writes would be accepted, and the
@@ -448,25 +398,12 @@ class LocalProcessExecutor:
         log.warning("attempt %s: start failed (%s): %s", held.lease.attempt_id, result_code, reason)
         execution = {"log_path": str(log_path), "exit_code": None, "error": reason}
         outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else Status.FAILED
-        status, error = self._complete(held, outcome, result_code, None, execution)
+        status, error = complete_held(
+            self._rt, held, outcome, result_code, None, execution, ttl_ms=self.ttl_ms
+        )
         if status is None:
             return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")
         return report(held.lease, status, None, None, log_path, error=reason)
-
-    def _not_started(self, lease: Lease, log_path: Path, reason: str) -> AttemptReport:
-        """Give the Attempt up before its start barrier: nothing was spawned or recorded,
-        and once its lease lapses another worker may lease it."""
-        log.info("attempt %s: not started: %s", lease.attempt_id, reason)
-        return report(lease, None, None, None, log_path, error=reason)
-
-    def _log_path(self, lease: Lease) -> Path:
-        attempt = lease.attempt_id.replace(":", "_")
-        return run_log_folder(self.log_dir, lease.run_id) / f"{lease.step_key}-{attempt}.log"
-
-
-def run_log_folder(log_dir: Path, run_id: str) -> Path:
-    """The folder on this host that holds a Run's local step logs (and task I/O)."""
-    return log_dir / run_id.replace(":", "_")
 
 
 def remove_local_logs(log_dir: Path, run_ids: Iterable[str]) -> int:
@@ -485,14 +422,6 @@ def _io_paths(log_path: Path) -> tuple[Path, Path]:
     """(QLFLOW_INPUTS, QLFLOW_OUTPUT) of an Attempt: beside its log."""
     stem = log_path.with_suffix("")
     return stem.with_name(stem.name + ".inputs.json"), stem.with_name(stem.name + ".output.json")
-
-
-def _renew_after(rt: Runtime, lease: Lease, interval_s: float) -> float:
-    """Seconds until the next renewal: every ttl/3, and sooner if the lease we hold
-    expires earlier than that (a replayed renewal answers with its own expiry). The
-    lease expires on the store's clock, so the store's time says how long is left."""
-    remaining_s = (lease.expires_at_ms - rt.clock_ms()) / 1000
-    return max(0.0, min(interval_s, remaining_s / 3))
 
 
 def _wait_for_exit(item: _Supervised) -> None:

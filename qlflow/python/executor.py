@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -29,7 +29,6 @@ from domain.python_tasks import ISOLATION_THREAD, parse_target
 from domain.tasks import ON_INTERRUPT_DEFAULT
 from domain.transitions import WORKER_SHUTDOWN, Status
 from projections.task_io import attempt_inputs
-from qlflow.clock import wall_clock_ms
 from qlflow.executor.capture import LogCapture
 from qlflow.executor.local import (
     DEFAULT_KILL_AFTER_S,
@@ -39,14 +38,21 @@ from qlflow.executor.local import (
     START_FAILED,
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
-from qlflow.executor.step_deadline import STEP_TIMEOUT, StepDeadline
+from qlflow.executor.step_deadline import STEP_TIMEOUT
+from qlflow.executor.supervision import (
+    HeldAttempts,
+    LeaseKeeper,
+    attempt_log_path,
+    complete_held,
+    not_started,
+)
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
-from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
+from qlflow.executor.writes import Held, NotStarted, until_recorded
 from qlflow.python.call import PROCESS_DIED, Call, Outcome, invoke
 from qlflow.python.context import LogSink
 from qlflow.python.pool import PoolProcess, ProcessPool
 from qlflow.runtime import Lease, Runtime
-from qlflow.transient import Backoff, transient_errors
+from qlflow.transient import transient_errors
 
 log = logging.getLogger("qlflow.executor")
 
@@ -183,15 +189,13 @@ class PythonExecutor:
         self.ttl_ms = ttl_ms
         self.kill_after_s = kill_after_s
         self.pool = ProcessPool(processes)
-        self._items: dict[str, _Running] = {}
-        self._lock = threading.Lock()
+        self._held: HeldAttempts[_Running] = HeldAttempts(lambda item: item.handle.wake())
         self._closing = threading.Event()
 
     # -- control from other threads ------------------------------------------
     def running(self) -> list[RunningProcess]:
         """The python steps running right now (a thread's pid is this host's)."""
-        with self._lock:
-            items = list(self._items.values())
+        items = self._held.select()
         return [
             RunningProcess(
                 i.lease.attempt_id,
@@ -206,20 +210,15 @@ class PythonExecutor:
 
     def renew_now(self, run_id: str | None = None) -> None:
         """Renew the leases now, so a new cancel intent reaches the functions at once."""
-        for item in self._select(run_id):
-            item.renew_now = True
-            item.handle.wake()
+        self._held.renew_now(run_id)
 
     def stop_all(self, reason: str = "shutdown") -> None:
         """Ask every function to stop; pool processes are ended `kill_after_s` later."""
-        for item in self._select(None):
-            if item.stop_reason is None:
-                item.stop_reason = reason
-            item.handle.wake()
+        self._held.stop_all(reason)
 
     def kill_all(self) -> None:
         """End every pool process now; a thread is given up (its lease lapses)."""
-        for item in self._select(None):
+        for item in self._held.select():
             if item.stop_reason is None:
                 item.stop_reason = "killed"
             if item.handle.can_kill:
@@ -235,14 +234,10 @@ class PythonExecutor:
         self.kill_all()
         self.pool.close()
 
-    def _select(self, run_id: str | None) -> list[_Running]:
-        with self._lock:
-            return [i for i in self._items.values() if run_id in (None, i.lease.run_id)]
-
     # -- one Attempt ----------------------------------------------------------
     def execute(self, lease: Lease) -> AttemptReport:
         """Run one leased Attempt of a python Task to its end and record its outcome."""
-        log_path = self._log_path(lease)
+        log_path = attempt_log_path(self.log_dir, lease)
         attempt_log = _AttemptLog(self._rt, lease.attempt_id, log_path)
         try:
             return self._execute(lease, attempt_log)
@@ -260,7 +255,7 @@ class PythonExecutor:
                 raise TaskUnavailable(f"task ref {lease.task_ref} is not a python Task")
         except TaskUnavailable as error:
             if error.cancelled and not lease.started:
-                return _not_started(lease, log_path, str(error))
+                return not_started(lease, log_path, str(error))
             problem, code = str(error), error.result_code or START_FAILED
             if error.cancelled:
                 code = WORKER_SHUTDOWN
@@ -271,11 +266,11 @@ class PythonExecutor:
             try:
                 call = call_for(self._rt, lease, command)
             except transient_errors():
-                return _not_started(lease, log_path, "the store cannot be read right now")
+                return not_started(lease, log_path, "the store cannot be read right now")
             except QlflowError as error:
                 problem = str(error)
         if self._closing.is_set() and not lease.started:
-            return _not_started(lease, log_path, "the executor is shutting down")
+            return not_started(lease, log_path, "the executor is shutting down")
         held = Held(lease)
         try:
             if not lease.started:
@@ -291,7 +286,7 @@ class PythonExecutor:
             log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
             return report(held.lease, None, None, None, log_path, error=str(error))
         except NotStarted:
-            return _not_started(held.lease, log_path, "the executor is shutting down")
+            return not_started(held.lease, log_path, "the executor is shutting down")
         if call is None or command is None:
             return self._failed_to_start(held, attempt_log, problem or "task unavailable", code)
         if self._closing.is_set():  # past the barrier: recorded, never run
@@ -300,13 +295,11 @@ class PythonExecutor:
         item = _Running(
             held.lease, handle, attempt_log, time.monotonic(), on_interrupt=command.on_interrupt
         )
-        with self._lock:
-            self._items[lease.attempt_id] = item
+        self._held.add(item)
         try:
             return self._supervise(item)
         finally:
-            with self._lock:
-                self._items.pop(lease.attempt_id, None)
+            self._held.remove(lease.attempt_id)
             if isinstance(handle, _ProcessHandle):
                 self.pool.release(handle.process)
 
@@ -318,17 +311,11 @@ class PythonExecutor:
     def _supervise(self, item: _Running) -> AttemptReport:
         interval_s = self.ttl_ms / 3000
         transient = transient_errors()
-        renewal_retried: tuple[type[BaseException], ...] = (QlflowError, *transient)
-        backoff = Backoff()
         running_at: float | None = time.monotonic() + RUNNING_AFTER_S
-        next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
-        deadline = StepDeadline()
+        keeper = LeaseKeeper(self._rt, self.ttl_ms, item.lease)
         while True:
             now = time.monotonic()
-            waits = [next_renew - now]
-            until_deadline = deadline.wait_s(self._rt, item.lease, now)
-            if until_deadline is not None and item.stop_reason is None:
-                waits.append(until_deadline)
+            waits = [keeper.wait_s(item, now)]
             if running_at is not None:
                 waits.append(running_at - now)
             if item.stop_asked_at is not None and item.handle.can_kill and not item.killed:
@@ -352,23 +339,9 @@ class PythonExecutor:
                 except QlflowError as error:
                     log.warning("attempt %s: mark_running: %s", item.lease.attempt_id, error)
                     running_at = None
-            if item.stop_reason is None and deadline.due(self._rt, item.lease, now):
-                item.renew_now = True  # the renewal's answer says if it is past its timeout
-            if item.renew_now or now >= next_renew:
-                item.renew_now = False
-                try:
-                    item.lease = self._rt.renew(item.lease, ttl_ms=self.ttl_ms)
-                    next_renew = time.monotonic() + _renew_after(item.lease, interval_s)
-                    recovered(backoff, item.lease, "renewal")
-                    if item.lease.stop_requested and item.stop_reason is None:
-                        item.stop_reason = "stop_requested"
-                    if item.lease.step_timed_out and item.stop_reason is None:
-                        item.stop_reason = STEP_TIMEOUT
-                except FenceError as error:
-                    return self._abandon(item, f"lease lost while running: {error}")
-                except renewal_retried as error:
-                    next_renew = time.monotonic() + min(interval_s, backoff.failed())
-                    retrying(backoff, item.lease, "renewal", error)
+            lost = keeper.tick(item, now)
+            if lost is not None:
+                return self._abandon(item, lost)
             if item.stop_reason is not None and item.stop_asked_at is None:
                 item.attempt_log.note(f"qlflow: asked to stop ({item.stop_reason})")
                 item.handle.request_stop()
@@ -410,7 +383,9 @@ class PythonExecutor:
             "stopped_by": item.stop_reason,
             "error": _cut(outcome.message) if recorded != Status.SUCCEEDED else None,
         }
-        status, error = self._complete(item, recorded, result_code, output, execution)
+        status, error = complete_held(
+            self._rt, item, recorded, result_code, output, execution, ttl_ms=self.ttl_ms
+        )
         return report(
             item.lease,
             status,
@@ -421,29 +396,6 @@ class PythonExecutor:
             error=error or (outcome.message if outcome.outcome != Status.SUCCEEDED else None),
         )
 
-    def _complete(
-        self,
-        held: Held,
-        outcome: str,
-        result_code: str | None,
-        output: dict[str, object] | None,
-        execution: Mapping[str, object] | None = None,
-    ) -> tuple[str | None, str | None]:
-        try:
-            status = until_recorded(
-                self._rt,
-                held,
-                "completion",
-                lambda lease: self._rt.complete(
-                    lease, outcome, result_code=result_code, output=output, execution=execution
-                ),
-                ttl_ms=self.ttl_ms,
-            )
-        except QlflowError as error:
-            log.warning("attempt %s: completion not recorded: %s", held.lease.attempt_id, error)
-            return None, str(error)
-        return status, None
-
     def _failed_to_start(
         self, held: Held, attempt_log: _AttemptLog, reason: str, result_code: str
     ) -> AttemptReport:
@@ -452,7 +404,9 @@ class PythonExecutor:
         # stopped by this host before it ran anything: interrupted, it runs again
         outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else Status.FAILED
         execution = {"log_path": str(attempt_log.path), "error": _cut(reason)}
-        status, error = self._complete(held, outcome, result_code, None, execution)
+        status, error = complete_held(
+            self._rt, held, outcome, result_code, None, execution, ttl_ms=self.ttl_ms
+        )
         return report(
             held.lease,
             status,
@@ -478,11 +432,6 @@ class PythonExecutor:
             error=reason,
         )
 
-    def _log_path(self, lease: Lease) -> Path:
-        run_folder = lease.run_id.replace(":", "_")
-        attempt = lease.attempt_id.replace(":", "_")
-        return self.log_dir / run_folder / f"{lease.step_key}-{attempt}.log"
-
 
 def call_for(rt: Runtime, lease: Lease, command: TaskCommand) -> Call:
     """The Call of a leased Attempt of a python Task (`command` from `resolve`): its
@@ -505,16 +454,6 @@ def call_for(rt: Runtime, lease: Lease, command: TaskCommand) -> Call:
     )
 
 
-def _not_started(lease: Lease, log_path: Path, reason: str) -> AttemptReport:
-    log.info("attempt %s: not started: %s", lease.attempt_id, reason)
-    return report(lease, None, None, None, log_path, error=reason)
-
-
 def _cut(text: str | None) -> str | None:
     """A message as an Attempt's execution record holds it (the log has all of it)."""
     return None if text is None or len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
-
-
-def _renew_after(lease: Lease, interval_s: float) -> float:
-    remaining_s = (lease.expires_at_ms - wall_clock_ms()) / 1000
-    return max(0.0, min(interval_s, remaining_s / 3))
