@@ -29,24 +29,10 @@ from domain.aggregate import RunAggregate, fold
 from domain.errors import AmbiguousId, InvalidInput, NotFound
 from domain.event_types import EventType
 from domain.records import Record
+from qlflow.export_layout import EVENT_COLUMNS, event_row
 
 FORMAT = "qlflow retention archive 1"
 _RUN_TABLES = {"runs": ("run_id",), "step_runs": ("run_id", "step_key")}
-_EVENT_COLUMNS = {
-    "global_position": int,
-    "event_id": str,
-    "stream_id": str,
-    "category": str,
-    "stream_version": int,
-    "type": str,
-    "at_ms": int,
-    "actor": str,
-    "run_id": str,
-    "causation_id": str,
-    "correlation_id": str,
-    "data": str,
-    "metadata": str,
-}
 
 
 def store_identity(reads: Any) -> str:
@@ -133,7 +119,7 @@ class Archiver:
                 db["archive_info"].insert(  # type: ignore[union-attr]
                     {"format": FORMAT, "store": self.identity, "source": self.source}
                 )
-                db["events"].create(_EVENT_COLUMNS, pk="global_position")  # type: ignore[union-attr]
+                db["events"].create(EVENT_COLUMNS, pk="global_position")  # type: ignore[union-attr]
             events = [_event_row(row, attempts) for row in rows]
             db["events"].upsert_all(events, pk="global_position")  # type: ignore[union-attr]
             for table, key in _RUN_TABLES.items():
@@ -226,26 +212,17 @@ def _log_rows(tx: Any, attempt_ids: Sequence[str]) -> list[dict[str, Any]]:
 
 def _event_row(row: Sequence[Any], run_of_attempt: dict[str, str]) -> dict[str, Any]:
     position, event_id, stream, version, type_, data, metadata = row
-    decoded = orjson.loads(metadata)
-    category, entity = streams.category(stream), streams.entity_id(stream)
-    run_id = entity if category in (streams.RUN, streams.STEPS) else None
-    if category == streams.LEASE:
-        run_id = run_of_attempt.get(entity)
-    return {
-        "global_position": position,
-        "event_id": event_id,
-        "stream_id": stream,
-        "category": category,
-        "stream_version": version,
-        "type": type_,
-        "at_ms": decoded.get("at_ms"),
-        "actor": decoded.get("actor"),
-        "run_id": run_id,
-        "causation_id": decoded.get("causation_id"),
-        "correlation_id": decoded.get("correlation_id"),
-        "data": data,
-        "metadata": metadata,
-    }
+    return event_row(
+        global_position=position,
+        event_id=event_id,
+        stream_id=stream,
+        stream_version=version,
+        type=type_,
+        metadata=orjson.loads(metadata),
+        data_json=data,
+        metadata_json=metadata,
+        run_of_attempt=run_of_attempt,
+    )
 
 
 # --- reading -----------------------------------------------------------------------------

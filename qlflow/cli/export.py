@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from domain import streams
 from eventstore import logs as log_store
 from qlflow.cli.app import ADMINISTER, JsonOption, app, wants_json
 from qlflow.cli.exits import CliError
@@ -26,6 +25,7 @@ from qlflow.cli.output import stdout_console, write_json
 from qlflow.cli.progress import replay_progress
 from qlflow.cli.times import TIME_HELP, optional_time, when
 from qlflow.clock import wall_clock_ms
+from qlflow.export_layout import EVENT_COLUMNS, event_row
 from qlflow.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -205,45 +205,21 @@ def _events(
         metadata = record.metadata
         if not _wanted(metadata.get("at_ms"), since_ms):
             continue
-        category = streams.category(record.stream_id)
-        entity = streams.entity_id(record.stream_id)
-        run_id = entity if category in (streams.RUN, streams.STEPS) else None
-        if category == streams.LEASE:
-            run_id = run_of_attempt.get(entity)
-        yield {
-            "global_position": record.global_position,
-            "event_id": record.event_id,
-            "stream_id": record.stream_id,
-            "category": category,
-            "stream_version": record.stream_version,
-            "type": record.type,
-            "at_ms": metadata.get("at_ms"),
-            "actor": metadata.get("actor"),
-            "run_id": run_id,
-            "causation_id": metadata.get("causation_id"),
-            "correlation_id": metadata.get("correlation_id"),
-            "data": orjson.dumps(record.data).decode(),
-            "metadata": orjson.dumps(metadata).decode(),
-        }
+        yield event_row(
+            global_position=record.global_position,
+            event_id=record.event_id,
+            stream_id=record.stream_id,
+            stream_version=record.stream_version,
+            type=record.type,
+            metadata=metadata,
+            data_json=orjson.dumps(record.data).decode(),
+            metadata_json=orjson.dumps(metadata).decode(),
+            run_of_attempt=run_of_attempt,
+        )
     if report is not None:
         report(head, head)
 
 
-_EVENT_COLUMNS = {
-    "global_position": int,
-    "event_id": str,
-    "stream_id": str,
-    "category": str,
-    "stream_version": int,
-    "type": str,
-    "at_ms": int,
-    "actor": str,
-    "run_id": str,
-    "causation_id": str,
-    "correlation_id": str,
-    "data": str,
-    "metadata": str,
-}
 _CHUNK_COLUMNS = ("attempt_id", "seq", "at_ms", "stream", "text", "bytes")
 _STATE_COLUMNS = (
     "attempt_id",
@@ -283,12 +259,12 @@ def _insert(
     rows: Iterable[dict[str, Any]],
     columns: Sequence[str] | None = None,
 ) -> int:
-    """Create `table` (typed from `_EVENT_COLUMNS` or from its rows) and insert `rows`
+    """Create `table` (typed from `EVENT_COLUMNS` or from its rows) and insert `rows`
     in batches; returns how many."""
     counted = _Counted(rows)
     target = db[table]
     if table == "events":
-        target.create(_EVENT_COLUMNS, pk="global_position", not_null={"event_id", "type"})  # type: ignore[union-attr]
+        target.create(EVENT_COLUMNS, pk="global_position", not_null={"event_id", "type"})  # type: ignore[union-attr]
     target.insert_all(counted, pk=key[0] if len(key) == 1 else key, batch_size=BATCH)  # type: ignore[union-attr]
     if not db[table].exists() and columns is not None:
         db[table].create(  # type: ignore[union-attr]
