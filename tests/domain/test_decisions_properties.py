@@ -11,7 +11,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.aggregate import RunAggregate
+from domain.aggregate import AttemptState, RunAggregate
 from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
 from domain.decision import Decision
@@ -223,13 +223,23 @@ def test_a_failure_skips_every_descendant_in_one_decision(needs, data):
 def assert_never_started_twice_behind_your_back(agg: RunAggregate, key: str) -> None:
     """A step crosses the start barrier again only after the host that ran it said how
     its start ended: a reported failure under the step's retry policy (at most
-    `max_attempts` of them) or an interruption (at most MAX_INTERRUPTIONS); never
-    after a lost Attempt, whose process may still be running."""
+    `max_attempts` of them: failed, or stopped by its host at the step's timeout) or
+    an interruption (at most MAX_INTERRUPTIONS); never after a lost Attempt, whose
+    process may still be running."""
     step = agg.steps[key]
     started = [agg.attempts[a] for a in step.attempt_ids if agg.attempts[a].started_lease_id]
+
+    def reported_failure(attempt: AttemptState) -> bool:
+        return attempt.status == "failed" or (
+            attempt.status == "timed_out" and attempt.result_code == "step_timeout"
+        )
+
     for earlier in started[:-1]:
-        assert earlier.status in ("failed", ATTEMPT_INTERRUPTED), (key, earlier.status)
-    failures = sum(1 for a in started if a.status == "failed")
+        assert reported_failure(earlier) or earlier.status == ATTEMPT_INTERRUPTED, (
+            key,
+            earlier.status,
+        )
+    failures = sum(1 for a in started if reported_failure(a))
     interruptions = sum(1 for a in started if a.status == ATTEMPT_INTERRUPTED)
     assert failures <= agg.plan.step(key).max_attempts, key
     assert interruptions <= MAX_INTERRUPTIONS + 1, key

@@ -20,7 +20,13 @@ and a clock that moves by milliseconds to minutes. After every step it checks:
     some of a Workflow with `max_running = 2` (they queue) whose first step's Task has
     a limit of 1 per `day`: at every step, no slot has more holders at the current
     instant than its limit (by the domain's own rules over every Run's aggregate), and
-    a queued Run is on no phase's page (it is no work until it takes its slot).
+    a queued Run is on no phase's page (it is no work until it takes its slot);
+(f) step timeouts: every step has its Task's 5 s timeout, `left` its own 2 s; some
+    workers hang and keep renewing,
+    and complete `timed_out` when a renewal says the step passed it: every Attempt
+    recorded `step_timeout` ended at or after its deadline, and counts as a retry;
+(g) reruns of finished Runs (some from a step) reuse what succeeded and run the rest,
+    under the same invariants and the same liveness.
 
 CI runs EXAMPLES state machines of up to 30 steps per store; QLFLOW_FUZZ_EXAMPLES=N
 scales that (tests/hypothesis_budget.py).
@@ -34,16 +40,19 @@ import uuid
 
 import psycopg
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import qlflow
+from domain.errors import FenceError
 from domain.phases import RUN_PHASES
 from domain.slots import HELD, attempt_slot, holds_until, run_slot_state
+from domain.transitions import STEP_TIMEOUT
 from domain.work import phase_work
 from eventstore.url import with_search_path
 from projections import candidates
+from qlflow.errors import InvalidInput
 from qlflow.testing import next_due
 from tests.domain.test_decisions_properties import assert_never_started_twice_behind_your_back
 from tests.hypothesis_budget import examples
@@ -54,6 +63,9 @@ T0 = 1_800_000_000_000
 TTL_MS = 5_000
 MOVES_MS = (1, 999, 1_000, 5_000, 30_000, 120_000)
 PAGE = 10_000
+TASK_TIMEOUT_MS = 5_000  # every step's, from its Task
+LEFT_TIMEOUT_MS = 2_000  # step left's own
+HANG_TTL_MS = 60_000  # a hanging step's host renews with this TTL
 
 
 def manifest() -> dict:
@@ -61,7 +73,7 @@ def manifest() -> dict:
     with a deadline that the clock may reach."""
     steps = [
         {"key": "fetch", "task": "t", "retry": {"max_attempts": 2, "backoff_ms": 1_000}},
-        {"key": "left", "task": "t", "needs": ["fetch"],
+        {"key": "left", "task": "t", "needs": ["fetch"], "timeout_ms": LEFT_TIMEOUT_MS,
          "retry": {"max_attempts": 3, "backoff_ms": 5_000}},
         {"key": "right", "task": "t", "needs": ["fetch"]},
         {"key": "join", "task": "t", "needs": ["left", "right"],
@@ -72,8 +84,12 @@ def manifest() -> dict:
     return {
         "package": {"name": "model", "publisher": "acme"},
         "tasks": {
-            "t": {"command": ["true"]},
-            "per_day": {"command": ["true"], "concurrency": {"limit": 1, "key": "{params.day}"}},
+            "t": {"command": ["true"], "timeout_ms": TASK_TIMEOUT_MS},
+            "per_day": {
+                "command": ["true"],
+                "timeout_ms": TASK_TIMEOUT_MS,
+                "concurrency": {"limit": 1, "key": "{params.day}"},
+            },
         },
         "workflows": {
             "open": {"params": params, "steps": steps},
@@ -101,6 +117,7 @@ class RuntimeModel(RuleBasedStateMachine):
         self.rt.publish(manifest(), now_ms=self.now)
         self.runs: dict[str, str] = {}  # admission key -> run id
         self.acknowledged: list[tuple] = []  # what replays must answer the same
+        self.hanging: list = []  # leases of workers whose step hangs; they keep renewing
 
     def teardown(self) -> None:
         try:
@@ -145,7 +162,7 @@ class RuntimeModel(RuleBasedStateMachine):
     def cycle(self) -> None:
         self.rt.cycle(now_ms=self.now)
 
-    @rule(outcome=st.sampled_from(["succeeded", "failed", "vanish"]))
+    @rule(outcome=st.sampled_from(["succeeded", "failed", "vanish", "hang"]))
     def work_one(self, outcome: str) -> None:
         leases = self.rt.lease_attempts("w", ttl_ms=TTL_MS, now_ms=self.now)
         if not leases:
@@ -153,8 +170,61 @@ class RuntimeModel(RuleBasedStateMachine):
         lease = self.rt.mark_running(leases[0], now_ms=self.now)
         if outcome == "vanish":  # the worker is gone: its lease expires, recovery acts
             return
+        if outcome == "hang":  # the step does not end; its host renews (f)
+            self.hanging.append(self.rt.renew(lease, ttl_ms=HANG_TTL_MS, now_ms=self.now))
+            return
         recorded = self.rt.complete(lease, outcome, now_ms=self.now)
         self.acknowledged.append(("complete", lease, outcome, self.now, recorded))
+
+    @precondition(lambda self: self.hanging)
+    @rule(at_deadline=st.booleans())
+    def renew_hanging(self, at_deadline: bool) -> None:
+        """(f) a host renews each hanging step (`at_deadline`: the clock first moves to
+        the earliest step deadline, where a host renews at once); past its timeout it
+        stops it and records it timed_out, under a cancel it stops it as asked."""
+        deadlines = [lease.step_deadline_ms for lease in self.hanging if lease.step_deadline_ms]
+        if at_deadline and deadlines:
+            self.now = max(self.now, min(deadlines))
+        still: list = []
+        for lease in self.hanging:
+            try:
+                lease = self.rt.renew(lease, ttl_ms=HANG_TTL_MS, now_ms=self.now)
+            except FenceError:  # its lease ran out first: recovery recorded it lost
+                continue
+            if lease.step_timed_out:
+                assert lease.step_deadline_ms is not None and self.now >= lease.step_deadline_ms
+                recorded = self.rt.complete(lease, "timed_out", now_ms=self.now)
+                event("a hanging step timed out")
+                self.acknowledged.append(("complete", lease, "timed_out", self.now, recorded))
+            elif lease.stop_requested:
+                self.rt.complete(lease, "failed", now_ms=self.now)
+            else:
+                still.append(lease)
+        self.hanging = still
+
+    @rule(index=st.integers(min_value=0, max_value=20), from_left=st.booleans())
+    def rerun(self, index: int, from_left: bool) -> None:
+        """(g) a rerun of a finished Run: same plan, from `left` or of what did not
+        succeed."""
+        finished = [r for r in self._all_runs() if self.rt.get_run(r).terminal]
+        if not finished:
+            return
+        source = finished[index % len(finished)]
+        key = f"rerun-{source}-{from_left}"
+        if not from_left and self.rt.get_run(source).status == "succeeded":
+            before = self._events()
+            with pytest.raises(InvalidInput, match="every step"):  # nothing would run again
+                self.rt.rerun(source, admission_key=key, now_ms=self.now)
+            assert self._events() == before
+            return
+        receipt = self.rt.rerun(
+            source, ["left"] if from_left else None, admission_key=key, now_ms=self.now
+        )
+        again = self.rt.rerun(
+            source, ["left"] if from_left else None, admission_key=key, now_ms=self.now
+        )
+        assert (again.run_id, again.status) == (receipt.run_id, "existing")
+        event("a finished Run was rerun")
 
     @precondition(lambda self: self.runs)
     @rule(index=st.integers(min_value=0, max_value=20))
@@ -227,11 +297,22 @@ class RuntimeModel(RuleBasedStateMachine):
 
     @invariant()
     def never_started_twice(self) -> None:
-        """(b) for every step of every Run."""
+        """(b) for every step of every Run; (f) a step timeout ends an Attempt only
+        past its deadline."""
         for run_id in self._all_runs():
             aggregate = self.rt.aggregate_at(run_id)
             for key in aggregate.steps:
                 assert_never_started_twice_behind_your_back(aggregate, key)
+            timed_out = [a for a in aggregate.attempts.values() if a.result_code == STEP_TIMEOUT]
+            if timed_out:
+                view = self.rt.get_run(run_id)
+                ended = {
+                    a.attempt_id: a.ended_at_ms for s in view.steps.values() for a in s.attempts
+                }
+                for attempt in timed_out:
+                    timeout = LEFT_TIMEOUT_MS if attempt.step_key == "left" else TASK_TIMEOUT_MS
+                    assert attempt.started_at_ms is not None
+                    assert ended[attempt.attempt_id] >= attempt.started_at_ms + timeout
 
     # -- (c) ----------------------------------------------------------------------------
 
@@ -239,6 +320,7 @@ class RuntimeModel(RuleBasedStateMachine):
         self.rt.cycle(now_ms=self.now)  # arms the schedule if no cycle has yet
         for view in self.rt.schedules():  # the Runs it fired must end; no new ones
             self.rt.pause_schedule(view.schedule_id, now_ms=self.now)
+        self.hanging = []  # their hosts are gone: the leases expire
         for _ in range(LIVENESS_ROUNDS):
             self.rt.cycle(now_ms=self.now)
             for lease in self.rt.lease_attempts("w", limit=20, ttl_ms=TTL_MS, now_ms=self.now):
