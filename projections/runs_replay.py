@@ -24,9 +24,12 @@ from collections.abc import Callable, Iterable, Sequence
 
 from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
-from domain.event_types import Family, of
+from domain.event_types import EventType, Family, of
+from domain.flow import PlanFlow
+from domain.plan_record import flow_from_data
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
+from domain.work import at_rest
 from projections.runs_fold import (
     _fold_family,
     _named_and_created,
@@ -35,11 +38,12 @@ from projections.runs_fold import (
     _select_steps_with_live_attempts,
 )
 from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_RUNS
-from projections.runs_windows import _refresh_work, _run_streams
+from projections.runs_windows import _refresh_at_rest, _refresh_work, _run_streams
 
 REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
 HELD_RECORDS = 50_000  # records held in all Runs' streams before the longest are folded
 _RUN_ENDED = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
+_WORKFLOW_ADMITTED = EventType.WORKFLOW_ADMITTED.value
 
 Insert = Callable[[str, Sequence[str], list[tuple]], None]
 """`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""
@@ -50,11 +54,12 @@ class _Held:
     records since, per stream, in log order. `whole`: every record of the Run since its
     admission went through this replay (False: earlier ones are read back at its end)."""
 
-    __slots__ = ("aggregate", "leases", "records", "run", "steps", "whole")
+    __slots__ = ("aggregate", "flow", "leases", "records", "run", "steps", "whole")
 
     def __init__(self, whole: bool) -> None:
         self.whole = whole
         self.aggregate: RunAggregate | None = None
+        self.flow: PlanFlow | None = None  # what its plan binds of flow control
         self.run: list[Record] = []
         self.steps: list[Record] = []
         self.leases: dict[str, list[Record]] = {}
@@ -105,6 +110,8 @@ class Replay:
                 if streams.whole:
                     streams.run.append(record)
                     streams.records += 1
+                    if record.type == _WORKFLOW_ADMITTED:
+                        streams.flow = flow_from_data(record.data["plan"], record)
                 if record.type in _RUN_ENDED:
                     ending.add(entity_id)
             elif family == _STEPS:
@@ -144,9 +151,23 @@ class Replay:
     def _leave(self, run_ids: list[str], *, strict: bool) -> None:
         """Fold these Runs, store their windows and rows, and let them go. Not `strict`:
         a Run whose records do not fold yet (the batch ended inside its append) stays."""
-        held = self._held
+        held, rows = self._held, self._rows
+        done, resting = [], {}
+        for run_id in run_ids:
+            streams, run = held[run_id], rows.runs.get(run_id)
+            if streams.whole and streams.flow is not None and run and at_rest(run["status"]):
+                resting[run_id] = (run, streams.flow)  # the domain needs no fold of it
+        if resting:
+            attempts: dict[str, list] = {run_id: [] for run_id in resting}
+            for attempt in rows.attempts.values():
+                found_attempts = attempts.get(attempt["run_id"])
+                if found_attempts is not None:
+                    found_attempts.append(attempt)
+            for run_id, (run, flow) in resting.items():
+                _refresh_at_rest(run, attempts[run_id], flow)
+                done.append(run_id)
+        run_ids = [run_id for run_id in run_ids if run_id not in resting]
         found = _run_streams(self._tx, [r for r in run_ids if not held[r].whole], self._last)
-        done = []
         for run_id in run_ids:
             streams = held[run_id]
             try:
