@@ -22,10 +22,12 @@ snapshots correct and needs no exclusive table lock.
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, ClassVar
 
 import orjson
@@ -118,6 +120,16 @@ class BaseReplaySession(ABC):
     def close(self) -> None:
         """Close the connection (the copies go with it)."""
 
+    @abstractmethod
+    def _log_reader(self) -> BaseTransaction:
+        """A Transaction on a new connection of its own to the same store, each
+        statement its own short read transaction (`read_ahead`'s; closed by
+        `_close_reader`)."""
+
+    @abstractmethod
+    def _close_reader(self, reader: BaseTransaction) -> None:
+        """Close the connection of a `_log_reader`."""
+
     # -- shared --------------------------------------------------------------------------
 
     def live(self, table: str) -> str:
@@ -143,11 +155,60 @@ class BaseReplaySession(ABC):
 
     def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
         """The stored rows (EVENT_COLUMNS) after `after_position`, in position order."""
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
-        sql += " ORDER BY global_position"
-        if limit is None:
-            return self.tx.query(sql, (after_position,))
-        return self.tx.query(sql + " LIMIT ?", (after_position, limit))
+        return _read_rows(self.tx, "events", after_position, limit)
+
+    @contextmanager
+    def read_ahead(
+        self, after_position: int, batch: int, *, decode: bool = True
+    ) -> Iterator[Iterator[list[Any]]]:
+        """The log after `after_position`, `batch` events at a time (the last batch
+        shorter, maybe empty), each as `read_log` gives it (`decode`) or as `read_rows`
+        does, read one batch ahead: a thread reads (and decodes) the next batch on a
+        connection of its own while the caller folds the current one, each batch in a
+        short read transaction of its own. At most two batches wait beside the one
+        being read, so memory does not grow with the log (docs/DESIGN.md, "Rebuild").
+        The thread stops when the caller leaves the block."""
+        ready: queue.Queue[tuple[list[Any] | None, BaseException | None]] = queue.Queue(1)
+        stop = threading.Event()
+        events = self.live("events")
+
+        def read() -> None:
+            try:
+                reader = self._log_reader()
+                try:
+                    position = after_position
+                    while not stop.is_set():
+                        rows = _read_rows(reader, events, position, batch)
+                        found = [LazyRecord(row) for row in rows] if decode else rows
+                        ready.put((found, None))
+                        if len(rows) < batch:
+                            return
+                        position = rows[-1][0]
+                finally:
+                    self._close_reader(reader)
+            except BaseException as error:  # handed to the caller, raised there
+                ready.put((None, error))
+
+        def batches() -> Iterator[list[Any]]:
+            while True:
+                found, error = ready.get()
+                if error is not None:
+                    raise error
+                assert found is not None
+                yield found
+                if len(found) < batch:
+                    return
+
+        thread = threading.Thread(target=read, name="qlflow-read-ahead", daemon=True)
+        thread.start()
+        try:
+            yield batches()
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a waiting put, then let it see `stop`
+                with suppress(queue.Empty):
+                    ready.get(timeout=0.05)
+            thread.join()
 
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""
@@ -172,6 +233,16 @@ class BaseReplaySession(ABC):
         )
         count: int = self.tx.query(f"SELECT COUNT(*) FROM {live}")[0][0]
         return count
+
+
+def _read_rows(tx: Any, table: str, after_position: int, limit: int | None) -> list[Row]:
+    sql = f"SELECT {EVENT_COLUMNS} FROM {table} WHERE global_position > ?"
+    sql += " ORDER BY global_position"
+    if limit is None:
+        rows: list[Row] = tx.query(sql, (after_position,))
+        return rows
+    found: list[Row] = tx.query(sql + " LIMIT ?", (after_position, limit))
+    return found
 
 
 def _listed(alias: str, columns: Sequence[str]) -> str:
