@@ -7,7 +7,8 @@ the same name. So the projection modules' own folds, run on that session, write 
 fresh copy, while every other connection (the runtime's, other replicas') still sees
 only the live tables.
 
-A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`. A
+A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`; a
+`Replay` whose `folds_nothing` is true (snapshots) is handed no records at all. A
 `Replay` folds batch after batch (`apply(records)`) like `apply` does, but may hold
 rows in memory between batches as long as it writes them all by `flush()`; `insert`
 adds new rows to a copy in bulk (the session's `insert`). The log is read once and
@@ -140,8 +141,11 @@ class ReplayCopy:
         self.check: LogCheck | None = None  # verify's: the log checked as it is read
         self.failure: Exception | None = None  # what stopped the folds, under a check
         self._folds = [
-            (module.STREAM_PREFIXES, _replayer(module, session.tx, session.insert))
+            (module.STREAM_PREFIXES, fold)
             for module in registry.modules()
+            if not getattr(
+                fold := _replayer(module, session.tx, session.insert), "folds_nothing", False
+            )
         ]
         # category prefix -> the folds its streams go to (every prefix is a category's)
         self._routes: dict[str, tuple[int, ...]] = {}

@@ -162,34 +162,6 @@ _LEASE_RENEWED = EventType.LEASE_RENEWED.value
 _LEASE_COMPLETED = EventType.LEASE_COMPLETED.value
 
 
-def _named_and_created(
-    records: Sequence[Record],
-) -> tuple[set[str], set[str], set[str], set[str]]:
-    """`_named` and `_created` in one pass: (Runs named, Attempts named, Runs
-    admitted, Attempts claimed)."""
-    run_ids: set[str] = set()
-    attempt_ids: set[str] = set()
-    admitted: set[str] = set()
-    claimed: set[str] = set()
-    for record in records:
-        family, _, entity_id = record.stream_id.partition("-")
-        if family == _RUN:
-            run_ids.add(entity_id)
-            kind = record.type
-            if kind.startswith(_ATTEMPT_EVENT):
-                attempt_id = record.data["attempt_id"]
-                attempt_ids.add(attempt_id)
-                if kind == _ATTEMPT_CLAIMED:
-                    claimed.add(attempt_id)
-            elif kind == _WORKFLOW_ADMITTED:
-                admitted.add(entity_id)
-        elif family == _STEPS:
-            run_ids.add(entity_id)
-        elif family == _LEASE:
-            attempt_ids.add(entity_id)
-    return run_ids, attempt_ids, admitted, claimed
-
-
 _STEPS_WITH_LIVE_ATTEMPTS = (
     f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
     f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
