@@ -594,6 +594,7 @@ class PostgresReplaySession(BaseReplaySession):
 
     temp_schema = "pg_temp"
     null_safe_equal = "IS NOT DISTINCT FROM"
+    reads_ahead = True  # the server reads the next batch while this process folds
 
     def __init__(self, url: str, lock_timeout_ms: int) -> None:
         self._url, self._lock_timeout_ms = url, lock_timeout_ms

@@ -27,7 +27,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
 import orjson
@@ -92,6 +92,10 @@ class BaseReplaySession(ABC):
     live_schema: str
     temp_schema: str
     null_safe_equal: ClassVar[str]  # the operator that compares rows with NULLs as equal
+    # whether `read_ahead` reads on a thread: worth it where the database does the
+    # reading's work in a process of its own (PostgreSQL), not where the reading is
+    # this process's own work under the same interpreter lock (SQLite)
+    reads_ahead: ClassVar[bool] = False
     tx: BaseTransaction
 
     # -- what each adapter implements ----------------------------------------------------
@@ -163,12 +167,17 @@ class BaseReplaySession(ABC):
     ) -> Iterator[Iterator[list[Any]]]:
         """The log after `after_position`, `batch` events at a time (the last batch
         shorter, maybe empty), each as `read_log` gives it (`decode`) or as `read_rows`
-        does, read one batch ahead: a thread reads (and decodes) the next batch on a
-        connection of its own while the caller folds the current one, each batch in a
-        short read transaction of its own. At most two batches wait beside the one
-        being read, so memory does not grow with the log (docs/DESIGN.md, "Rebuild").
-        The thread stops when the caller leaves the block."""
-        ready: queue.Queue[tuple[list[Any] | None, BaseException | None]] = queue.Queue(1)
+        does, each batch in a short read transaction of its own. Where the session
+        `reads_ahead`, a thread reads (and decodes) the next batch on a connection of
+        its own while the caller folds the current one. At most two batches are in memory (the one
+        folded, the one read), so memory does not grow with the log (docs/DESIGN.md,
+        "Rebuild"). The thread stops when the caller leaves the block."""
+        if not self.reads_ahead:
+            yield self._batches(after_position, batch, decode)
+            return
+        ready: queue.SimpleQueue[tuple[list[Any] | None, BaseException | None]]
+        ready = queue.SimpleQueue()
+        wanted = threading.Semaphore(1)  # a batch is read once the one before is taken
         stop = threading.Event()
         events = self.live("events")
 
@@ -177,7 +186,10 @@ class BaseReplaySession(ABC):
                 reader = self._log_reader()
                 try:
                     position = after_position
-                    while not stop.is_set():
+                    while True:
+                        wanted.acquire()
+                        if stop.is_set():
+                            return
                         rows = _read_rows(reader, events, position, batch)
                         found = [LazyRecord(row) for row in rows] if decode else rows
                         ready.put((found, None))
@@ -195,6 +207,8 @@ class BaseReplaySession(ABC):
                 if error is not None:
                     raise error
                 assert found is not None
+                if len(found) == batch:
+                    wanted.release()  # the next batch is read while this one is folded
                 yield found
                 if len(found) < batch:
                     return
@@ -205,10 +219,20 @@ class BaseReplaySession(ABC):
             yield batches()
         finally:
             stop.set()
-            while thread.is_alive():  # unblock a waiting put, then let it see `stop`
-                with suppress(queue.Empty):
-                    ready.get(timeout=0.05)
+            wanted.release()  # a thread waiting to read sees `stop` and ends
             thread.join()
+
+    def _batches(self, after_position: int, batch: int, decode: bool) -> Iterator[list[Any]]:
+        """`read_ahead` without the thread: each batch read when asked for, in a short
+        read transaction of its own on this connection."""
+        position = after_position
+        while True:
+            with self.reading():
+                rows = self.read_rows(position, batch)
+            yield [LazyRecord(row) for row in rows] if decode else rows
+            if len(rows) < batch:
+                return
+            position = rows[-1][0]
 
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""

@@ -31,6 +31,7 @@ read models writes nothing. Readers see the old rows or the new rows, never a mi
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -183,7 +184,7 @@ class ReplayCopy:
         self._total = self._session.head_position()
         check = self.check
         read_ahead = self._session.read_ahead(self.position, batch, decode=check is None)
-        with _no_cycle_collection():
+        with _fewer_collections():
             with read_ahead as batches:
                 for found in batches:
                     with self._session.reading():
@@ -307,22 +308,36 @@ class ReplayCopy:
             self.failure = exc
 
 
+REPLAY_GC_THRESHOLD = 100_000  # allocations between young collections while replaying
+_gc_lock = threading.Lock()
+_gc_replays = 0  # replays running in this process
+_gc_threshold: tuple[int, ...] = ()  # what the first of them found
+
+
 @contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """The cyclic garbage collector paused while the replay runs: a replay holds tens
-    of thousands of decoded records and rows and makes and drops as many per batch,
-    none of them in a reference cycle, so each collection walks them all for nothing
-    (a quarter of a rebuild's time, docs/DESIGN.md "Rebuild"). Reference counting
-    still frees every record and row as it is dropped. Restored on exit; a collector
-    someone else paused stays paused."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
+def _fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector run less often while a replay runs: a replay
+    makes and drops tens of thousands of decoded records and rows per batch, none of
+    them in a reference cycle, and holds as many, so at the default threshold (a
+    young collection every 700 allocations, a full one walking every held record
+    every few hundred) collections took a quarter of a rebuild's time
+    (docs/DESIGN.md "Rebuild"). Reference counting still frees every record and row as
+    it is dropped, and the collector still runs, about a hundred times less often (so
+    memory stays bounded; paused altogether, the process grew with the log). The
+    threshold the first replay found is restored when the last one ends."""
+    global _gc_replays, _gc_threshold
+    with _gc_lock:
+        if _gc_replays == 0:
+            _gc_threshold = gc.get_threshold()
+            gc.set_threshold(REPLAY_GC_THRESHOLD, *_gc_threshold[1:])
+        _gc_replays += 1
     try:
         yield
     finally:
-        if paused:
-            gc.enable()
+        with _gc_lock:
+            _gc_replays -= 1
+            if _gc_replays == 0:
+                gc.set_threshold(*_gc_threshold)
 
 
 class _Apply:
