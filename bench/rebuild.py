@@ -16,7 +16,10 @@ replace full ones), then `verify` with `--verify`. The best round of each is com
 (noise on a shared machine only ever slows a round): target rebuild >= 0.8x raw.
 Each process reports its peak RSS, which must not grow with the log's size.
 `--profile` adds one rebuild under cProfile per size: its top lines and
-`orjson.loads` calls per event. Prints a table and writes bench/results/rebuild.json.
+`orjson.loads` calls per event (the main thread's only: on PostgreSQL the read-ahead
+thread decodes each event's data unseen, so add 1.0 there). Each process also
+reports its CPU seconds, steadier than the wall clock on a loaded machine. Prints a
+table and writes bench/results/rebuild.json.
 PostgreSQL runs when --pg (or QLFLOW_TEST_PG_URL) is given, in a fresh schema dropped
 afterwards; `--dir` keeps the SQLite files and `--pg-schema` the PostgreSQL schemas
 (one per size), and a later run reuses them.
