@@ -16,7 +16,10 @@ replace full ones), then `verify` with `--verify`. The best round of each is com
 (noise on a shared machine only ever slows a round): target rebuild >= 0.8x raw.
 Each process reports its peak RSS, which must not grow with the log's size.
 `--profile` adds one rebuild under cProfile per size: its top lines and
-`orjson.loads` calls per event. Prints a table and writes bench/results/rebuild.json.
+`orjson.loads` calls per event (the main thread's only: on PostgreSQL the read-ahead
+thread decodes each event's data unseen, so add 1.0 there). Each process also
+reports its CPU seconds, steadier than the wall clock on a loaded machine. Prints a
+table and writes bench/results/rebuild.json.
 PostgreSQL runs when --pg (or QLFLOW_TEST_PG_URL) is given, in a fresh schema dropped
 afterwards; `--dir` keeps the SQLite files and `--pg-schema` the PostgreSQL schemas
 (one per size), and a later run reuses them.
@@ -242,11 +245,17 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(kind: str, url: str) -> dict:
     """One measurement in this process: `raw` (iter_all), `rebuild`, `verify` or
     `profile` (a rebuild under cProfile)."""
     store = open_store(url)
     try:
+        cpu_started = _cpu_seconds()
         started = time.perf_counter()
         result: dict = {}
         if kind == "raw":
@@ -263,6 +272,7 @@ def measure(kind: str, url: str) -> dict:
             profile.disable()
             result.update(_profile_lines(profile, events))
         seconds = time.perf_counter() - started
+        cpu = _cpu_seconds() - cpu_started
     finally:
         store.close()
     return {
@@ -270,6 +280,10 @@ def measure(kind: str, url: str) -> dict:
         "events": events,
         "seconds": seconds,
         "events_per_s": events / seconds if seconds else 0.0,
+        # this process's CPU (every thread), not the database server's: steadier than
+        # the wall clock on a loaded machine
+        "cpu_seconds": cpu,
+        "events_per_cpu_s": events / cpu if cpu else 0.0,
         "peak_rss_mb": _peak_rss_mb(),
     }
 
@@ -370,24 +384,34 @@ def bench_size(
 
 def render(results: dict, console: Console) -> None:
     table = Table(title="rebuild and verify vs raw iter_all (same run, best round of each)")
-    for column in ("store", "events", "what", "events/s", "x raw", "peak RSS MB", "loads/event"):
+    columns = ("store", "events", "what", "events/s", "x raw", "CPU events/s", "x raw CPU")
+    for column in (*columns, "peak RSS MB", "loads/event"):
         table.add_column(column, justify="right")
     for dialect, sizes in results["dialects"].items():
         for r in sizes.values():
+            raw_cpu = _best_cpu(r["rounds"]["raw"])
             for kind, best in r["best"].items():
                 profile = r.get("profile" + (BEFORE if kind.endswith(BEFORE) else ""))
+                cpu = _best_cpu(r["rounds"][kind])
                 table.add_row(
                     dialect,
                     f"{r['events']:,}",
                     kind,
                     f"{best['events_per_s']:,.0f}",
                     f"{best['events_per_s'] / r['best']['raw']['events_per_s']:.2f}",
+                    f"{cpu:,.0f}" if cpu else "",
+                    f"{cpu / raw_cpu:.2f}" if cpu and raw_cpu else "",
                     f"{r['peak_rss_mb'][kind]:.0f}",
                     f"{profile['loads_per_event']:.2f}"
                     if profile and kind.startswith("rebuild")
                     else "",
                 )
     console.print(table)
+
+
+def _best_cpu(rounds: list[dict]) -> float:
+    """The best events per CPU second over the rounds (0: not measured)."""
+    return max((r.get("events_per_cpu_s", 0.0) for r in rounds), default=0.0)
 
 
 def _pg_schema_url(url: str, schema: str) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from domain.errors import CorruptionError, PlanError
-from domain.flow import NO_FLOW, plan_flow
+from domain.flow import NO_FLOW, PlanFlow, plan_flow
 from domain.graph import DependencyCycle, UnknownNeed, topological_order
 from domain.notify import plan_notify
 from domain.plan import ExecutionPlan, PlanStep
@@ -56,7 +56,7 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
         )
         params = tuple(sorted(value.get("params", {}).items()))
         notify = plan_notify(value["notify"]) if "notify" in value else ()
-        flow = plan_flow(value["flow"], tuple(s.key for s in steps)) if "flow" in value else NO_FLOW
+        flow = _flow_of(value, tuple(s.key for s in steps))
         plan = ExecutionPlan(
             **{f: value[f] for f in _PLAN_FIELDS},
             steps=steps,
@@ -84,6 +84,21 @@ def plan_from_data(value: Any, record: Record) -> ExecutionPlan:
         if step.initial_status != expected:
             raise corrupt(record, f"plan step {step.key!r} must start {expected!r}")
     return plan
+
+
+def _flow_of(value: Mapping[str, Any], step_keys: tuple[str, ...]) -> PlanFlow:
+    return plan_flow(value["flow"], step_keys) if "flow" in value else NO_FLOW
+
+
+def flow_from_data(value: Any, record: Record) -> PlanFlow:
+    """What the admitted plan binds of flow control, read back alone (as
+    `plan_from_data` reads it, without the rest of the plan)."""
+    try:
+        return _flow_of(value, tuple(step["key"] for step in value["steps"]))
+    except (KeyError, TypeError) as error:
+        raise corrupt(record, f"the plan is missing a field: {error!r}") from None
+    except PlanError as error:
+        raise corrupt(record, f"the plan's notify or flow is invalid: {error}") from None
 
 
 def _retry_of(step: Mapping[str, Any]) -> dict[str, int]:

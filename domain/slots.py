@@ -27,7 +27,7 @@ from typing import Final
 from domain.aggregate import AttemptState, RunAggregate, effective_intent
 from domain.decision import EMPTY, Decision, DecisionBuilder, check_now
 from domain.event_types import EventType
-from domain.flow import SlotRef, effective_limit
+from domain.flow import PlanFlow, SlotRef, effective_limit
 from domain.ids import ADMISSION_EVENT, derive_id
 from domain.transitions import LEASE_LEASED
 
@@ -45,16 +45,28 @@ def holds_until(attempt: AttemptState) -> int | None:
     """Until when the Attempt holds its slot: its lease's expiry while the lease is
     held (not completed, not released), else None."""
     lease = attempt.lease
-    if lease is None or lease.status != LEASE_LEASED:
+    if lease is None:
         return None
-    return lease.expires_at_ms
+    return lease_holds_until(lease.status, lease.expires_at_ms)
+
+
+def lease_holds_until(lease_status: str | None, expires_at_ms: int | None) -> int | None:
+    """`holds_until` from the Attempt's lease as its last lease record left it (its
+    status and expiry; None: never leased)."""
+    return expires_at_ms if lease_status == LEASE_LEASED else None
 
 
 def run_slot_state(aggregate: RunAggregate) -> str | None:
     """`HELD`, `QUEUED`, or None: the Run has no Workflow limit, or it ended."""
-    if aggregate.plan.flow.run_slot is None or aggregate.run.is_terminal:
+    return slot_state_of(aggregate.plan.flow, aggregate.run.is_terminal, aggregate.run.queued)
+
+
+def slot_state_of(flow: PlanFlow, ended: bool, queued: bool) -> str | None:
+    """`run_slot_state` from the Run's plan flow, whether it ended and whether it is
+    queued (an ended Run holds nothing, queued or not)."""
+    if flow.run_slot is None or ended:
         return None
-    return QUEUED if aggregate.run.queued else HELD
+    return QUEUED if queued else HELD
 
 
 def effective_slots(ref: SlotRef, overrides: Mapping[str, int]) -> int:

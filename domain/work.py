@@ -11,7 +11,9 @@ has work:
   `decide_<phase>(aggregate, now_ms)` returns records;
 - `grant_work(aggregate)` -> {attempt_id: WorkSet}: the instants at which
   `grant_lease` would lease the Attempt (what a worker may claim);
-- `phase_windows` / `grant_windows`: the same as the index stores them.
+- `phase_windows` / `grant_windows`: the same as the index stores them;
+- `at_rest(status)`: whether a Run in that status has no work at all, at any
+  instant, without folding it (an ended Run; a rebuild asks it first).
 
 A Window is half-open, `[opens_ms, closes_ms)`, `closes_ms` None for never. Nothing
 is assumed about the shape of the work in time: a decision is called at every
@@ -37,7 +39,7 @@ from domain.errors import FenceError, InvalidInput
 from domain.frontier import decide_frontier
 from domain.phases import CANCELLATION, CLAIM, FRONTIER, RECOVERY
 from domain.recovery import decide_recovery
-from domain.transitions import MIN_LEASE_TTL_MS, STEP_READY
+from domain.transitions import MIN_LEASE_TTL_MS, RUN_TERMINAL, STEP_READY
 from domain.worker import grant_lease
 
 DECISIONS: Mapping[str, Callable[..., Decision]] = {
@@ -127,6 +129,16 @@ def grant_windows(aggregate: RunAggregate) -> dict[str, Window]:
         for attempt_id, work in grant_work(aggregate).items()
         if (window := stored_window(work)) is not None
     }
+
+
+def at_rest(status: str) -> bool:
+    """Whether a Run whose status is `status` has no work: every phase's WorkSet and
+    every Attempt's grant WorkSet empty, whatever else the aggregate holds. True of an
+    ended Run: each decision and the lease grant start by refusing one
+    (`RunState.is_terminal`); tests/domain/test_work.py checks it against
+    `phase_work` and `grant_work`. A caller that knows the status may then skip the
+    fold and the probing (docs/DESIGN.md, "Rebuild")."""
+    return status in RUN_TERMINAL
 
 
 def stored_window(work: WorkSet) -> Window | None:

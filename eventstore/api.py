@@ -213,6 +213,14 @@ class ReplaySession(Protocol):
         data text, metadata text) after `after_position`, in position order."""
         ...
 
+    def read_ahead(
+        self, after_position: int, batch: int, *, decode: bool = True
+    ) -> AbstractContextManager[Iterator[list[Any]]]:
+        """The log after `after_position` in batches of `batch` events (the last one
+        shorter), as `read_log` (`decode`) or `read_rows` gives them, the next batch
+        read by a thread on a connection of its own while the caller folds this one."""
+        ...
+
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""
         ...

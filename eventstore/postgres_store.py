@@ -594,8 +594,10 @@ class PostgresReplaySession(BaseReplaySession):
 
     temp_schema = "pg_temp"
     null_safe_equal = "IS NOT DISTINCT FROM"
+    reads_ahead = True  # the server reads the next batch while this process folds
 
     def __init__(self, url: str, lock_timeout_ms: int) -> None:
+        self._url, self._lock_timeout_ms = url, lock_timeout_ms
         self._conn = psycopg.connect(url, autocommit=False)
         try:
             bounded_session(lock_timeout_ms, False, self._conn)
@@ -646,6 +648,19 @@ class PostgresReplaySession(BaseReplaySession):
 
     def close(self) -> None:
         self._conn.close()
+
+    def _log_reader(self) -> PostgresTransaction:
+        conn = psycopg.connect(self._url, autocommit=True)
+        try:
+            bounded_session(self._lock_timeout_ms, False, conn)
+        except BaseException:
+            conn.close()
+            raise
+        return PostgresTransaction(conn, self._lock_timeout_ms)
+
+    def _close_reader(self, reader: BaseTransaction) -> None:
+        assert isinstance(reader, PostgresTransaction)
+        reader._conn.close()
 
 
 def _check_when_spoken_to(conn: psycopg.Connection) -> None:

@@ -22,10 +22,12 @@ snapshots correct and needs no exclusive table lock.
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
 import orjson
@@ -90,6 +92,10 @@ class BaseReplaySession(ABC):
     live_schema: str
     temp_schema: str
     null_safe_equal: ClassVar[str]  # the operator that compares rows with NULLs as equal
+    # whether `read_ahead` reads on a thread: worth it where the database does the
+    # reading's work in a process of its own (PostgreSQL), not where the reading is
+    # this process's own work under the same interpreter lock (SQLite)
+    reads_ahead: ClassVar[bool] = False
     tx: BaseTransaction
 
     # -- what each adapter implements ----------------------------------------------------
@@ -118,6 +124,16 @@ class BaseReplaySession(ABC):
     def close(self) -> None:
         """Close the connection (the copies go with it)."""
 
+    @abstractmethod
+    def _log_reader(self) -> BaseTransaction:
+        """A Transaction on a new connection of its own to the same store, each
+        statement its own short read transaction (`read_ahead`'s; closed by
+        `_close_reader`)."""
+
+    @abstractmethod
+    def _close_reader(self, reader: BaseTransaction) -> None:
+        """Close the connection of a `_log_reader`."""
+
     # -- shared --------------------------------------------------------------------------
 
     def live(self, table: str) -> str:
@@ -143,11 +159,80 @@ class BaseReplaySession(ABC):
 
     def read_rows(self, after_position: int, limit: int | None = None) -> list[Row]:
         """The stored rows (EVENT_COLUMNS) after `after_position`, in position order."""
-        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position > ?"
-        sql += " ORDER BY global_position"
-        if limit is None:
-            return self.tx.query(sql, (after_position,))
-        return self.tx.query(sql + " LIMIT ?", (after_position, limit))
+        return _read_rows(self.tx, "events", after_position, limit)
+
+    @contextmanager
+    def read_ahead(
+        self, after_position: int, batch: int, *, decode: bool = True
+    ) -> Iterator[Iterator[list[Any]]]:
+        """The log after `after_position`, `batch` events at a time (the last batch
+        shorter, maybe empty), each as `read_log` gives it (`decode`) or as `read_rows`
+        does, each batch in a short read transaction of its own. Where the session
+        `reads_ahead`, a thread reads (and decodes) the next batch on a connection of
+        its own while the caller folds the current one. At most two batches are in memory (the one
+        folded, the one read), so memory does not grow with the log (docs/DESIGN.md,
+        "Rebuild"). The thread stops when the caller leaves the block."""
+        if not self.reads_ahead:
+            yield self._batches(after_position, batch, decode)
+            return
+        ready: queue.SimpleQueue[tuple[list[Any] | None, BaseException | None]]
+        ready = queue.SimpleQueue()
+        wanted = threading.Semaphore(1)  # a batch is read once the one before is taken
+        stop = threading.Event()
+        events = self.live("events")
+
+        def read() -> None:
+            try:
+                reader = self._log_reader()
+                try:
+                    position = after_position
+                    while True:
+                        wanted.acquire()
+                        if stop.is_set():
+                            return
+                        rows = _read_rows(reader, events, position, batch)
+                        found = [LazyRecord(row) for row in rows] if decode else rows
+                        ready.put((found, None))
+                        if len(rows) < batch:
+                            return
+                        position = rows[-1][0]
+                finally:
+                    self._close_reader(reader)
+            except BaseException as error:  # handed to the caller, raised there
+                ready.put((None, error))
+
+        def batches() -> Iterator[list[Any]]:
+            while True:
+                found, error = ready.get()
+                if error is not None:
+                    raise error
+                assert found is not None
+                if len(found) == batch:
+                    wanted.release()  # the next batch is read while this one is folded
+                yield found
+                if len(found) < batch:
+                    return
+
+        thread = threading.Thread(target=read, name="qlflow-read-ahead", daemon=True)
+        thread.start()
+        try:
+            yield batches()
+        finally:
+            stop.set()
+            wanted.release()  # a thread waiting to read sees `stop` and ends
+            thread.join()
+
+    def _batches(self, after_position: int, batch: int, decode: bool) -> Iterator[list[Any]]:
+        """`read_ahead` without the thread: each batch read when asked for, in a short
+        read transaction of its own on this connection."""
+        position = after_position
+        while True:
+            with self.reading():
+                rows = self.read_rows(position, batch)
+            yield [LazyRecord(row) for row in rows] if decode else rows
+            if len(rows) < batch:
+                return
+            position = rows[-1][0]
 
     def head_position(self) -> int:
         """The highest committed position, read in a short transaction of its own."""
@@ -172,6 +257,16 @@ class BaseReplaySession(ABC):
         )
         count: int = self.tx.query(f"SELECT COUNT(*) FROM {live}")[0][0]
         return count
+
+
+def _read_rows(tx: Any, table: str, after_position: int, limit: int | None) -> list[Row]:
+    sql = f"SELECT {EVENT_COLUMNS} FROM {table} WHERE global_position > ?"
+    sql += " ORDER BY global_position"
+    if limit is None:
+        rows: list[Row] = tx.query(sql, (after_position,))
+        return rows
+    found: list[Row] = tx.query(sql + " LIMIT ?", (after_position, limit))
+    return found
 
 
 def _listed(alias: str, columns: Sequence[str]) -> str:

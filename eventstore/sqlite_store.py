@@ -253,6 +253,7 @@ class SqliteReplaySession(BaseReplaySession):
     null_safe_equal = "IS"
 
     def __init__(self, path: str, synchronous: str, read_only: bool = False) -> None:
+        self._path, self._read_only = path, read_only
         self._conn = connect(path, read_only, REPLAY_LOCK_TIMEOUT_S)
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         # the copies live in a temp file behind a bounded page cache, so a rebuild's
@@ -298,6 +299,13 @@ class SqliteReplaySession(BaseReplaySession):
 
     def close(self) -> None:
         self._conn.close()
+
+    def _log_reader(self) -> SqliteTransaction:
+        return SqliteTransaction(connect(self._path, self._read_only, REPLAY_LOCK_TIMEOUT_S))
+
+    def _close_reader(self, reader: BaseTransaction) -> None:
+        assert isinstance(reader, SqliteTransaction)
+        reader._conn.close()
 
 
 # -- opening the file -------------------------------------------------------------------

@@ -61,6 +61,9 @@ class LogProblem:
         return f"log: {', '.join(where)}: {self.problem}"
 
 
+_REMOVED = retention.REMOVED.value  # a plain str compares faster than the StrEnum member
+
+
 class LogCheck:
     """The log check over events handed in position order, batch by batch (`records`),
     then the stream heads (`finish`). It holds each stream's last version and position."""
@@ -72,34 +75,39 @@ class LogCheck:
         self._position = 0  # the last position seen
         self._gaps: list[retention.Range] = []  # positions missing from the log
         self._removed: list[retention.Range] = []  # positions retention records name
+        self._bad_streams: set[str] = set()  # stream ids `stream_problem` names
 
     def records(self, rows: Iterable[Sequence[Any]]) -> list[LazyRecord]:
         """Check stored rows (EVENT_COLUMNS); each as a record with its documents
         decoded here (a document that does not decode is None)."""
         found = []
-        last, problems = self._last, self.problems
+        last, problems, bad_streams = self._last, self.problems, self._bad_streams
+        loads, removed = orjson.loads, _REMOVED
         for row in rows:
             position, _event_id, stream, version, type_, data, metadata = row
+            previous = last.get(stream)
+            if previous is None and stream_problem(stream) is not None:
+                bad_streams.add(stream)  # a stream id is checked once, when first seen
             try:
-                decoded = (orjson.loads(data), orjson.loads(metadata))
+                decoded = (loads(data), loads(metadata))
                 sound = type(decoded[0]) is dict and type(decoded[1]) is dict and type_
             except (orjson.JSONDecodeError, TypeError):
                 sound = False
             if (
                 not sound
-                or not isinstance(type_, str)
+                or type(type_) is not str
                 or type_ not in SHAPES
-                or stream_problem(stream) is not None
+                or stream in bad_streams
                 or shape_problem(stream, type_, decoded[0]) is not None
             ):
                 decoded = self._documents(stream, version, position, type_, data, metadata)
             if isinstance(position, int):
                 if position > self._position + 1:
                     self._gaps.append((self._position + 1, position - 1))
-                self._position = max(self._position, position)
-            if type_ == retention.REMOVED and isinstance(decoded[0], dict):
+                if position > self._position:
+                    self._position = position
+            if type_ == removed and isinstance(decoded[0], dict):
                 self._removed += retention.removed_ranges(decoded[0])
-            previous = last.get(stream)
             expected = 1 if previous is None else previous[0] + 1
             if version != expected:
                 problems.append(_gap(stream, version, position, expected))

@@ -7,7 +7,8 @@ the same name. So the projection modules' own folds, run on that session, write 
 fresh copy, while every other connection (the runtime's, other replicas') still sees
 only the live tables.
 
-A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`. A
+A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`; a
+`Replay` whose `folds_nothing` is true (snapshots) is handed no records at all. A
 `Replay` folds batch after batch (`apply(records)`) like `apply` does, but may hold
 rows in memory between batches as long as it writes them all by `flush()`; `insert`
 adds new rows to a copy in bulk (the session's `insert`). The log is read once and
@@ -29,6 +30,8 @@ read models writes nothing. Readers see the old rows or the new rows, never a mi
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -136,11 +139,15 @@ class ReplayCopy:
         self.tables = projection_tables()
         self.position = 0
         self.events = 0
+        self._total = 0  # the log's head as last seen (progress)
         self.check: LogCheck | None = None  # verify's: the log checked as it is read
         self.failure: Exception | None = None  # what stopped the folds, under a check
         self._folds = [
-            (module.STREAM_PREFIXES, _replayer(module, session.tx, session.insert))
+            (module.STREAM_PREFIXES, fold)
             for module in registry.modules()
+            if not getattr(
+                fold := _replayer(module, session.tx, session.insert), "folds_nothing", False
+            )
         ]
         # category prefix -> the folds its streams go to (every prefix is a category's)
         self._routes: dict[str, tuple[int, ...]] = {}
@@ -168,22 +175,42 @@ class ReplayCopy:
         return self._session.copy(table)
 
     def replay(self, progress: Progress | None, batch: int) -> None:
-        """Fold the log into the copy, `batch` events per short read transaction."""
-        total = self._session.head_position()
-        while True:
-            with self._session.reading():
-                records = self._read(batch)
-                self._apply(records)
+        """Fold the log into the copy, `batch` events per short read transaction.
+
+        The batches are read (and decoded) one ahead, by a thread, while the current
+        one is folded; then, the folds caught up, the log is read again from where
+        they stand until a batch comes back short: the replay ends only on a short
+        batch read after every earlier one was folded, so what was appended while it
+        ran is in it, not left to the swap's tail."""
+        self._total = self._session.head_position()
+        check = self.check
+        read_ahead = self._session.read_ahead(self.position, batch, decode=check is None)
+        with _fewer_collections():
+            with read_ahead as batches:
+                for found in batches:
+                    with self._session.reading():
+                        records = found if check is None else check.records(found)
+                        self._apply(records)
+                    # the last progress is the one after the replay's last read
+                    self._done(records, progress if len(records) == batch else None)
+            while True:
+                with self._session.reading():
+                    records = self._read(batch)
+                    self._apply(records)
+                    if len(records) < batch:
+                        self._flush()
+                self._done(records, progress)
                 if len(records) < batch:
-                    self._flush()
-            if records:
-                self.position = records[-1].global_position
-                self.events += len(records)
-            if progress is not None:
-                total = max(total, self.events)
-                progress(self.events, total)
-            if len(records) < batch:
-                return
+                    return
+
+    def _done(self, records: list[Any], progress: Progress | None) -> None:
+        """Move the copy's position past `records` (folded) and report progress."""
+        if records:
+            self.position = records[-1].global_position
+            self.events += len(records)
+        if progress is not None:
+            self._total = max(self._total, self.events)
+            progress(self.events, self._total)
 
     def catch_up(self) -> int:
         """Fold every event after the copy's position, inside the current transaction
@@ -280,6 +307,38 @@ class ReplayCopy:
             if self.check is None:
                 raise
             self.failure = exc
+
+
+REPLAY_GC_THRESHOLD = 100_000  # allocations between young collections while replaying
+_gc_lock = threading.Lock()
+_gc_replays = 0  # replays running in this process
+_gc_threshold: tuple[int, ...] = ()  # what the first of them found
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector run less often while a replay runs: a replay
+    makes and drops tens of thousands of decoded records and rows per batch, none of
+    them in a reference cycle, and holds as many, so at the default threshold (a
+    young collection every 700 allocations, a full one walking every held record
+    every few hundred) collections took a quarter of a rebuild's time
+    (docs/DESIGN.md "Rebuild"). Reference counting still frees every record and row as
+    it is dropped, and the collector still runs, about a hundred times less often (so
+    memory stays bounded; paused altogether, the process grew with the log). The
+    threshold the first replay found is restored when the last one ends."""
+    global _gc_replays, _gc_threshold
+    with _gc_lock:
+        if _gc_replays == 0:
+            _gc_threshold = gc.get_threshold()
+            gc.set_threshold(REPLAY_GC_THRESHOLD, *_gc_threshold[1:])
+        _gc_replays += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_replays -= 1
+            if _gc_replays == 0:
+                gc.set_threshold(*_gc_threshold)
 
 
 class _Apply:

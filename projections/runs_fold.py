@@ -162,34 +162,6 @@ _LEASE_RENEWED = EventType.LEASE_RENEWED.value
 _LEASE_COMPLETED = EventType.LEASE_COMPLETED.value
 
 
-def _named_and_created(
-    records: Sequence[Record],
-) -> tuple[set[str], set[str], set[str], set[str]]:
-    """`_named` and `_created` in one pass: (Runs named, Attempts named, Runs
-    admitted, Attempts claimed)."""
-    run_ids: set[str] = set()
-    attempt_ids: set[str] = set()
-    admitted: set[str] = set()
-    claimed: set[str] = set()
-    for record in records:
-        family, _, entity_id = record.stream_id.partition("-")
-        if family == _RUN:
-            run_ids.add(entity_id)
-            kind = record.type
-            if kind.startswith(_ATTEMPT_EVENT):
-                attempt_id = record.data["attempt_id"]
-                attempt_ids.add(attempt_id)
-                if kind == _ATTEMPT_CLAIMED:
-                    claimed.add(attempt_id)
-            elif kind == _WORKFLOW_ADMITTED:
-                admitted.add(entity_id)
-        elif family == _STEPS:
-            run_ids.add(entity_id)
-        elif family == _LEASE:
-            attempt_ids.add(entity_id)
-    return run_ids, attempt_ids, admitted, claimed
-
-
 _STEPS_WITH_LIVE_ATTEMPTS = (
     f"SELECT {', '.join(f's.{c}' for c in STEP_RUNS.columns)}, "
     f"{', '.join(f'a.{c}' for c in ATTEMPTS.columns)} "
@@ -249,9 +221,24 @@ def _fold_run_event(rows: _Rows, run_id: str, record: Record) -> None:
     run = rows.runs.get(run_id)
     if run is not None:
         run["version"] = record.stream_version
-    fold = _RUN_EVENT_FOLDS.get(kind) or _RUN_EVENT_FAMILY_FOLDS.get(_family(kind))
+    fold = _FOLD_OF_TYPE.get(kind, _UNSEEN)
+    if fold is _UNSEEN:
+        fold = _fold_of(kind)
     if fold is not None:
         fold(rows, run_id, run, record)
+
+
+_UNSEEN: Any = object()
+
+
+def _fold_of(kind: str) -> Any:
+    """What a RunEvent type does (`_RUN_EVENT_FOLDS`, else its family's), remembered:
+    one dict lookup per record after the first of its type (the types a log holds are
+    few; a log full of made-up ones fills `_TYPES_REMEMBERED` and no more)."""
+    fold = _RUN_EVENT_FOLDS.get(kind) or _RUN_EVENT_FAMILY_FOLDS.get(_family(kind))
+    if len(_FOLD_OF_TYPE) < _TYPES_REMEMBERED:
+        _FOLD_OF_TYPE[kind] = fold
+    return fold
 
 
 def _family(kind: str) -> str:
@@ -437,6 +424,8 @@ _RUN_EVENT_FOLDS = {
     EventType.WORKFLOW_DEQUEUED.value: _dequeue,
     EventType.STEP_REUSED.value: _reuse_step,
 }
+_FOLD_OF_TYPE: dict[str, Any] = {}  # RunEvent type -> its fold (None: only the version)
+_TYPES_REMEMBERED = 256
 _RUN_EVENT_FAMILY_FOLDS = {
     f"{Family.STEP}.": _move_step,
     f"{Family.ATTEMPT}.": _end_attempt,

@@ -24,23 +24,28 @@ from collections.abc import Callable, Iterable, Sequence
 
 from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
-from domain.event_types import Family, of
+from domain.event_types import EventType, Family, of
+from domain.flow import PlanFlow
+from domain.plan_record import flow_from_data
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
+from domain.work import at_rest
 from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _fold_family,
-    _named_and_created,
     _query_in,
     _Rows,
     _select_steps_with_live_attempts,
 )
 from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_RUNS
-from projections.runs_windows import _refresh_work
+from projections.runs_windows import _refresh_at_rest, _refresh_work
 
 REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
 HELD_RECORDS = 50_000  # records held in all Runs' streams before the longest are folded
 _RUN_ENDED = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
+_WORKFLOW_ADMITTED = EventType.WORKFLOW_ADMITTED.value
+_ATTEMPT_CLAIMED = EventType.ATTEMPT_CLAIMED.value
+_ATTEMPT_EVENT = f"{Family.ATTEMPT}."  # the prefix of every Attempt RunEvent type
 
 Insert = Callable[[str, Sequence[str], list[tuple]], None]
 """`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""
@@ -51,11 +56,13 @@ class _Held:
     records since, per stream, in log order. `whole`: every record of the Run since its
     admission went through this replay (False: earlier ones are read back at its end)."""
 
-    __slots__ = ("aggregate", "leases", "records", "run", "steps", "whole")
+    __slots__ = ("aggregate", "flow", "leases", "named", "records", "run", "steps", "whole")
 
     def __init__(self, whole: bool) -> None:
         self.whole = whole
         self.aggregate: RunAggregate | None = None
+        self.flow: PlanFlow | None = None  # what its plan binds of flow control
+        self.named = 0  # the last batch that named it (the least recently named leave first)
         self.run: list[Record] = []
         self.steps: list[Record] = []
         self.leases: dict[str, list[Record]] = {}
@@ -87,7 +94,8 @@ class Replay:
         self._tx = tx
         self._insert = insert
         self._rows = _Rows()
-        self._held: dict[str, _Held] = {}  # least recently named first
+        self._held: dict[str, _Held] = {}
+        self._batch = 0  # batches folded
         self._ending: set[str] = set()  # ended Runs waiting for the rest of their last append
         self._last = 0  # the position of the last record folded
 
@@ -97,19 +105,24 @@ class Replay:
         if not records:
             return
         rows, held, ending = self._rows, self._held, self._ending
+        self._batch = batch = self._batch + 1
         self._load_missing(records)
         for record in records:
             family, _, entity_id = record.stream_id.partition("-")
             _fold_family(rows, family, entity_id, record)
             if family == _RUN:
                 streams = held[entity_id]
+                streams.named = batch
                 if streams.whole:
                     streams.run.append(record)
                     streams.records += 1
+                    if record.type == _WORKFLOW_ADMITTED:
+                        streams.flow = flow_from_data(record.data["plan"], record)
                 if record.type in _RUN_ENDED:
                     ending.add(entity_id)
             elif family == _STEPS:
                 streams = held[entity_id]
+                streams.named = batch
                 if streams.whole:
                     streams.steps.append(record)
                     streams.records += 1
@@ -117,13 +130,15 @@ class Replay:
                 attempt = rows.attempts.get(entity_id)
                 if attempt is not None:
                     streams = held[attempt["run_id"]]
+                    streams.named = batch
                     if streams.whole:
                         streams.leases.setdefault(entity_id, []).append(record)
                         streams.records += 1
         self._last = records[-1].global_position
         leaving = list(ending)
         if len(held) > self.capacity:
-            leaving += [run_id for run_id in list(held)[: len(held) // 2] if run_id not in ending]
+            by_age = sorted(held, key=lambda run_id: held[run_id].named)  # stable: oldest first
+            leaving += [run_id for run_id in by_age[: len(held) // 2] if run_id not in ending]
         self._leave(leaving, strict=False)
         total = sum(streams.records for streams in held.values())
         if total > HELD_RECORDS:
@@ -145,9 +160,23 @@ class Replay:
     def _leave(self, run_ids: list[str], *, strict: bool) -> None:
         """Fold these Runs, store their windows and rows, and let them go. Not `strict`:
         a Run whose records do not fold yet (the batch ended inside its append) stays."""
-        held = self._held
+        held, rows = self._held, self._rows
+        done, resting = [], {}
+        for run_id in run_ids:
+            streams, run = held[run_id], rows.runs.get(run_id)
+            if streams.whole and streams.flow is not None and run and at_rest(run["status"]):
+                resting[run_id] = (run, streams.flow)  # the domain needs no fold of it
+        if resting:
+            attempts: dict[str, list] = {run_id: [] for run_id in resting}
+            for attempt in rows.attempts.values():
+                found_attempts = attempts.get(attempt["run_id"])
+                if found_attempts is not None:
+                    found_attempts.append(attempt)
+            for run_id, (run, flow) in resting.items():
+                _refresh_at_rest(run, attempts[run_id], flow)
+                done.append(run_id)
+        run_ids = [run_id for run_id in run_ids if run_id not in resting]
         found = read_whole_runs(self._tx, [r for r in run_ids if not held[r].whole], self._last)
-        done = []
         for run_id in run_ids:
             streams = held[run_id]
             try:
@@ -167,20 +196,46 @@ class Replay:
 
     def _load_missing(self, records: Sequence[Record]) -> None:
         """What `_load` loads, but only rows that are neither in memory nor created by
-        these records (in a log that is not corrupt, such a row is not stored yet)."""
+        these records (in a log that is not corrupt, such a row is not stored yet). A
+        Run held whole has every row its records can name in memory: its records are
+        only looked at for the Attempts they claim."""
         tx, rows, held = self._tx, self._rows, self._held
-        run_ids, attempt_ids, created_runs, created_attempts = _named_and_created(records)
-        missing = attempt_ids - rows.attempts.keys() - created_attempts
+        attempts = rows.attempts
+        run_ids: set[str] = set()  # named, and not held whole
+        attempt_ids: set[str] = set()  # named, and not in memory
+        created_runs: set[str] = set()
+        created_attempts: set[str] = set()
+        for record in records:
+            family, _, entity_id = record.stream_id.partition("-")
+            if family == _LEASE:
+                if entity_id not in attempts:
+                    attempt_ids.add(entity_id)
+            elif family == _RUN:
+                kind = record.type
+                if kind == _WORKFLOW_ADMITTED:
+                    created_runs.add(entity_id)
+                elif kind == _ATTEMPT_CLAIMED:
+                    created_attempts.add(record.data["attempt_id"])
+                streams = held.get(entity_id)
+                if streams is None or not streams.whole:
+                    run_ids.add(entity_id)
+                    if kind.startswith(_ATTEMPT_EVENT):
+                        attempt_id = record.data["attempt_id"]
+                        if attempt_id not in attempts:
+                            attempt_ids.add(attempt_id)
+            elif family == _STEPS and entity_id not in held:
+                run_ids.add(entity_id)
+        missing = attempt_ids - created_attempts
         rows.add_loaded(ATTEMPTS, _query_in(tx, f"{ATTEMPTS.select_sql} attempt_id", missing))
-        run_ids.update(rows.attempts[a]["run_id"] for a in attempt_ids if a in rows.attempts)
+        run_ids.update(attempts[a]["run_id"] for a in attempt_ids if a in attempts)
         absent = run_ids - held.keys() - created_runs
         rows.add_loaded(RUNS, _query_in(tx, f"{RUNS.select_sql} run_id", absent))
         steps, live_attempts = _select_steps_with_live_attempts(tx, absent)
         rows.add_loaded(STEP_RUNS, steps)
-        rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in rows.attempts))
+        rows.add_loaded(ATTEMPTS, (a for a in live_attempts if a[0] not in attempts))
         for run_id in run_ids:
-            streams = held.pop(run_id, None)
-            held[run_id] = _Held(run_id in created_runs) if streams is None else streams
+            if run_id not in held:
+                held[run_id] = _Held(run_id in created_runs)
 
     def _write(self, run_ids: Iterable[str]) -> None:
         """Store the rows of these Runs (new ones inserted, changed ones upserted) and

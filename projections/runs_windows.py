@@ -6,14 +6,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from domain.aggregate import RunAggregate, fold
+from domain.flow import PlanFlow
 from domain.records import Record
-from domain.slots import attempt_slot, holds_until, run_slot_state
+from domain.slots import (
+    attempt_slot,
+    holds_until,
+    lease_holds_until,
+    run_slot_state,
+    slot_state_of,
+)
 from domain.work import grant_windows, phase_windows
 from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _Rows,
 )
-from projections.runs_schema import _LEASE, _RUN, _STEPS
+from projections.runs_schema import _LEASE, _RUN, _STEPS, GRANT_COLUMNS, WINDOW_COLUMNS, Row
 
 # --- the candidate index: the domain's answer for the folded Run ------------------------
 
@@ -44,6 +51,30 @@ def _refresh_work(rows: _Rows, aggregate: RunAggregate) -> None:
             ref = attempt_slot(aggregate, attempt_id)
             attempt["slot"] = None if ref is None else ref.slot
             attempt["slot_until_ms"] = None if ref is None else holds_until(state)
+
+
+def _refresh_at_rest(run: Row, attempts: Iterable[Row], flow: PlanFlow) -> None:
+    """`_refresh_work` for a Run the domain says is at rest (`domain.work.at_rest` of
+    its status: no work in any phase, no Attempt grantable), without its aggregate:
+    the same columns from its rows as folded and its plan's flow (`flow`)."""
+    for column in WINDOW_COLUMNS:
+        run[column] = None
+    run["priority"] = flow.priority
+    run["run_slot"] = None if flow.run_slot is None else flow.run_slot.slot
+    run["slot_state"] = slot_state_of(flow, True, False)
+    admitted_at_ms = run["admitted_at_ms"]
+    for attempt in attempts:
+        for column in GRANT_COLUMNS:
+            attempt[column] = None
+        attempt["priority"] = flow.priority
+        attempt["run_admitted_ms"] = admitted_at_ms
+        ref = flow.step_slot(attempt["step_key"])
+        attempt["slot"] = None if ref is None else ref.slot
+        attempt["slot_until_ms"] = (
+            None
+            if ref is None
+            else lease_holds_until(attempt["lease_status"], attempt["expires_at_ms"])
+        )
 
 
 def _after(

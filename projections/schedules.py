@@ -47,7 +47,11 @@ from projections.contract import Folded
 COMPONENT = "projections.schedules"
 PUBLISHED = EventType.PUBLICATION_PUBLISHED
 STREAM_PREFIXES = (prefix(SCHEDULE), prefix(PUBLICATION), prefix(RUN), prefix(RETENTION))
-_RUN_ENDS = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
+# plain str values: a StrEnum member's comparison costs several times a str's, and a
+# rebuild hands this fold every Run record (docs/DESIGN.md, "Rebuild")
+_RUN_ENDS = frozenset(str(of(Family.WORKFLOW, status)) for status in RUN_TERMINAL)
+_PUBLISHED = PUBLISHED.value
+_RETENTION_REMOVED = EventType.RETENTION_REMOVED.value
 
 MIGRATIONS: list[dict[str, Any]] = [
     {
@@ -135,14 +139,16 @@ class ScheduleRow:
 def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold freshly appended records into the `schedules` rows."""
     ended: list[tuple[int, str]] = []
+    schedule = STREAM_PREFIXES[0]
     for record in records:
-        if record.type == PUBLISHED:
+        kind = record.type
+        if kind == _PUBLISHED:
             _published(tx, record)
-        elif record.stream_id.startswith(STREAM_PREFIXES[0]):
+        elif record.stream_id.startswith(schedule):
             _cursor(tx, record)
-        elif record.type in _RUN_ENDS:
+        elif kind in _RUN_ENDS:
             ended.append((record.metadata.get("at_ms", 0), entity_id(record.stream_id)))
-        elif record.type == EventType.RETENTION_REMOVED:
+        elif kind == _RETENTION_REMOVED:
             ended += [
                 (run.get("terminal_at_ms") or 0, run["run_id"])
                 for run in record.data.get("runs", ())

@@ -78,6 +78,8 @@ class Replay:
     """The rebuild's fold of snapshots: none. They are no read model replayed from the
     log (`TABLES` is empty): `rebuild` drops them, `verify` checks the live ones."""
 
+    folds_nothing = True  # the rebuild hands it no records at all
+
     def __init__(self, tx, insert) -> None:
         del tx, insert
 

@@ -14,6 +14,7 @@ from domain.work import (
     Window,
     WorkSet,
     _grantable,
+    at_rest,
     grant_windows,
     grant_work,
     instants,
@@ -69,6 +70,8 @@ def test_phase_work_is_the_decisions(world: World, shift: int) -> None:
     stored = phase_windows(aggregate)
     for phase in DECISIONS:
         assert_stored_is_exact(work[phase], stored[phase], phase)
+    if at_rest(aggregate.run.status):
+        assert not any(work.values()), work
     for now in probes(aggregate, world.now_ms + shift):
         for phase, decide in DECISIONS.items():
             has_work = bool(decide(aggregate, now).appends)
@@ -85,6 +88,8 @@ def test_grant_work_is_the_lease_grant(world: World, shift: int) -> None:
     stored = grant_windows(aggregate)
     for attempt_id, found in work.items():
         assert_stored_is_exact(found, stored.get(attempt_id), attempt_id)
+    if at_rest(aggregate.run.status):
+        assert not work, work
     for now in probes(aggregate, world.now_ms + shift):
         for attempt in aggregate.attempts.values():
             found = work.get(attempt.attempt_id, ())

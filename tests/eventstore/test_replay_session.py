@@ -92,3 +92,22 @@ def test_copies_larger_than_the_page_cache_spill_and_swap_whole(notes_store, mon
         with session.exclusive():
             assert session.swap_in("notes", ("note_id",)) == len(rows)
     assert notes_store.query("SELECT note_id, body, n FROM notes ORDER BY note_id") == rows
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["in turn", "read ahead"])
+def test_read_ahead_gives_the_log_in_batches_and_stops_when_left(notes_store, ahead):
+    more = [stream(f"run-{n}", 0, event(f"m{n}", x=n)) for n in range(5)]
+    notes_store.append(more)
+    with notes_store.replay_session() as session:
+        session.reads_ahead = ahead  # both ways on either store
+        with session.read_ahead(0, 3) as batches:
+            found = [[(r.global_position, r.data["x"]) for r in b] for b in batches]
+        positions = [p for b in found for p, _x in b]
+        assert [len(b) for b in found] == [3, 3, 2]  # the last one short
+        assert positions == sorted(positions) and len(set(positions)) == 8
+        assert [x for b in found for _p, x in b] == [1, 2, 3, 0, 1, 2, 3, 4]
+        with session.read_ahead(positions[3], 3, decode=False) as batches:
+            rows = next(iter(batches))  # left after one batch: the reader stops
+        assert [row[0] for row in rows] == positions[4:7]
+        with session.reading():  # the session is still usable
+            assert len(session.read_rows(0)) == 8
