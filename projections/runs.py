@@ -34,7 +34,7 @@ from domain.phases import RUN_PHASES
 from domain.records import Record
 from domain.streams import lease_stream, run_stream
 from domain.transitions import Status
-from eventstore.api import Transaction
+from eventstore.api import EventStore, Transaction
 from projections.contract import Folded
 from projections.runs_fold import (
     _fold,
@@ -90,7 +90,7 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
             tx.upsert(table.name, table.columns, table.key, changed)
 
 
-def backfill(store, from_version: int) -> int:
+def backfill(store: EventStore, from_version: int) -> int:
     """After an upgrade, fill what the schema steps could not compute (a new store has
     nothing to fill): across `WORK_STEP`, refold the Runs left with an unknown
     candidate window; across `EXECUTION_STEP`, split the Attempts' old executor
@@ -130,7 +130,7 @@ def backfill(store, from_version: int) -> int:
 REFRESH_BATCH = 200  # Runs `backfill` refolds per transaction
 
 
-def _renewals_of_held_leases(store) -> None:
+def _renewals_of_held_leases(store: EventStore) -> None:
     """Across `WORKERS_STEP`: an Attempt whose lease is held keeps what that lease's
     grant said (host, slots) and its last renewal; every other row keeps NULL, as a
     replay of grants written before the step leaves it (their grants said nothing,
@@ -162,7 +162,7 @@ def _renewals_of_held_leases(store) -> None:
             )
 
 
-def _split_executions(store) -> None:
+def _split_executions(store: EventStore) -> None:
     """Attempts folded before `EXECUTION_STEP` hold their terminal event's output as
     logged, which an old executor filled with its own record: store them as a fold of
     that event does now (`domain.execution.split`), so `verify` agrees with a replay."""

@@ -14,6 +14,7 @@ from domain.errors import CorruptionError
 from domain.event_types import EventType, Family
 from domain.records import Record
 from domain.transitions import STEP_TERMINAL, Status
+from eventstore.api import Reads
 from projections.runs_schema import (
     _IN_CHUNK,
     _LEASE,
@@ -36,7 +37,7 @@ class _Rows:
         self.runs: dict[str, Row] = {}
         self.steps: dict[str, dict[str, Row]] = {}  # run_id -> step_key -> row
         self.attempts: dict[str, Row] = {}
-        self._loaded: dict[str, dict[Any, tuple]] = {
+        self._loaded: dict[str, dict[Any, tuple[Any, ...]]] = {
             table.name: {} for table in (RUNS, STEP_RUNS, ATTEMPTS)
         }
 
@@ -48,7 +49,7 @@ class _Rows:
         else:
             self.attempts[row["attempt_id"]] = row
 
-    def add_loaded(self, table: _Table, found: Iterable[tuple]) -> None:
+    def add_loaded(self, table: _Table, found: Iterable[tuple[Any, ...]]) -> None:
         """Rows as a query returned them (every column, in table order)."""
         loaded = self._loaded[table.name]
         for values in found:
@@ -59,7 +60,7 @@ class _Rows:
     def step(self, run_id: str, step_key: str) -> Row | None:
         return self.steps.get(run_id, {}).get(step_key)
 
-    def changed(self, table: _Table) -> list[tuple]:
+    def changed(self, table: _Table) -> list[tuple[tuple[Any, ...], bool]]:
         """Values of the table's new or changed rows, in key order."""
         if table is RUNS:
             current: Iterable[Row] = self.runs.values()
@@ -70,7 +71,7 @@ class _Rows:
         return [values for values, _new in table.differing(current, self._loaded[table.name])]
 
 
-def _load(tx, records: Sequence[Record]) -> _Rows:
+def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
     """Every row the records can touch and that exists already (a Run these records
     admit, an Attempt they claim, is not stored yet): key lookups by Run and by
     Attempt, `_IN_CHUNK` ids each, all sent together (`query_all`)."""
@@ -169,7 +170,9 @@ _STEPS_WITH_LIVE_ATTEMPTS = (
 )
 
 
-def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[tuple], list[tuple]]:
+def _select_steps_with_live_attempts(
+    tx: Reads, run_ids: Iterable[str]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The Runs' StepRuns, and the Attempts they hold live."""
     split = len(STEP_RUNS.columns)
     found = _query_in(tx, _STEPS_WITH_LIVE_ATTEMPTS, run_ids)
@@ -177,10 +180,10 @@ def _select_steps_with_live_attempts(tx, run_ids: Iterable[str]) -> tuple[list[t
     return [row[:split] for row in found], list(live_attempts.values())
 
 
-def _query_in(tx, sql: str, values: Iterable[str]) -> list[tuple]:
+def _query_in(tx: Reads, sql: str, values: Iterable[str]) -> list[tuple[Any, ...]]:
     """Rows of `sql` + ` IN (values)`, in chunks of `_IN_CHUNK` values (none: no query)."""
     ordered = sorted(values)
-    found: list[tuple] = []
+    found: list[tuple[Any, ...]] = []
     for start in range(0, len(ordered), _IN_CHUNK):
         chunk = ordered[start : start + _IN_CHUNK]
         found += tx.query(f"{sql} IN ({', '.join('?' * len(chunk))})", chunk)
@@ -459,8 +462,9 @@ def _fold_lease_event(rows: _Rows, attempt_id: str, record: Record) -> str | Non
     else:  # the lease ended: its last renewal is no worker's news any more
         status = Status.COMPLETED if kind == _LEASE_COMPLETED else Status.RELEASED
         attempt.update(lease_version=record.stream_version, lease_status=status, renewed_at_ms=None)
-    return attempt["run_id"]
+    run_id: str = attempt["run_id"]
+    return run_id
 
 
-def _json(value) -> str:
+def _json(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

@@ -20,7 +20,7 @@ records, never its whole history.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
@@ -30,6 +30,8 @@ from domain.plan_record import flow_from_data
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
 from domain.work import at_rest
+from eventstore.api import Transaction
+from projections.contract import Insert
 from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _fold_family,
@@ -37,7 +39,7 @@ from projections.runs_fold import (
     _Rows,
     _select_steps_with_live_attempts,
 )
-from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_RUNS
+from projections.runs_schema import _LEASE, _RUN, _STEPS, ATTEMPTS, RUNS, STEP_RUNS, Row
 from projections.runs_windows import _refresh_at_rest, _refresh_work
 
 REPLAY_RUNS = 2048  # Runs a replay keeps in memory (about 9 KiB each, with StepRuns and Attempts)
@@ -46,9 +48,6 @@ _RUN_ENDED = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 _WORKFLOW_ADMITTED = EventType.WORKFLOW_ADMITTED.value
 _ATTEMPT_CLAIMED = EventType.ATTEMPT_CLAIMED.value
 _ATTEMPT_EVENT = f"{Family.ATTEMPT}."  # the prefix of every Attempt RunEvent type
-
-Insert = Callable[[str, Sequence[str], list[tuple]], None]
-"""`insert(table, columns, rows)`: add new rows to a table in bulk (plain INSERT or COPY)."""
 
 
 class _Held:
@@ -90,7 +89,7 @@ class Replay:
 
     capacity = REPLAY_RUNS
 
-    def __init__(self, tx, insert: Insert) -> None:
+    def __init__(self, tx: Transaction, insert: Insert) -> None:
         self._tx = tx
         self._insert = insert
         self._rows = _Rows()
@@ -167,7 +166,7 @@ class Replay:
             if streams.whole and streams.flow is not None and run and at_rest(run["status"]):
                 resting[run_id] = (run, streams.flow)  # the domain needs no fold of it
         if resting:
-            attempts: dict[str, list] = {run_id: [] for run_id in resting}
+            attempts: dict[str, list[Row]] = {run_id: [] for run_id in resting}
             for attempt in rows.attempts.values():
                 found_attempts = attempts.get(attempt["run_id"])
                 if found_attempts is not None:

@@ -16,6 +16,7 @@ from domain.slots import (
     slot_state_of,
 )
 from domain.work import grant_windows, phase_windows
+from eventstore.api import Reads
 from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _Rows,
@@ -78,7 +79,7 @@ def _refresh_at_rest(run: Row, attempts: Iterable[Row], flow: PlanFlow) -> None:
 
 
 def _after(
-    tx,
+    tx: Reads,
     records: Sequence[Record],
     rows: _Rows,
     touched: set[str],
@@ -112,7 +113,7 @@ def _by_run(records: Sequence[Record], rows: _Rows) -> dict[str, _Streams]:
             streams[2].setdefault(entity_id, []).append(record)
         elif family in (_RUN, _STEPS):
             streams = by_run.setdefault(entity_id, ([], [], {}))
-            streams[0 if family == _RUN else 1].append(record)
+            (streams[0] if family == _RUN else streams[1]).append(record)
     return by_run
 
 
@@ -129,7 +130,7 @@ def _ends_at(aggregate: RunAggregate, streams: _Streams) -> bool:
     )
 
 
-def _folded_runs(tx, run_ids: Iterable[str]) -> list[RunAggregate]:
+def _folded_runs(tx: Reads, run_ids: Iterable[str]) -> list[RunAggregate]:
     """Each Run's aggregate, folded by the domain from its streams as `tx` reads them."""
     return [fold(*streams) for streams in read_whole_runs(tx, run_ids).values()]
 

@@ -24,9 +24,9 @@ from domain.records import Record
 from domain.snapshot import aggregate_from_snapshot, snapshot_document
 from domain.streams import run_stream
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
-from eventstore.api import Transaction
+from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
-from projections.contract import Folded
+from projections.contract import Folded, Insert
 from projections.run_streams import claimed_attempt_ids, read_whole_runs
 
 COMPONENT = "projections.snapshots"
@@ -80,7 +80,7 @@ class Replay:
 
     folds_nothing = True  # the rebuild hands it no records at all
 
-    def __init__(self, tx, insert) -> None:
+    def __init__(self, tx: Transaction, insert: Insert) -> None:
         del tx, insert
 
     def apply(self, records: Sequence[Record]) -> None:
@@ -90,7 +90,7 @@ class Replay:
         """Nothing is held."""
 
 
-def write(tx, aggregate: RunAggregate) -> None:
+def write(tx: Transaction, aggregate: RunAggregate) -> None:
     """Store `aggregate` as its Run's snapshot (replacing any older one)."""
     document = orjson.dumps(snapshot_document(aggregate), option=orjson.OPT_SORT_KEYS).decode()
     tx.execute(
@@ -102,13 +102,13 @@ def write(tx, aggregate: RunAggregate) -> None:
     )
 
 
-def read(tx, run_id: str) -> Any | None:
+def read(tx: Reads, run_id: str) -> Any | None:
     """The stored snapshot document of `run_id` as decoded JSON (None: there is none,
     or it is not JSON — the caller folds the whole log then)."""
     return read_many(tx, [run_id]).get(run_id)
 
 
-def read_many(tx, run_ids: Sequence[str]) -> dict[str, Any]:
+def read_many(tx: Reads, run_ids: Sequence[str]) -> dict[str, Any]:
     """The stored snapshot documents of those of `run_ids` that have one, as decoded
     JSON (a document that is not JSON is left out), in one query per 500 Runs."""
     found: dict[str, Any] = {}
@@ -127,7 +127,7 @@ def read_many(tx, run_ids: Sequence[str]) -> dict[str, Any]:
     return found
 
 
-def check(tx, table: str) -> list[tuple[str, int, int, str]]:
+def check(tx: Reads, table: str) -> list[tuple[str, int, int, str]]:
     """Every snapshot in `table` (a qualified name) that is not the fold of the log up
     to its versions, as (run id, run version, steps version, what is wrong)."""
     problems = []
@@ -139,7 +139,7 @@ def check(tx, table: str) -> list[tuple[str, int, int, str]]:
     return problems
 
 
-def _problem(tx, run_id: str, run_version: int, steps_version: int, text: str) -> str | None:
+def _problem(tx: Reads, run_id: str, run_version: int, steps_version: int, text: str) -> str | None:
     try:
         snapshot = aggregate_from_snapshot(orjson.loads(text))
     except (orjson.JSONDecodeError, CorruptionError) as error:

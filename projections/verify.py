@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from eventstore.api import EventStore
 from projections import registry, snapshots
 from projections.log_check import DOCUMENT, LogProblem
 from projections.rebuild import DEFAULT_BATCH, Progress, ReplayCopy, check_batch
@@ -121,7 +122,9 @@ class VerifyReport:
         return lines
 
 
-def verify(store, progress: Progress | None = None, *, batch: int = DEFAULT_BATCH) -> VerifyReport:
+def verify(
+    store: EventStore, progress: Progress | None = None, *, batch: int = DEFAULT_BATCH
+) -> VerifyReport:
     """Compare every live read-model table with a fresh replay of the log."""
     check_batch(batch)
     registry.migrate_all(store)
@@ -195,7 +198,9 @@ def _compare(
     return copy.position
 
 
-def _rows(copy: ReplayCopy, table: str, columns: Sequence[str], key: Sequence[str]) -> list[tuple]:
+def _rows(
+    copy: ReplayCopy, table: str, columns: Sequence[str], key: Sequence[str]
+) -> list[tuple[Any, ...]]:
     """Every row of `table` (qualified), ordered by its key."""
     select = ", ".join(f'"{column}"' for column in columns)
     rows = copy.tx.query(f"SELECT {select} FROM {table}")
@@ -203,11 +208,11 @@ def _rows(copy: ReplayCopy, table: str, columns: Sequence[str], key: Sequence[st
     return sorted(rows, key=lambda row: tuple(row[p] for p in positions))
 
 
-def _encode(row: tuple) -> bytes:
+def _encode(row: tuple[Any, ...]) -> bytes:
     return orjson.dumps(row, default=str)
 
 
-def _checksum(rows: list[tuple]) -> str:
+def _checksum(rows: list[tuple[Any, ...]]) -> str:
     digest = hashlib.sha256()
     for row in rows:
         digest.update(_encode(row))
@@ -219,12 +224,12 @@ def _differences(
     table: str,
     columns: Sequence[str],
     key: Sequence[str],
-    live: list[tuple],
-    replay: list[tuple],
+    live: list[tuple[Any, ...]],
+    replay: list[tuple[Any, ...]],
 ) -> list[Difference]:
     positions = [columns.index(k) for k in key]
 
-    def key_of(row: tuple) -> tuple:
+    def key_of(row: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(row[p] for p in positions)
 
     live_by_key = {key_of(row): row for row in live}
