@@ -30,6 +30,7 @@ from qlflow.executor.supervision import (
     LeaseKeeper,
     attempt_log_path,
     complete_held,
+    cross_start_barrier,
     not_started,
     run_log_folder,
 )
@@ -172,21 +173,11 @@ class LocalProcessExecutor:
                 command, problem = None, str(error)
         if self._closed and not lease.started:
             return not_started(lease, log_path, "the executor is shutting down")
-        try:
-            if not lease.started:  # a lease granted with start=True crossed it already
-                until_recorded(
-                    self._rt,
-                    held,
-                    "start",
-                    self._rt.mark_starting,
-                    ttl_ms=self.ttl_ms,
-                    stopping=self._closing,
-                )
-        except FenceError as error:
-            log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
-            return report(held.lease, None, None, None, log_path, error=str(error))
-        except NotStarted:
-            return not_started(held.lease, log_path, "the executor is shutting down")
+        refused = cross_start_barrier(
+            self._rt, held, log_path, ttl_ms=self.ttl_ms, stopping=self._closing
+        )
+        if refused is not None:
+            return refused
         if command is None:
             return self._start_failed(held, log_path, problem or "task unavailable", code)
         if self._closing.is_set() or self._closed:  # past the barrier, never run: again later

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from domain.errors import FenceError, QlflowError
 from qlflow.executor.reports import AttemptReport, report
 from qlflow.executor.step_deadline import STEP_TIMEOUT, StepDeadline
-from qlflow.executor.writes import Held, recovered, retrying, until_recorded
+from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.runtime import Lease, Runtime
 from qlflow.transient import Backoff, transient_errors
 
@@ -159,6 +159,25 @@ def complete_held(
         log.warning("attempt %s: completion not recorded: %s", held.lease.attempt_id, error)
         return None, str(error)
     return status, None
+
+
+def cross_start_barrier(
+    rt: Runtime, held: Held, log_path: Path, *, ttl_ms: int, stopping: threading.Event
+) -> AttemptReport | None:
+    """Record the start barrier before anything is spawned (unless the lease was granted
+    with it: `lease_attempts(start=True)`), trying again while the store cannot take
+    it. None once crossed; else the report of an Attempt given up before it (its lease
+    lost, or this host stopping)."""
+    if held.lease.started:
+        return None
+    try:
+        until_recorded(rt, held, "start", rt.mark_starting, ttl_ms=ttl_ms, stopping=stopping)
+    except FenceError as error:
+        log.warning("attempt %s: lease lost before start: %s", held.lease.attempt_id, error)
+        return report(held.lease, None, None, None, log_path, error=str(error))
+    except NotStarted:
+        return not_started(held.lease, log_path, "the executor is shutting down")
+    return None
 
 
 def not_started(lease: Lease, log_path: Path, reason: str) -> AttemptReport:

@@ -44,10 +44,11 @@ from qlflow.executor.supervision import (
     LeaseKeeper,
     attempt_log_path,
     complete_held,
+    cross_start_barrier,
     not_started,
 )
 from qlflow.executor.tasks import TaskCommand, TaskUnavailable
-from qlflow.executor.writes import Held, NotStarted, until_recorded
+from qlflow.executor.writes import Held
 from qlflow.python.call import PROCESS_DIED, Call, Outcome, invoke
 from qlflow.python.context import LogSink
 from qlflow.python.pool import PoolProcess, ProcessPool
@@ -272,21 +273,11 @@ class PythonExecutor:
         if self._closing.is_set() and not lease.started:
             return not_started(lease, log_path, "the executor is shutting down")
         held = Held(lease)
-        try:
-            if not lease.started:
-                until_recorded(
-                    self._rt,
-                    held,
-                    "start",
-                    self._rt.mark_starting,
-                    ttl_ms=self.ttl_ms,
-                    stopping=self._closing,
-                )
-        except FenceError as error:
-            log.warning("attempt %s: lease lost before start: %s", lease.attempt_id, error)
-            return report(held.lease, None, None, None, log_path, error=str(error))
-        except NotStarted:
-            return not_started(held.lease, log_path, "the executor is shutting down")
+        refused = cross_start_barrier(
+            self._rt, held, log_path, ttl_ms=self.ttl_ms, stopping=self._closing
+        )
+        if refused is not None:
+            return refused
         if call is None or command is None:
             return self._failed_to_start(held, attempt_log, problem or "task unavailable", code)
         if self._closing.is_set():  # past the barrier: recorded, never run

@@ -298,6 +298,12 @@ def test_a_worker_that_loses_its_lease_kills_its_process_and_records_nothing(rt,
 
     def steal_the_lease(driver):
         pid = wait_for(lambda: read_pid(folder / "hold.pid"), 20, "the step to start")
+        # the worker records the step running before anyone else touches its lease
+        wait_for(
+            lambda: rt.get_run(receipt.run_id).steps["only"].attempts[0].status == "running",
+            20,
+            "the worker to record the step running",
+        )
         # One renewal behind, the worker's next renewal is answered as a replay with
         # this short expiry: it must renew again well before it, not ttl/3 later.
         short = rt.renew(current_lease(), ttl_ms=5_000)

@@ -26,7 +26,11 @@ and a clock that moves by milliseconds to minutes. After every step it checks:
     and complete `timed_out` when a renewal says the step passed it: every Attempt
     recorded `step_timeout` ended at or after its deadline, and counts as a retry;
 (g) reruns of finished Runs (some from a step) reuse what succeeded and run the rest,
-    under the same invariants and the same liveness.
+    under the same invariants and the same liveness;
+(h) retention removes Runs that finished before a past instant (never the source of
+    a running rerun): the removed Runs leave the lists, an acknowledged start of one
+    still answers `existing` with its id and writes nothing, and at the end `verify`
+    finds the remaining log and the read models exact (every gap named).
 
 CI runs EXAMPLES state machines of up to 30 steps per store; QLFLOW_FUZZ_EXAMPLES=N
 scales that (tests/hypothesis_budget.py).
@@ -52,7 +56,7 @@ from domain.transitions import STEP_TIMEOUT
 from domain.work import phase_work
 from eventstore.url import with_search_path
 from projections import candidates
-from qlflow.errors import InvalidInput
+from qlflow.errors import InvalidInput, NotFound
 from qlflow.testing import next_due
 from tests.domain.test_decisions_properties import assert_never_started_twice_behind_your_back
 from tests.hypothesis_budget import examples
@@ -118,10 +122,13 @@ class RuntimeModel(RuleBasedStateMachine):
         self.runs: dict[str, str] = {}  # admission key -> run id
         self.acknowledged: list[tuple] = []  # what replays must answer the same
         self.hanging: list = []  # leases of workers whose step hangs; they keep renewing
+        self.removed: set[str] = set()  # Runs retention removed
 
     def teardown(self) -> None:
         try:
             self._check_liveness()
+            if self.removed:  # (h) what is left of the log still proves the read models
+                assert self.rt.verify_projections().ok
         finally:
             self.rt.close()
             self._drop()
@@ -226,10 +233,25 @@ class RuntimeModel(RuleBasedStateMachine):
         assert (again.run_id, again.status) == (receipt.run_id, "existing")
         event("a finished Run was rerun")
 
+    @rule(age_ms=st.sampled_from([1, 60_000, 600_000]), batch=st.sampled_from([1, 2, 100]))
+    def retain(self, age_ms: int, batch: int) -> None:
+        """(h) remove what finished at least `age_ms` ago, `batch` Runs per batch."""
+        before = set(self._all_runs())
+        self.rt.retain(self.now - age_ms, batch=batch, now_ms=self.now)
+        removed = before - set(self._all_runs())
+        for run_id in removed:
+            with pytest.raises(NotFound, match="pruned by retention"):
+                self.rt.get_run(run_id)
+        self.removed |= removed
+        if removed:
+            event("retention removed Runs")
+
     @precondition(lambda self: self.runs)
     @rule(index=st.integers(min_value=0, max_value=20))
     def cancel(self, index: int) -> None:
         runs = self._all_runs()
+        if not runs:  # retention removed every one
+            return
         run_id = runs[index % len(runs)]
         self.rt.cancel(run_id, "user", now_ms=self.now)
 
@@ -246,6 +268,8 @@ class RuntimeModel(RuleBasedStateMachine):
             assert (again.run_id, again.status) == (run_id, "existing")
         else:
             _, lease, outcome, at, recorded = call
+            if lease.run_id in self.removed:
+                return  # its Run is gone: nothing answers for its lease any more
             assert self.rt.complete(lease, outcome, now_ms=at) == recorded
         assert self._events() == before
 
