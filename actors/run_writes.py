@@ -97,9 +97,17 @@ def write_runs(
     called with the slots whose locks are taken, once every lock is, before any
     decision (what it reads, it reads under them)."""
     slots = {w.attempt_id: w.slot for w in writes if w.attempt_id}
-    held_attempts = _lock_attempts(tx, slots, wait)
-    wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
-    locked = _lock_runs(tx, wanted, wait)
+    if wait:
+        # Attempts' (and slots') locks, then the Runs' heads, answered by nothing: a
+        # store sends them with the read that follows (one round trip on PostgreSQL)
+        keys = [k for a, s in slots.items() for k in (attempt_lock(a), *_slot_keys(s))]
+        locked = {w.run_id for w in writes}
+        tx.lock_ahead(keys, [run_stream(r) for r in locked])
+        held_attempts: set[str] = set()
+    else:
+        held_attempts = _lock_attempts(tx, slots, wait)
+        wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
+        locked = _lock_runs(tx, wanted, wait)
     if after_locks is not None:
         after_locks(tx, {s for a, s in slots.items() if s and a not in held_attempts})
     streams = read_runs(tx, locked, cache)
@@ -161,6 +169,10 @@ def try_locks(tx: Transaction, keys: Mapping[K, Sequence[str]]) -> set[K]:
 def active_attempt_keys(aggregate: RunAggregate) -> list[str]:
     """The lock names of the Run's active Attempts (docs/DESIGN.md "Locks")."""
     return [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
+
+
+def _slot_keys(slot: str | None) -> list[str]:
+    return [slot_lock(slot)] if slot else []
 
 
 def _lock_attempts(tx: Transaction, slots: Mapping[str, str | None], wait: bool) -> set[str]:

@@ -158,6 +158,19 @@ class Transaction(Reads, Protocol):
         `wait=True`, wait (bounded like `lock`)."""
         ...
 
+    def lock_ahead(self, keys: Sequence[str], stream_ids: Sequence[str]) -> None:
+        """`lock_all(keys)`, then `lock_heads(stream_ids, wait=True)`, answering
+        nothing: a store may send them with the next statement, where a `LockTimeout`
+        then surfaces (PostgreSQL does: one round trip for the locks and the read
+        after them)."""
+        ...
+
+    def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Queries a `query_all` of exactly these asks for next, before anything but an
+        append is written: a store may send them with the next statement and answer
+        that `query_all` from them (PostgreSQL does; SQLite ignores this)."""
+        ...
+
     def function_comment(self, signature: str) -> str | None:
         """The comment of the server-side function `signature` ("name(text)") if the
         database has that function ("" without a comment), else None. A database

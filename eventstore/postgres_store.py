@@ -78,6 +78,13 @@ DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 POOL_FIRST_WAIT_S = 0.5  # before `_take` asks whether the pool can make a connection
 CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# rows in bucket order, each locked as it comes: one order for every waiter
+_LOCK_ALL_SQL = (
+    f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+    f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
+    "ORDER BY l.bucket FOR UPDATE OF l) x"
+)
+_LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
 
 
 @functools.lru_cache(maxsize=512)
@@ -117,6 +124,11 @@ class PostgresTransaction(BaseTransaction):
         # statement (read when first needed) or, asked for before any, on its own
         self._clock_cursor: psycopg.Cursor | None = None
         self._clock: int | None = None
+        # locks queued by lock_ahead, not yet answered (their LockTimeout is due)
+        self._locks_queued = False
+        # read_ahead: queries to send after the next statement, then their rows
+        self._ahead: list[tuple[str, Sequence[Any]]] = []
+        self._ahead_rows: dict[tuple[str, tuple[Any, ...]], list[Row]] = {}
 
     def clock_ms(self) -> int:
         """The server's `clock_timestamp()` as the transaction's first statement left
@@ -142,13 +154,17 @@ class PostgresTransaction(BaseTransaction):
         return self._send(self._cursor, _native(sql), params or None).fetchall()
 
     def _rows_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        if self._ahead_rows:
+            keys = [(sql, tuple(params)) for sql, params in queries]
+            if all(key in self._ahead_rows for key in keys):  # read ahead (read_ahead)
+                return [self._ahead_rows.pop(key) for key in keys]
         if not _PIPELINE:
             return [self._rows(sql, params) for sql, params in queries]
         cursors = []
         conn = self._conn
         self.round_trips += 1
         # BEGIN (if due), what waits, and every query in one round trip
-        with conn.pipeline():
+        with self._pipeline():
             begins = self._begin_pending
             self._send_prelude()
             for sql, params in queries:
@@ -159,10 +175,51 @@ class PostgresTransaction(BaseTransaction):
                 self._ask_clock()
         return [cursor.fetchall() for cursor in cursors]
 
+    @contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """A pipeline; a lock queued by `lock_ahead` that times out in it is a
+        LockTimeout (and the transaction can only roll back)."""
+        locks, self._locks_queued = self._locks_queued, False
+        try:
+            with self._conn.pipeline():
+                yield
+        except pg_errors.LockNotAvailable as exc:
+            if not locks:
+                raise
+            error = LockTimeout(
+                f"locks: not granted within {self._lock_timeout_ms} ms, another session "
+                "holds one; nothing was written — try again"
+            )
+            self.failure = error
+            raise error from exc
+
+    def _lock_ahead(self, keys: list[str], stream_ids: list[str]) -> None:
+        if not self._defers:
+            super()._lock_ahead(keys, stream_ids)
+            return
+        # sent with the next statement, in this order (docs/DESIGN.md "Locks")
+        if keys:
+            self._queued.append((_LOCK_ALL_SQL, [(keys,)]))
+        if stream_ids:
+            self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)]))
+        self._locks_queued = True
+
+    def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        self._check_usable()
+        if self._defers:
+            self._ahead = list(queries)
+
+    def _wrote(self) -> None:
+        """A statement that may write: what was read ahead may no longer hold."""
+        self._ahead = []
+        self._ahead_rows = {}
+
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
+        self._wrote()
         return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
 
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        self._wrote()
         if self._defers:
             params = list(seq_of_params)
             if params:
@@ -181,6 +238,7 @@ class PostgresTransaction(BaseTransaction):
     ) -> None:
         # one statement for every row: each column an array (binary), unnested; a
         # statement per row costs the client more than the server's work on it
+        self._wrote()
         types = self._types_of(table)
         if not set(columns) <= types.keys():  # the table changed since it was looked at
             self._column_types.pop(table, None)
@@ -237,16 +295,25 @@ class PostgresTransaction(BaseTransaction):
         prepare = None if prepared else False
         conn = self._conn
         self.round_trips += 1
-        if self._begin_pending or self._queued:
+        if self._begin_pending or self._queued or self._ahead:
             if not _PIPELINE:
                 self._send_begin()
                 self.round_trips += 1
                 return cursor.execute(sql, params, prepare=prepare)
-            # BEGIN, what waits and this statement in one round trip
-            with conn.pipeline():
+            # BEGIN, what waits, this statement and what is read ahead in one round trip
+            ahead, self._ahead = self._ahead, []
+            cursors = []
+            with self._pipeline():
                 self._send_prelude()
                 cursor.execute(sql, params, prepare=prepare)
+                for query, values in ahead:
+                    cursors.append(conn.cursor())
+                    cursors[-1].execute(_native(query), values or None, prepare=False)
                 self._ask_clock()
+            self._ahead_rows = {
+                (query, tuple(values)): found.fetchall()
+                for (query, values), found in zip(ahead, cursors, strict=True)
+            }
             return cursor
         if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
             # (a replay session's connection) the implicit BEGIN in a pipeline
@@ -261,7 +328,7 @@ class PostgresTransaction(BaseTransaction):
         if self.begun or self._queued:
             self.round_trips += 1  # COMMIT (with what waits) or ROLLBACK
         if commit and self._queued:
-            with conn.pipeline():
+            with self._pipeline():
                 self._send_prelude()
                 conn.execute("COMMIT", prepare=False)
         elif commit and self.begun:
@@ -315,13 +382,7 @@ class PostgresTransaction(BaseTransaction):
 
     def _lock_all(self, keys: list[str]) -> None:
         # rows in bucket order, each locked as it comes: one order for every waiter
-        self._waiting(
-            f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
-            f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
-            "ORDER BY l.bucket FOR UPDATE OF l) x",
-            (keys,),
-            f"{len(keys)} lock(s)",
-        )
+        self._waiting(_LOCK_ALL_SQL, (keys,), f"{len(keys)} lock(s)")
 
     def _try_lock(self, keys: list[str]) -> bool:
         [(acquired,)] = self._send(
@@ -337,7 +398,7 @@ class PostgresTransaction(BaseTransaction):
         # through qlflow_lock_heads: FOR UPDATE needs an UPDATE grant no runtime role has.
         # Waiting, rows are locked in stream id order: every waiting locker takes the
         # same order, so two of them cannot deadlock on heads
-        sql = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
+        sql = _LOCK_HEADS_SQL
         if wait:
             rows = self._waiting(sql, (stream_ids, True), "stream heads")
         else:

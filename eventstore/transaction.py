@@ -430,6 +430,36 @@ class BaseTransaction(ABC):
             raise
         return None if heads is None else {stream_id: heads[stream_id] for stream_id in stream_ids}
 
+    def lock_ahead(self, keys: Sequence[str], stream_ids: Sequence[str]) -> None:
+        """`lock_all(keys)`, then `lock_heads(stream_ids, wait=True)`, answering nothing:
+        a store may send them with this transaction's next statement (PostgreSQL: in
+        its round trip), where a LockTimeout then surfaces; the order is kept either
+        way (docs/DESIGN.md "Locks")."""
+        self._check_usable()
+        if isinstance(keys, str) or isinstance(stream_ids, str):
+            raise InvalidInput("keys", "sequence", "lock_ahead takes sequences of names")
+        for key in (*keys, *stream_ids):
+            _check_key(key)
+        try:
+            self._lock_ahead(sorted(set(keys)), sorted(set(stream_ids)))
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def _lock_ahead(self, keys: list[str], stream_ids: list[str]) -> None:
+        """Take them now (an adapter may send them with the next statement)."""
+        if keys:
+            self._lock_all(keys)
+        if stream_ids:
+            self._lock_heads(stream_ids, True)
+
+    def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Independent queries a `query_all` of exactly these will ask for next, before
+        this transaction writes anything but an append: a store may send them with the
+        next statement (PostgreSQL: after it, in its round trip) and answer that
+        `query_all` from them; a store without that ignores this."""
+        self._check_usable()
+
     def function_comment(self, signature: str) -> str | None:
         """The comment of the server-side function `signature` ("" if it has none), or
         None when the database has no such function (SQLite has none at all)."""

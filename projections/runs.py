@@ -41,6 +41,7 @@ from projections.runs_fold import (
     _load,
     _query_in,
     _Rows,
+    load_queries,
 )
 from projections.runs_replay import Replay  # the rebuild's fold (projections.registry)
 from projections.runs_schema import (  # the module's contract (projections.registry)
@@ -72,6 +73,11 @@ __all__ = [
 ]  # fmt: skip
 
 TAKES_FOLDED = True  # see projections.registry
+
+
+def reads_ahead(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
+    """What `apply` of these records reads first (`projections.registry`: read ahead)."""
+    return load_queries(records)
 
 
 def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | None = None) -> None:

@@ -52,8 +52,9 @@ def apply(tx, records: Sequence[Record], folded: Mapping[str, RunAggregate] | No
     ended = sorted({streams.entity_id(r.stream_id) for r in records if r.type in _TERMINAL})
     for start in range(0, len(ended), _IN_CHUNK):
         chunk = ended[start : start + _IN_CHUNK]
-        tx.execute(
-            f"DELETE FROM run_snapshots WHERE run_id IN ({', '.join('?' * len(chunk))})", chunk
+        # answers nothing: a store sends it with its next statement or COMMIT
+        tx.executemany(
+            f"DELETE FROM run_snapshots WHERE run_id IN ({', '.join('?' * len(chunk))})", [chunk]
         )
     if not folded:
         return
