@@ -87,6 +87,11 @@ _LOCK_ALL_SQL = (
 _LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
 
 
+def quote_ident(name: str) -> str:
+    """A table name as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 @functools.lru_cache(maxsize=512)
 def _native(sql: str) -> str:
     """`?` placeholders -> psycopg's `%s` (our SQL never holds a literal `?` or `%`)."""
@@ -618,6 +623,20 @@ class PostgresStore(BaseStore):
                 "no schema to create tables in: the search_path of the URL names no "
                 f"existing schema ({exc})"
             ) from exc
+
+    def _after_migrating(self) -> None:
+        # the planner knows nothing of a table never analysed (reltuples -1) until
+        # autovacuum gets to it, and guesses badly for the first thousands of rows:
+        # an empty table analysed is known empty, its estimates then follow its size
+        # (docs/DESIGN.md "A fresh store")
+        with self._reading() as session:
+            fresh = session.query(
+                "SELECT c.relname FROM pg_class c WHERE c.relnamespace = "
+                "current_schema()::regnamespace AND c.relkind IN ('r', 'p') "
+                "AND c.reltuples < 0 AND pg_has_role(c.relowner, 'USAGE') ORDER BY 1"
+            )
+            if fresh:
+                session.execute(f"ANALYZE {', '.join(quote_ident(name) for (name,) in fresh)}")
 
     def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
         if session.query("SELECT to_regclass('schema_versions')")[0][0] is None:
