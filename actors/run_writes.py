@@ -97,6 +97,7 @@ def write_runs(
     called with the slots whose locks are taken, once every lock is, before any
     decision (what it reads, it reads under them)."""
     slots = {w.attempt_id: w.slot for w in writes if w.attempt_id}
+    guessed: dict[str, tuple[set[str], Callable[[], bool]]] = {}
     if wait:
         # Attempts' (and slots') locks, then the Runs' heads, answered by nothing: a
         # store sends them with the read that follows (one round trip on PostgreSQL)
@@ -104,6 +105,14 @@ def write_runs(
         locked = {w.run_id for w in writes}
         tx.lock_ahead(keys, [run_stream(r) for r in locked])
         held_attempts: set[str] = set()
+        # a write that tries its Run's active Attempts' locks after the head tries,
+        # with the same read, those of the Run as this process last left it: checked
+        # against the Run as read below (a guess that missed is tried again)
+        for run_id in sorted({w.run_id for w in writes if w.if_attempts_held}):
+            base = cache.get(run_id) if cache is not None else None
+            if base is not None:
+                guess = set(active_attempt_keys(base))
+                guessed[run_id] = (guess, tx.try_lock_ahead(sorted(guess)))
     else:
         held_attempts = _lock_attempts(tx, slots, wait)
         wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
@@ -113,7 +122,11 @@ def write_runs(
     streams = read_runs(tx, locked, cache)
     current = {run_id: read.fold() for run_id, read in streams.items()}
     probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
-    free: set[str] = try_locks(tx, {r: active_attempt_keys(current[r]) for r in probing})
+    wanted_keys = {r: active_attempt_keys(current[r]) for r in probing}
+    free: set[str] = {
+        r for r in probing if r in guessed and _guess_holds(guessed[r], wanted_keys[r])
+    }
+    free |= try_locks(tx, {r: k for r, k in wanted_keys.items() if r not in free})
     decisions: dict[str, list[Decision]] = {}
     written = []
     for write in writes:
@@ -142,6 +155,12 @@ def write_runs(
         batches = [encode_appends(_joined(found).appends) for found in decisions.values()]
         commit_encoded(tx, joined_batch(batches), folded=after)
     return Batch(written, after)
+
+
+def _guess_holds(guess: tuple[set[str], Callable[[], bool]], wanted: Sequence[str]) -> bool:
+    """The guessed locks cover `wanted` and were all taken."""
+    keys, taken = guess
+    return keys.issuperset(wanted) and taken()
 
 
 def joined_batch(batches: Sequence[EncodedBatch]) -> EncodedBatch:

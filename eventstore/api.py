@@ -27,7 +27,7 @@ Every lock is released when the transaction ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -163,6 +163,11 @@ class Transaction(Reads, Protocol):
         nothing: a store may send them with the next statement, where a `LockTimeout`
         then surfaces (PostgreSQL does: one round trip for the locks and the read
         after them)."""
+        ...
+
+    def try_lock_ahead(self, keys: Sequence[str]) -> Callable[[], bool]:
+        """`try_lock(keys)`, sent with the next statement where the store can; the
+        function returned answers as `try_lock` would."""
         ...
 
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:

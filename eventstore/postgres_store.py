@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import select
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -84,6 +84,11 @@ _LOCK_ALL_SQL = (
     f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
     "ORDER BY l.bucket FOR UPDATE OF l) x"
 )
+_TRY_LOCK_SQL = (
+    f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
+    f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+    "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
+)
 _LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
 
 
@@ -125,6 +130,8 @@ class PostgresTransaction(BaseTransaction):
         # models' writes after an append cost no round trip of their own
         self._defers = explicit_begin and _PIPELINE
         self._queued: list[tuple[str, list[Sequence[Any]]]] = []
+        # try_lock_ahead: statements whose answer is read later, each on its cursor
+        self._answered: list[tuple[str, Sequence[Any], psycopg.Cursor]] = []
         # the server's clock, asked for in the pipeline of the transaction's first
         # statement (read when first needed) or, asked for before any, on its own
         self._clock_cursor: psycopg.Cursor | None = None
@@ -208,6 +215,30 @@ class PostgresTransaction(BaseTransaction):
         if stream_ids:
             self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)]))
         self._locks_queued = True
+
+    def _try_lock_ahead(self, keys: list[str]) -> Callable[[], bool]:
+        if not self._defers:
+            return super()._try_lock_ahead(keys)
+        cursor = self._conn.cursor()
+        self._answered.append((_TRY_LOCK_SQL, (keys,), cursor))
+
+        answers: list[bool] = []
+
+        def answer() -> bool:
+            if not answers:
+                if any(queued is cursor for _sql, _params, queued in self._answered):
+                    self._flush()  # asked before the next statement took it along
+                [(acquired,)] = cursor.fetchall()
+                answers.append(bool(acquired))
+            return answers[0]
+
+        return answer
+
+    def _flush(self) -> None:
+        """Send what waits (BEGIN, queued statements) in one round trip of its own."""
+        self.round_trips += 1
+        with self._pipeline():
+            self._send_prelude()
 
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         self._check_usable()
@@ -293,6 +324,9 @@ class PostgresTransaction(BaseTransaction):
             for sql, many in queued:
                 for params in many:
                     cursor.execute(sql, params)
+        answered, self._answered = self._answered, []
+        for sql, params, own in answered:
+            own.execute(sql, params)
 
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
@@ -300,7 +334,7 @@ class PostgresTransaction(BaseTransaction):
         prepare = None if prepared else False
         conn = self._conn
         self.round_trips += 1
-        if self._begin_pending or self._queued or self._ahead:
+        if self._begin_pending or self._queued or self._answered or self._ahead:
             if not _PIPELINE:
                 self._send_begin()
                 self.round_trips += 1
@@ -390,13 +424,7 @@ class PostgresTransaction(BaseTransaction):
         self._waiting(_LOCK_ALL_SQL, (keys,), f"{len(keys)} lock(s)")
 
     def _try_lock(self, keys: list[str]) -> bool:
-        [(acquired,)] = self._send(
-            self._cursor,
-            f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
-            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
-            "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)",
-            (keys,),
-        ).fetchall()
+        [(acquired,)] = self._send(self._cursor, _TRY_LOCK_SQL, (keys,)).fetchall()
         return bool(acquired)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:

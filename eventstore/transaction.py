@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
@@ -452,6 +452,25 @@ class BaseTransaction(ABC):
             self._lock_all(keys)
         if stream_ids:
             self._lock_heads(stream_ids, True)
+
+    def try_lock_ahead(self, keys: Sequence[str]) -> Callable[[], bool]:
+        """`try_lock(keys)` sent with this transaction's next statement where the store
+        can; the function returned answers as `try_lock` would (asked before that
+        statement, it sends it alone). Nothing else reads its answer, so a writer may
+        guess the locks it will want and check later."""
+        self._check_usable()
+        if isinstance(keys, str):
+            raise InvalidInput("keys", "sequence", "try_lock_ahead takes a sequence of names")
+        for key in keys:
+            _check_key(key)
+        if not keys:
+            return lambda: True
+        return self._try_lock_ahead(sorted(set(keys)))
+
+    def _try_lock_ahead(self, keys: list[str]) -> Callable[[], bool]:
+        """Try them now (an adapter may send them with the next statement)."""
+        acquired = self._try_lock(keys)
+        return lambda: acquired
 
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Independent queries a `query_all` of exactly these will ask for next, before

@@ -228,6 +228,19 @@ def test_lock_ahead_takes_the_locks_then_the_heads_before_the_next_read(store):
         tx.lock_ahead("attempt:a", [])  # type: ignore[arg-type]
 
 
+def test_try_lock_ahead_answers_as_try_lock(store):
+    store.append([stream("run-a", 0, event("a1"))])
+    with store.transaction() as tx:
+        tx.lock_ahead([], ["run-a"])
+        taken = tx.try_lock_ahead(["attempt:b", "attempt:a"])
+        nothing = tx.try_lock_ahead([])
+        assert len(tx.read_stream("run-a")) == 1
+        assert taken() is True and taken() is True and nothing() is True
+        asked_first = tx.try_lock_ahead(["attempt:c"])
+        assert asked_first() is True  # asked before any statement took it along
+        tx.append([stream("run-a", 1, event("a2"))])
+
+
 def test_read_ahead_answers_the_query_all_that_follows_an_append(store):
     store.append([stream("run-a", 0, event("a1"))])
     queries = [
@@ -282,6 +295,20 @@ def test_lock_ahead_waits_bounded_at_the_next_statement(pg_store):
         with held_elsewhere(pg_store, check):
             pass
         assert checker_saw == [False, None]  # both held here
+
+
+@pytest.mark.pg
+def test_try_lock_ahead_never_waits_and_says_what_it_took(pg_store):
+    holding = held_elsewhere(pg_store, lambda tx: tx.lock("attempt:b"))
+    with holding, pg_store.transaction() as tx:
+        started = time.monotonic()
+        held = tx.try_lock_ahead(["attempt:a", "attempt:b"])
+        free = tx.try_lock_ahead(["attempt:c"])
+        tx.read_stream("run-a")
+        assert held() is False and free() is True
+        assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
+        tx.append([stream("run-a", 1, event("a2"))])  # the transaction goes on
+    assert [r.event_id for r in pg_store.read_stream("run-a")] == ["a1", "a2"]
 
 
 @pytest.mark.pg
