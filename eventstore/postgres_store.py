@@ -27,9 +27,16 @@ queues those statements (the read models' upserts after an append) and sends the
 the pipeline of its next statement or of COMMIT. Every lock wait of a connection is bounded
 by the session's `lock_timeout` (`bounded_session`).
 
-Plans. Statements are planned at each execution except the append's own (key lookups
-and the one-row counter), whose cached generic plan is right at any table size; a
-generic plan made while a table was small would otherwise keep seq-scanning it.
+Plans. Statements are planned at each execution, except the key lookups of the hot
+path, which are prepared (psycopg prepares a statement on its fifth execution on a
+connection; the server keeps a generic plan when it is no worse than the custom
+ones): the append's own call, the locks, the events and stream-head reads by key
+and the read models' reads by key that are read ahead. Unprepared they cost the
+server a parse and a plan each, a quarter of its CPU on the per-call loop
+(docs/DESIGN.md "Round trips of a write on PostgreSQL"). A generic plan made while a
+table was small may scan it; it lasts until the table's next ANALYZE (autovacuum's,
+at most 10% of growth later) or the pooled connection's end, and every other
+statement stays planned at each execution.
 
 The URL is passed to libpq as is, so `?options=-c%20search_path%3D<schema>` works;
 tables are created unqualified, in the first schema of the search_path.
@@ -345,9 +352,9 @@ class PostgresTransaction(BaseTransaction):
             with self._pipeline():
                 self._send_prelude()
                 cursor.execute(sql, params, prepare=prepare)
-                for query, values in ahead:
+                for query, values in ahead:  # key lookups of the read models: prepared
                     cursors.append(conn.cursor())
-                    cursors[-1].execute(_native(query), values or None, prepare=False)
+                    cursors[-1].execute(_native(query), values or None)
                 self._ask_clock()
             self._ahead_rows = {
                 (query, tuple(values)): found.fetchall()
@@ -381,6 +388,7 @@ class PostgresTransaction(BaseTransaction):
             self._cursor,
             f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b)",
             (list(event_ids),),
+            prepared=True,
         ).fetchall()
 
     def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
@@ -389,6 +397,7 @@ class PostgresTransaction(BaseTransaction):
             f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ANY(%b) "
             "ORDER BY stream_id, stream_version",
             (list(stream_ids),),
+            prepared=True,
         ).fetchall()
 
     def _rows_after(self, stream_ids: Sequence[str], versions: Sequence[int]) -> list[Row]:
@@ -401,6 +410,7 @@ class PostgresTransaction(BaseTransaction):
             "JOIN events e ON e.stream_id = w.stream_id AND e.stream_version > w.after "
             "ORDER BY e.stream_id, e.stream_version",
             (list(stream_ids), list(versions)),
+            prepared=True,
         ).fetchall()
 
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
@@ -408,6 +418,7 @@ class PostgresTransaction(BaseTransaction):
             self._cursor,
             "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)",
             (list(stream_ids),),
+            prepared=True,
         ).fetchall()
 
     # -- locks ---------------------------------------------------------------------------
