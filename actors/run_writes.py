@@ -113,13 +113,27 @@ def write_runs(
             if base is not None:
                 guess = set(active_attempt_keys(base))
                 guessed[run_id] = (guess, tx.try_lock_ahead(sorted(guess)))
+    elif not any(slots.values()):
+        # no limit slot to read under its lock: try every lock and read every Run in one
+        # round trip; when one is held elsewhere, each is tried again and read after
+        tried = tx.try_lock_ahead([attempt_lock(a) for a in slots])
+        heads = tx.lock_heads_ahead([run_stream(r) for r in {w.run_id for w in writes}])
+        streams = read_runs(tx, {w.run_id for w in writes}, cache)
+        if tried() and heads() is not None:
+            held_attempts, locked = set(), {w.run_id for w in writes}
+        else:
+            held_attempts = _lock_attempts(tx, slots, wait)
+            wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
+            locked = _lock_runs(tx, wanted, wait)
+            streams = read_runs(tx, locked, cache)
     else:
         held_attempts = _lock_attempts(tx, slots, wait)
         wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
         locked = _lock_runs(tx, wanted, wait)
     if after_locks is not None:
         after_locks(tx, {s for a, s in slots.items() if s and a not in held_attempts})
-    streams = read_runs(tx, locked, cache)
+    if wait or any(slots.values()):
+        streams = read_runs(tx, locked, cache)
     current = {run_id: read.fold() for run_id, read in streams.items()}
     probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
     wanted_keys = {r: active_attempt_keys(current[r]) for r in probing}

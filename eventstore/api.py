@@ -170,6 +170,11 @@ class Transaction(Reads, Protocol):
         function returned answers as `try_lock` would."""
         ...
 
+    def lock_heads_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int] | None]:
+        """`lock_heads(stream_ids, wait=False)`, sent with the next statement where
+        the store can; the function returned answers as that would."""
+        ...
+
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Queries a `query_all` of exactly these asks for next, before anything but an
         append is written: a store may send them with the next statement and answer

@@ -241,6 +241,19 @@ class PostgresTransaction(BaseTransaction):
 
         return answer
 
+    def _lock_heads_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int] | None]:
+        if not self._defers:
+            return super()._lock_heads_ahead(stream_ids)
+        cursor = self._conn.cursor()
+        self._answered.append((_LOCK_HEADS_SQL, (stream_ids, False), cursor))
+
+        def answer() -> dict[str, int] | None:
+            if any(queued is cursor for _sql, _params, queued in self._answered):
+                self._flush()  # asked before the next statement took it along
+            return self._heads_locked(stream_ids, cursor.fetchall(), wait=False)
+
+        return answer
+
     def _flush(self) -> None:
         """Send what waits (BEGIN, queued statements) in one round trip of its own."""
         self.round_trips += 1
@@ -447,6 +460,13 @@ class PostgresTransaction(BaseTransaction):
             rows = self._waiting(sql, (stream_ids, True), "stream heads")
         else:
             rows = self._send(self._cursor, sql, (stream_ids, False)).fetchall()
+        return self._heads_locked(stream_ids, rows, wait)
+
+    def _heads_locked(
+        self, stream_ids: list[str], rows: list[Row], wait: bool
+    ) -> dict[str, int] | None:
+        """The versions `qlflow_lock_heads` answered, or None when one it skipped
+        exists (held by another transaction)."""
         versions = dict.fromkeys(stream_ids, 0)
         versions.update(rows)
         if not wait and len(rows) < len(stream_ids):

@@ -472,6 +472,32 @@ class BaseTransaction(ABC):
         acquired = self._try_lock(keys)
         return lambda: acquired
 
+    def lock_heads_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int] | None]:
+        """`lock_heads(stream_ids, wait=False)` sent with this transaction's next
+        statement where the store can; the function returned answers as that would
+        (asked before that statement, it sends it alone)."""
+        self._check_usable()
+        if isinstance(stream_ids, str):
+            raise InvalidInput("stream_ids", "sequence", "lock_heads_ahead takes a sequence")
+        if not stream_ids:
+            return dict
+        wanted = list(stream_ids)
+        answer = self._lock_heads_ahead(sorted(set(wanted)))
+        answers: list[dict[str, int] | None] = []
+
+        def heads() -> dict[str, int] | None:
+            if not answers:
+                found = answer()
+                answers.append(None if found is None else {s: found[s] for s in wanted})
+            return answers[0]
+
+        return heads
+
+    def _lock_heads_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int] | None]:
+        """Lock them now (an adapter may send it with the next statement)."""
+        found = self._lock_heads(stream_ids, False)
+        return lambda: found
+
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Independent queries a `query_all` of exactly these will ask for next, before
         this transaction writes anything but an append: a store may send them with the

@@ -241,6 +241,19 @@ def test_try_lock_ahead_answers_as_try_lock(store):
         tx.append([stream("run-a", 1, event("a2"))])
 
 
+def test_lock_heads_ahead_answers_as_lock_heads(store):
+    store.append([stream("run-a", 0, event("a1"), event("a2"))])
+    with store.transaction() as tx:
+        heads = tx.lock_heads_ahead(["run-missing", "run-a"])
+        assert tx.lock_heads_ahead([])() == {}
+        assert len(tx.read_stream("run-a")) == 2
+        assert heads() == {"run-missing": 0, "run-a": 2} and heads() is heads()
+        assert list(heads()) == ["run-missing", "run-a"]  # in the order asked
+        asked_first = tx.lock_heads_ahead(["run-a"])
+        assert asked_first() == {"run-a": 2}  # asked before any statement took it along
+        tx.append([stream("run-a", 2, event("a3"))])
+
+
 def test_read_ahead_answers_the_query_all_that_follows_an_append(store):
     store.append([stream("run-a", 0, event("a1"))])
     queries = [
@@ -309,6 +322,18 @@ def test_try_lock_ahead_never_waits_and_says_what_it_took(pg_store):
         assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
         tx.append([stream("run-a", 1, event("a2"))])  # the transaction goes on
     assert [r.event_id for r in pg_store.read_stream("run-a")] == ["a1", "a2"]
+
+
+@pytest.mark.pg
+def test_lock_heads_ahead_never_waits_and_answers_none_when_one_is_held(pg_store):
+    holding = held_elsewhere(pg_store, lambda tx: tx.lock_heads(["run-b"], wait=True))
+    with holding, pg_store.transaction() as tx:
+        started = time.monotonic()
+        held = tx.lock_heads_ahead(["run-a", "run-b"])
+        free = tx.lock_heads_ahead(["run-a", "run-new"])
+        tx.read_stream("run-a")
+        assert held() is None and free() == {"run-a": 1, "run-new": 0}
+        assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
 
 
 @pytest.mark.pg
