@@ -240,12 +240,19 @@ def _admit(
     reads = PublicationReads(tx, workflows)
     publication = reads.resolve_and_serialize(package)
 
-    replayed = _exact_replay(
-        tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params, priority
-    )
-    if replayed is not None:
-        return replayed, None
-    _refuse_taken_run_id(tx, run_id, admission_key)
+    # what decides a replay or a taken run id, in two reads whatever the answer
+    receipt_stream = receipt_stream_id(admission_key)
+    reads.ask_checks(run_id, publication)  # sent with the next read (read_checks)
+    heads = tx.stream_versions([receipt_stream, run_stream(run_id)])
+    if heads[receipt_stream]:
+        replayed = _exact_replay(
+            tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params,
+            priority,
+        )  # fmt: skip
+        if replayed is not None:
+            return replayed, None
+    reads.read_checks(run_id, publication)
+    _refuse_taken_run_id(tx, run_id, admission_key, reads, heads[run_stream(run_id)] > 0)
 
     _, revision = reads.published_revision(publication.publication_id)
     check_start(
@@ -399,6 +406,8 @@ class PublicationReads:
         self._sources: dict[str, admission_source.AdmissionSource] = {}
         self._workflows = workflows
         self._heads: dict[str, Publication] = {}  # resolved by name: the head itself
+        # read_checks: (run id, publisher, (receipt stream of the run, publisher status))
+        self._checks: tuple[str, str | None, tuple[str | None, str | None]] | None = None
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -412,7 +421,7 @@ class PublicationReads:
         locked: set[str] = set()
         publication = self._resolve(package)
         while publication.publisher not in locked:
-            serialize_publisher(self._tx, publication.publisher)
+            serialize_publisher(self._tx, publication.publisher, ahead=True)  # then read
             locked.add(publication.publisher)
             publication = self._resolve(package)
         return publication
@@ -463,10 +472,29 @@ class PublicationReads:
             return None
         return self._workflows.any_of(publication_id)
 
+    def ask_checks(self, run_id: str, publication: Publication) -> None:
+        """`read_checks` may be answered with the transaction's next read."""
+        publisher = None if self.definer else publication.publisher
+        self._tx.read_ahead(read_model.admission_check_queries(run_id, publisher))
+
+    def read_checks(self, run_id: str, publication: Publication) -> None:
+        """Read, in one round trip, what `receipt_stream_of_run` and `publisher_status`
+        answer next."""
+        publisher = None if self.definer else publication.publisher
+        self._checks = (run_id, publisher, read_model.admission_checks(self._tx, run_id, publisher))
+
+    def receipt_stream_of_run(self, run_id: str) -> str | None:
+        """The receipt stream of the admission that created `run_id`, or None."""
+        if self._checks is not None and self._checks[0] == run_id:
+            return self._checks[2][0]
+        return read_model.receipt_stream_of_run(self._tx, run_id)
+
     def publisher_status(self, publication: Publication) -> str | None:
         """The trust status of the publication's publisher ("revoked", "active", None)."""
         if self.definer:
             return self._source(publication.publication_id).publisher_status
+        if self._checks is not None and self._checks[1] == publication.publisher:
+            return self._checks[2][1]
         return read_model.publisher_status(self._tx, publication.publisher)
 
     def installation_head(self, publication: Publication) -> Publication | None:
@@ -566,8 +594,10 @@ def _queues(tx: Transaction, plan: ExecutionPlan) -> bool:
     return not takes_slot_at_admission(ref, held, facts.queued_ahead, facts.overrides)
 
 
-def _refuse_taken_run_id(tx: Transaction, run_id: str, admission_key: str) -> None:
-    stream = read_model.receipt_stream_of_run(tx, run_id)
+def _refuse_taken_run_id(
+    tx: Transaction, run_id: str, admission_key: str, reads: PublicationReads, has_events: bool
+) -> None:
+    stream = reads.receipt_stream_of_run(run_id)
     if stream is not None:
         receipt = receipt_from_document(tx.read_stream(stream)[0].data, EXISTING)
         raise AdmissionCollision(
@@ -575,5 +605,5 @@ def _refuse_taken_run_id(tx: Transaction, run_id: str, admission_key: str) -> No
             f"{receipt.admission_key!r} (plan {receipt.plan_digest}), not {admission_key!r}; "
             "choose another run id, or leave it out to derive one from the admission key"
         )
-    if tx.stream_versions([run_stream(run_id)])[run_stream(run_id)] > 0:
+    if has_events:
         raise AdmissionCollision(f"run id {run_id!r} already has events; choose another run id")

@@ -36,11 +36,15 @@ PUBLICATION_STREAM = streams.prefix(streams.PUBLICATION)
 PUBLISHER_STREAM = streams.prefix(streams.PUBLISHER)
 
 
-def serialize_publisher(tx: Transaction, publisher: str) -> None:
+def serialize_publisher(tx: Transaction, publisher: str, ahead: bool = False) -> None:
     """Take the serialization boundary shared by admission and publisher revocation:
     the publisher's lock, held until `tx` ends (the SECURITY DEFINER admission source
-    takes the same lock by the same name)."""
-    tx.lock(read_model.publisher_lock(publisher))
+    takes the same lock by the same name). `ahead`: taken by the next statement, in
+    its round trip (`Transaction.lock_ahead`), for a caller whose next step reads."""
+    if ahead:
+        tx.lock_ahead([read_model.publisher_lock(publisher)], [])
+    else:
+        tx.lock(read_model.publisher_lock(publisher))
 
 
 def serialize_installation(tx: Transaction, project: str, installation: str) -> None:

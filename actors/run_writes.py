@@ -97,15 +97,50 @@ def write_runs(
     called with the slots whose locks are taken, once every lock is, before any
     decision (what it reads, it reads under them)."""
     slots = {w.attempt_id: w.slot for w in writes if w.attempt_id}
-    held_attempts = _lock_attempts(tx, slots, wait)
-    wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
-    locked = _lock_runs(tx, wanted, wait)
+    guessed: dict[str, tuple[set[str], Callable[[], bool]]] = {}
+    if wait:
+        # Attempts' (and slots') locks, then the Runs' heads, answered by nothing: a
+        # store sends them with the read that follows (one round trip on PostgreSQL)
+        keys = [k for a, s in slots.items() for k in (attempt_lock(a), *_slot_keys(s))]
+        locked = {w.run_id for w in writes}
+        tx.lock_ahead(keys, [run_stream(r) for r in locked])
+        held_attempts: set[str] = set()
+        # a write that tries its Run's active Attempts' locks after the head tries,
+        # with the same read, those of the Run as this process last left it: checked
+        # against the Run as read below (a guess that missed is tried again)
+        for run_id in sorted({w.run_id for w in writes if w.if_attempts_held}):
+            base = cache.get(run_id) if cache is not None else None
+            if base is not None:
+                guess = set(active_attempt_keys(base))
+                guessed[run_id] = (guess, tx.try_lock_ahead(sorted(guess)))
+    elif not any(slots.values()):
+        # no limit slot to read under its lock: try every lock and read every Run in one
+        # round trip; when one is held elsewhere, each is tried again and read after
+        tried = tx.try_lock_ahead([attempt_lock(a) for a in slots])
+        heads = tx.lock_heads_ahead([run_stream(r) for r in {w.run_id for w in writes}])
+        streams = read_runs(tx, {w.run_id for w in writes}, cache)
+        if tried() and heads() is not None:
+            held_attempts, locked = set(), {w.run_id for w in writes}
+        else:
+            held_attempts = _lock_attempts(tx, slots, wait)
+            wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
+            locked = _lock_runs(tx, wanted, wait)
+            streams = read_runs(tx, locked, cache)
+    else:
+        held_attempts = _lock_attempts(tx, slots, wait)
+        wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
+        locked = _lock_runs(tx, wanted, wait)
     if after_locks is not None:
         after_locks(tx, {s for a, s in slots.items() if s and a not in held_attempts})
-    streams = read_runs(tx, locked, cache)
+    if wait or any(slots.values()):
+        streams = read_runs(tx, locked, cache)
     current = {run_id: read.fold() for run_id, read in streams.items()}
     probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
-    free: set[str] = try_locks(tx, {r: active_attempt_keys(current[r]) for r in probing})
+    wanted_keys = {r: active_attempt_keys(current[r]) for r in probing}
+    free: set[str] = {
+        r for r in probing if r in guessed and _guess_holds(guessed[r], wanted_keys[r])
+    }
+    free |= try_locks(tx, {r: k for r, k in wanted_keys.items() if r not in free})
     decisions: dict[str, list[Decision]] = {}
     written = []
     for write in writes:
@@ -136,6 +171,12 @@ def write_runs(
     return Batch(written, after)
 
 
+def _guess_holds(guess: tuple[set[str], Callable[[], bool]], wanted: Sequence[str]) -> bool:
+    """The guessed locks cover `wanted` and were all taken."""
+    keys, taken = guess
+    return keys.issuperset(wanted) and taken()
+
+
 def joined_batch(batches: Sequence[EncodedBatch]) -> EncodedBatch:
     """One append call of several Runs' encoded appends (their streams are disjoint)."""
     if len(batches) == 1:
@@ -161,6 +202,10 @@ def try_locks(tx: Transaction, keys: Mapping[K, Sequence[str]]) -> set[K]:
 def active_attempt_keys(aggregate: RunAggregate) -> list[str]:
     """The lock names of the Run's active Attempts (docs/DESIGN.md "Locks")."""
     return [attempt_lock(a.attempt_id) for a in aggregate.active_attempts()]
+
+
+def _slot_keys(slot: str | None) -> list[str]:
+    return [slot_lock(slot)] if slot else []
 
 
 def _lock_attempts(tx: Transaction, slots: Mapping[str, str | None], wait: bool) -> set[str]:

@@ -213,22 +213,84 @@ def _lease_value(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerWrite:
+    """One fenced worker write (a start barrier, a renewal) as `_worker_writes` takes it."""
+
+    lease: Lease
+    name: str  # its unit's name when written alone
+    now: Now
+    decide: Callable[[RunAggregate], Decision]
+
+
+def _worker_writes(
+    authority: Units, items: Sequence[WorkerWrite]
+) -> list[tuple[RunAggregate, Decision] | QlflowError]:
+    """Fenced worker writes in one transaction (docs/DESIGN.md "Group commit"), each
+    decided and fenced on its own, retried together on a version conflict: per item
+    (the Run as the batch left it, its decision), or its refusal."""
+    writes = [RunWrite(i.lease.run_id, i.decide, i.lease.attempt_id) for i in items]
+    names = {item.name for item in items}
+
+    def unit(tx: Transaction) -> Batch:
+        for item in items:
+            item.now.bind(tx)
+        return write_runs(tx, writes, authority.aggregates, wait=True)
+
+    batch = _with_retries(authority, unit, names.pop() if len(names) == 1 else "worker_writes")
+    answers: list[tuple[RunAggregate, Decision] | QlflowError] = []
+    for written in batch.written:
+        if written.refusal is not None:
+            answers.append(written.refusal)
+            continue
+        before, decision = written.result()
+        answers.append((batch.after.get(written.run_id, before), decision))
+    return answers
+
+
 def _worker_write(
-    authority: Units, lease: Lease, name: str, now: Now, decide: Callable[[RunAggregate], Decision]
+    authority: Units,
+    lease: Lease,
+    name: str,
+    now: Now,
+    decide: Callable[[RunAggregate], Decision],
+    group: GroupedWorkerWrites | None = None,
 ) -> tuple[RunAggregate, Decision]:
     """One fenced worker write on the lease's Run; retried on a version conflict.
-    (the Run as the write left it, the decision)."""
-    write = RunWrite(lease.run_id, decide, lease.attempt_id)
-    batch = _with_retries(
-        authority,
-        lambda tx: write_runs(now.bind(tx), [write], authority.aggregates, wait=True),
-        name,
-    )
-    before, decision = batch.written[0].result()
-    return batch.after.get(lease.run_id, before), decision
+    (the Run as the write left it, the decision). On the store's clock, through
+    `group` if given: shared with the writes of other threads that arrive together."""
+    item = WorkerWrite(lease, name, now, decide)
+    if group is not None and now.given is None:
+        answer = group.submit(item)
+    else:
+        answer = _worker_writes(authority, [item])[0]
+    if isinstance(answer, QlflowError):
+        raise answer
+    return answer
 
 
-def mark_starting(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
+class GroupedWorkerWrites:
+    """`mark_starting`, `mark_running` and `renew` on the store's clock for callers on
+    many threads: writes that arrive together share one transaction
+    (`actors.group_commit`), each decided, fenced and answered on its own."""
+
+    def __init__(self, authority: Units, max_batch: int) -> None:
+        self._group: GroupCommit[WorkerWrite, tuple[RunAggregate, Decision] | QlflowError] = (
+            GroupCommit(lambda items: _worker_writes(authority, items), max_batch)
+        )
+
+    @property
+    def batches(self) -> int:
+        """Commits made so far (fewer than writes when they were grouped)."""
+        return self._group.batches
+
+    def submit(self, item: WorkerWrite) -> tuple[RunAggregate, Decision] | QlflowError:
+        return self._group.submit(item)
+
+
+def mark_starting(
+    authority: Units, lease: Lease, now_ms: int | None, group: GroupedWorkerWrites | None = None
+) -> Lease:
     """The start barrier: written durably before the worker spawns anything. The
     answer carries the step's deadline when it has a timeout."""
     now = Now(now_ms)
@@ -240,11 +302,14 @@ def mark_starting(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
         lambda agg: worker_rules.mark_starting(
             agg, lease.attempt_id, lease.lease_id, lease.version, now()
         ),
+        group,
     )
     return replace(lease, step_deadline_ms=step_deadline_ms(after, lease.attempt_id))
 
 
-def mark_running(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
+def mark_running(
+    authority: Units, lease: Lease, now_ms: int | None, group: GroupedWorkerWrites | None = None
+) -> Lease:
     """starting -> running (from claimed+leased through starting in one transaction)."""
     now = Now(now_ms)
     _worker_write(
@@ -255,11 +320,18 @@ def mark_running(authority: Units, lease: Lease, now_ms: int | None) -> Lease:
         lambda agg: worker_rules.mark_running(
             agg, lease.attempt_id, lease.lease_id, lease.version, now()
         ),
+        group,
     )
     return lease
 
 
-def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int | None) -> Lease:
+def renew(
+    authority: Units,
+    lease: Lease,
+    ttl_ms: int,
+    now_ms: int | None,
+    group: GroupedWorkerWrites | None = None,
+) -> Lease:
     """Extend the lease; the answer says whether the Run asks the worker to stop, or
     the Attempt is past its step's timeout."""
     now = Now(now_ms)
@@ -271,6 +343,7 @@ def renew(authority: Units, lease: Lease, ttl_ms: int, now_ms: int | None) -> Le
         lambda agg: worker_rules.renew(
             agg, lease.attempt_id, lease.lease_id, lease.version, ttl_ms, now()
         ),
+        group,
     )
     grant = decision.lease
     assert grant is not None, "a renewal that does not refuse grants the lease"

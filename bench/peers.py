@@ -2,7 +2,7 @@
 (issue 18).
 
     python -m bench.peers [--pg URL] [--rounds 3] [--workflows 100] [--cancel 200]
-                          [--workers 4] [--step-ms 0] [--quick] [--profile]
+                          [--workers 4] [--step-ms 0] [--rtt-ms 0] [--quick] [--profile]
                           [--sqlite-only] [--sides qlflow,dbos,...]
 
 DBOS comes from the optional `[bench]` extra (`pip install -e .[bench]`); it is
@@ -14,6 +14,9 @@ WAL + synchronous=FULL, DBOS its rollback journal + FULL; PostgreSQL with
 PostgreSQL schema (qlflow) or database (DBOS), dropped at the end.
 
 Sides:
+- `qlflow_call`: the loop the README's host writes, one public call per write:
+  `cycle()`, `lease_attempts(..., limit=1024, start=True)`, then per leased Attempt
+  its body and `rt.complete(lease, "succeeded")`. The headline figure (issue 34).
 - `qlflow`: 100 Workflows of the 8-step DAG a -> b..g -> h started, then driven to
   completion through the public API by one in-process worker between cycles:
   `cycle()`, `lease_attempts(..., limit=64, start=True)` (or `mark_running` where
@@ -26,6 +29,9 @@ Sides:
 - `dbos`: the same DAG as a DBOS workflow whose steps run in sequence, the 100
   workflows called one after another; `dbos_threads`: the 100 started at once
   (`DBOS.start_workflow`, DBOS's own thread per workflow).
+
+With `--rtt-ms` every side reaches PostgreSQL through a proxy of the parent that adds
+that round-trip time (PostgreSQL across a network): what a call's round trips cost.
 
 A step's body is trivial, or sleeps `--step-ms` on every side (a step that waits on
 I/O): that is where N workers running steps side by side should win.
@@ -70,7 +76,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_path("peers")
 STEPS = [("a", []), *((k, ["a"]) for k in "bcdefg"), ("h", list("bcdefg"))]
 PACKAGE, WORKFLOW = "peers", "dag"
-SIDES = ("qlflow", "qlflow_pool", "qlflow_procs", "dbos", "dbos_threads")
+SIDES = ("qlflow_call", "qlflow", "qlflow_pool", "qlflow_procs", "dbos", "dbos_threads")
+PER_CALL_LIMIT = 1024  # the per-call loop leases whatever is claimable (README's loop)
 
 
 def _manifest() -> dict:
@@ -115,12 +122,23 @@ def _supports_start(rt) -> bool:
     return "start" in inspect.signature(rt.lease_attempts).parameters
 
 
+PROXY: list[LatencyProxy] = []  # --rtt-ms: every child's PostgreSQL connections go through it
 STEP = {"seconds": 0.0}  # a step's body: sleep this long (--step-ms), 0 for a trivial one
 
 
 def _body() -> None:
     if STEP["seconds"]:
         time.sleep(STEP["seconds"])
+
+
+def _work_per_call(rt, worker_id: str, limit: int = PER_CALL_LIMIT) -> int:
+    """The README's loop: lease what is claimable with its start barrier, then run
+    each body and `complete` it, one call per Attempt."""
+    leases = rt.lease_attempts(worker_id, limit=limit, start=True)
+    for lease in leases:
+        _body()
+        rt.complete(lease, "succeeded")
+    return len(leases)
 
 
 def _work_once(rt, worker_id: str, limit: int = 64) -> int:
@@ -187,10 +205,11 @@ def _drive(
     try:
         while True:
             result = rt.cycle()
-            if mode == "one":
+            if mode in ("one", "call"):
                 # nothing changed and nothing to run: nothing ever will (no timers here);
                 # the caller checks, outside the clock, that every Run succeeded
-                if not _work_once(rt, "w1", batch) and not result.changed:
+                work = _work_per_call if mode == "call" else _work_once
+                if not work(rt, "w1", batch) and not result.changed:
                     break
                 continue
             if not result.changed and _settled(rt, run_ids):
@@ -285,7 +304,8 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
                  profile: bool, db_path: str | None) -> dict:  # fmt: skip
     from eventstore import faults
 
-    mode = {"qlflow": "one", "qlflow_pool": "pool", "qlflow_procs": "procs"}[side]
+    mode = {"qlflow_call": "call", "qlflow": "one", "qlflow_pool": "pool",
+            "qlflow_procs": "procs"}[side]  # fmt: skip
     rt = _open(url)
     rt.publish(_manifest())
     commits = _Commits()
@@ -296,7 +316,7 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
     if profiler:
         profiler.enable()
     run_ids = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(workflows)]
-    batch = 64 if mode == "one" else max(1, 64 // workers)
+    batch = {"one": 64, "call": PER_CALL_LIMIT}.get(mode, max(1, 64 // workers))
     reports = _drive(rt, run_ids, workers, mode, url, batch)
     if profiler:
         profiler.disable()
@@ -319,7 +339,7 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
         pstats.Stats(profiler, stream=tottime).sort_stats("tottime").print_stats(25)
         out["profile_cumulative"] = text.getvalue()
         out["profile_tottime"] = tottime.getvalue()
-    if mode == "one":
+    if mode in ("one", "call"):
         out["cancelled_per_s"] = _cancel_pending(rt, cancels, batch=False)
         if hasattr(rt, "cancel_many"):
             out["cancelled_batch_per_s"] = _cancel_pending(rt, cancels, batch=True)
@@ -419,6 +439,76 @@ def dbos_child(url: str, side: str, workflows: int, cancels: int) -> dict:
 # --- the parent ----------------------------------------------------------------------
 
 
+class LatencyProxy:
+    """A TCP proxy (stdlib asyncio, on a thread of the parent) that delays every chunk
+    by half of `rtt_ms` each way: PostgreSQL as a replica across a network sees it.
+    Order is kept per direction; bandwidth is not limited."""
+
+    def __init__(self, host: str, port: int, rtt_ms: float) -> None:
+        import asyncio
+
+        self._target, self._delay = (host, port), rtt_ms / 2000
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        box: dict = {}
+
+        async def start() -> None:
+            box["server"] = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+            ready.set()
+
+        def run() -> None:
+            self._loop.run_until_complete(start())
+            self._loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+        self._server = box["server"]
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader, writer) -> None:
+        import asyncio
+
+        up_reader, up_writer = await asyncio.open_connection(*self._target)
+
+        async def pump(source, sink) -> None:
+            queue: asyncio.Queue = asyncio.Queue()
+
+            async def forward() -> None:
+                while True:
+                    due, data = await queue.get()
+                    if data is None:
+                        sink.close()
+                        return
+                    wait = due - self._loop.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    sink.write(data)
+                    await sink.drain()
+
+            sender = asyncio.ensure_future(forward())
+            try:
+                while data := await source.read(65536):
+                    queue.put_nowait((self._loop.time() + self._delay, data))
+            except OSError:
+                pass
+            queue.put_nowait((0.0, None))
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                await sender
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    def via(self, url: str) -> str:
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(url)
+        user = parts.netloc.rpartition("@")[0]
+        netloc = f"{user}@127.0.0.1:{self.port}" if user else f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+
+
 @contextlib.contextmanager
 def _place(store: str, side: str, pg_url: str | None, workdir: Path):
     """A fresh place for one child: (url, sqlite path or None); dropped afterwards."""
@@ -450,6 +540,8 @@ def _place(store: str, side: str, pg_url: str | None, workdir: Path):
 
 def _child(store: str, side: str, args, workdir: Path, profile: bool) -> dict:
     with _place(store, side, args.pg, workdir) as (url, path):
+        if PROXY and store == "postgresql":
+            url = PROXY[0].via(url)
         cmd = [sys.executable, "-m", "bench.peers", "--child", side, "--url", url,
                "--workflows", str(args.workflows), "--cancel", str(args.cancel),
                "--workers", str(args.workers), "--step-ms", str(args.step_ms)]  # fmt: skip
@@ -476,7 +568,7 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
         medians = {side: {k: _median(rounds, k) for k in keys} for side, rounds in sides.items()}
         base = medians.get("dbos", {})
         ratios = {}
-        for side in ("qlflow", "qlflow_pool", "qlflow_procs"):
+        for side in ("qlflow_call", "qlflow", "qlflow_pool", "qlflow_procs"):
             ours = medians.get(side, {})
             if ours.get("workflows_per_s") and base.get("workflows_per_s"):
                 ratios[f"{side}_workflows_per_s_vs_dbos"] = (
@@ -487,9 +579,14 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
                 ratios[f"{side}_workflows_per_s_vs_dbos_threads"] = (
                     ours["workflows_per_s"] / threads
                 )
-        ours = medians.get("qlflow", {})
+        ours = medians.get("qlflow_call") or medians.get("qlflow", {})
+        if ours.get("cpu_ms_per_workflow") and base.get("cpu_ms_per_workflow"):
+            ratios["qlflow_call_cpu_vs_dbos"] = (
+                ours["cpu_ms_per_workflow"] / base["cpu_ms_per_workflow"]
+            )
         if ours.get("cancelled_per_s") and base.get("cancelled_per_s"):
             ratios["qlflow_cancel_vs_dbos"] = ours["cancelled_per_s"] / base["cancelled_per_s"]
+        ours = medians.get("qlflow", {})
         if ours.get("cancelled_batch_per_s") and base.get("cancelled_batch_per_s"):
             ratios["qlflow_cancel_many_vs_dbos_cancel_workflows"] = (
                 ours["cancelled_batch_per_s"] / base["cancelled_batch_per_s"]
@@ -541,6 +638,10 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         "--step-ms", type=float, default=0.0,
         help="each step's body sleeps this long (0: a trivial body), on both sides",
     )  # fmt: skip
+    parser.add_argument(
+        "--rtt-ms", type=float, default=0.0,
+        help="PostgreSQL through a proxy that adds this round-trip time, for every side",
+    )  # fmt: skip
     parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--quick", action="store_true", help="1 round, 20 workflows, 40 cancels")
@@ -576,6 +677,11 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         args.rounds, args.workflows, args.cancel, args.workers = 1, 2, 2, 1
         args.sqlite_only = True
     stores = ["sqlite"] if args.sqlite_only or not args.pg else ["sqlite", "postgresql"]
+    if args.rtt_ms and args.pg:
+        from urllib.parse import urlsplit
+
+        target = urlsplit(args.pg)
+        PROXY.append(LatencyProxy(target.hostname or "127.0.0.1", target.port or 5432, args.rtt_ms))
     sides = [s for s in args.sides.split(",") if s]
     raw: dict[str, dict[str, list[dict]]] = {store: {s: [] for s in sides} for store in stores}
     profiles: dict[str, dict] = {}
@@ -598,6 +704,7 @@ def main(argv: Sequence[str] | None = None) -> dict | None:
         "workers": args.workers,
         "step_ms": args.step_ms,
         "rounds": args.rounds,
+        "rtt_ms": args.rtt_ms,
         "summary": summary,
         "raw": raw,
         "profiles": {

@@ -168,12 +168,39 @@ def measure(url: str, steps: int) -> dict[str, float]:
             figures["complete (per step)"] = sum(complete_counts) / steps
             figures["final cycle"], _ = proxy.count(lambda: rt.cycle(now_ms=T0 + 4))
             assert rt.get_run(receipt.run_id).status == "succeeded"
+            figures.update(_loop_calls(rt, proxy, steps))
         finally:
             rt.close()
     finally:
         proxy.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    return figures
+
+
+def _loop_calls(rt, proxy: CountingProxy, steps: int) -> dict[str, float]:
+    """The calls of the README's loop on the store's own clock (no now_ms): a start,
+    `lease_attempts(start=True)`, `renew`, `complete`; then `cancel` of a pending Run
+    (its roots claimed) and of one with a leased step."""
+    figures: dict[str, float] = {}
+    n, receipt = proxy.count(lambda: rt.start("rt", "w"))
+    figures["start (store clock)"] = n
+    n, leases = proxy.count(lambda: rt.lease_attempts("w2", limit=steps, start=True))
+    figures["lease_attempts start=True (per call)"] = n
+    renews, completes = [], []
+    for lease in leases:
+        n, lease = proxy.count(lambda lease=lease: rt.renew(lease))
+        renews.append(n)
+        n, _ = proxy.count(lambda lease=lease: rt.complete(lease, "succeeded"))
+        completes.append(n)
+    figures["renew (per step)"] = sum(renews) / len(renews)
+    figures["complete, store clock (per step)"] = sum(completes) / len(completes)
+    assert rt.get_run(receipt.run_id).status == "succeeded"
+    pending = rt.start("rt", "w").run_id
+    figures["cancel (pending Run)"], _ = proxy.count(lambda: rt.cancel(pending))
+    held = rt.start("rt", "w").run_id
+    rt.lease_attempts("w3", limit=1)
+    figures["cancel (a step leased)"], _ = proxy.count(lambda: rt.cancel(held))
     return figures
 
 

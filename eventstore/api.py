@@ -27,7 +27,7 @@ Every lock is released when the transaction ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -156,6 +156,29 @@ class Transaction(Reads, Protocol):
         version (0 for a stream that does not exist, which cannot be locked). With
         `wait=False`, None when another transaction holds one of them; with
         `wait=True`, wait (bounded like `lock`)."""
+        ...
+
+    def lock_ahead(self, keys: Sequence[str], stream_ids: Sequence[str]) -> None:
+        """`lock_all(keys)`, then `lock_heads(stream_ids, wait=True)`, answering
+        nothing: a store may send them with the next statement, where a `LockTimeout`
+        then surfaces (PostgreSQL does: one round trip for the locks and the read
+        after them)."""
+        ...
+
+    def try_lock_ahead(self, keys: Sequence[str]) -> Callable[[], bool]:
+        """`try_lock(keys)`, sent with the next statement where the store can; the
+        function returned answers as `try_lock` would."""
+        ...
+
+    def lock_heads_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int] | None]:
+        """`lock_heads(stream_ids, wait=False)`, sent with the next statement where
+        the store can; the function returned answers as that would."""
+        ...
+
+    def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Queries a `query_all` of exactly these asks for next, before anything but an
+        append is written: a store may send them with the next statement and answer
+        that `query_all` from them (PostgreSQL does; SQLite ignores this)."""
         ...
 
     def function_comment(self, signature: str) -> str | None:

@@ -27,9 +27,16 @@ queues those statements (the read models' upserts after an append) and sends the
 the pipeline of its next statement or of COMMIT. Every lock wait of a connection is bounded
 by the session's `lock_timeout` (`bounded_session`).
 
-Plans. Statements are planned at each execution except the append's own (key lookups
-and the one-row counter), whose cached generic plan is right at any table size; a
-generic plan made while a table was small would otherwise keep seq-scanning it.
+Plans. Statements are planned at each execution, except the key lookups of the hot
+path, which are prepared (psycopg prepares a statement on its fifth execution on a
+connection; the server keeps a generic plan when it is no worse than the custom
+ones): the append's own call, the locks, the events and stream-head reads by key
+and the read models' reads by key that are read ahead. Unprepared they cost the
+server a parse and a plan each, a quarter of its CPU on the per-call loop
+(docs/DESIGN.md "Round trips of a write on PostgreSQL"). A generic plan made while a
+table was small may scan it; it lasts until the table's next ANALYZE (autovacuum's,
+at most 10% of growth later) or the pooled connection's end, and every other
+statement stays planned at each execution.
 
 The URL is passed to libpq as is, so `?options=-c%20search_path%3D<schema>` works;
 tables are created unqualified, in the first schema of the search_path.
@@ -40,7 +47,7 @@ from __future__ import annotations
 import functools
 import select
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -78,6 +85,23 @@ DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 POOL_FIRST_WAIT_S = 0.5  # before `_take` asks whether the pool can make a connection
 CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# rows in bucket order, each locked as it comes: one order for every waiter
+_LOCK_ALL_SQL = (
+    f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+    f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
+    "ORDER BY l.bucket FOR UPDATE OF l) x"
+)
+_TRY_LOCK_SQL = (
+    f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
+    f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
+    "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
+)
+_LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
+
+
+def quote_ident(name: str) -> str:
+    """A table name as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 @functools.lru_cache(maxsize=512)
@@ -113,10 +137,17 @@ class PostgresTransaction(BaseTransaction):
         # models' writes after an append cost no round trip of their own
         self._defers = explicit_begin and _PIPELINE
         self._queued: list[tuple[str, list[Sequence[Any]]]] = []
+        # try_lock_ahead: statements whose answer is read later, each on its cursor
+        self._answered: list[tuple[str, Sequence[Any], psycopg.Cursor]] = []
         # the server's clock, asked for in the pipeline of the transaction's first
         # statement (read when first needed) or, asked for before any, on its own
         self._clock_cursor: psycopg.Cursor | None = None
         self._clock: int | None = None
+        # locks queued by lock_ahead, not yet answered (their LockTimeout is due)
+        self._locks_queued = False
+        # read_ahead: queries to send after the next statement, then their rows
+        self._ahead: list[tuple[str, Sequence[Any]]] = []
+        self._ahead_rows: dict[tuple[str, tuple[Any, ...]], list[Row]] = {}
 
     def clock_ms(self) -> int:
         """The server's `clock_timestamp()` as the transaction's first statement left
@@ -142,13 +173,17 @@ class PostgresTransaction(BaseTransaction):
         return self._send(self._cursor, _native(sql), params or None).fetchall()
 
     def _rows_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        if self._ahead_rows:
+            keys = [(sql, tuple(params)) for sql, params in queries]
+            if all(key in self._ahead_rows for key in keys):  # read ahead (read_ahead)
+                return [self._ahead_rows.pop(key) for key in keys]
         if not _PIPELINE:
             return [self._rows(sql, params) for sql, params in queries]
         cursors = []
         conn = self._conn
         self.round_trips += 1
         # BEGIN (if due), what waits, and every query in one round trip
-        with conn.pipeline():
+        with self._pipeline():
             begins = self._begin_pending
             self._send_prelude()
             for sql, params in queries:
@@ -159,10 +194,88 @@ class PostgresTransaction(BaseTransaction):
                 self._ask_clock()
         return [cursor.fetchall() for cursor in cursors]
 
+    @contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """A pipeline; a lock queued by `lock_ahead` that times out in it is a
+        LockTimeout (and the transaction can only roll back)."""
+        locks, self._locks_queued = self._locks_queued, False
+        try:
+            with self._conn.pipeline():
+                yield
+        except pg_errors.LockNotAvailable as exc:
+            if not locks:
+                raise
+            error = LockTimeout(
+                f"locks: not granted within {self._lock_timeout_ms} ms, another session "
+                "holds one; nothing was written — try again"
+            )
+            self.failure = error
+            raise error from exc
+
+    def _lock_ahead(self, keys: list[str], stream_ids: list[str]) -> None:
+        if not self._defers:
+            super()._lock_ahead(keys, stream_ids)
+            return
+        # sent with the next statement, in this order (docs/DESIGN.md "Locks")
+        if keys:
+            self._queued.append((_LOCK_ALL_SQL, [(keys,)]))
+        if stream_ids:
+            self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)]))
+        self._locks_queued = True
+
+    def _try_lock_ahead(self, keys: list[str]) -> Callable[[], bool]:
+        if not self._defers:
+            return super()._try_lock_ahead(keys)
+        cursor = self._conn.cursor()
+        self._answered.append((_TRY_LOCK_SQL, (keys,), cursor))
+
+        answers: list[bool] = []
+
+        def answer() -> bool:
+            if not answers:
+                if any(queued is cursor for _sql, _params, queued in self._answered):
+                    self._flush()  # asked before the next statement took it along
+                [(acquired,)] = cursor.fetchall()
+                answers.append(bool(acquired))
+            return answers[0]
+
+        return answer
+
+    def _lock_heads_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int] | None]:
+        if not self._defers:
+            return super()._lock_heads_ahead(stream_ids)
+        cursor = self._conn.cursor()
+        self._answered.append((_LOCK_HEADS_SQL, (stream_ids, False), cursor))
+
+        def answer() -> dict[str, int] | None:
+            if any(queued is cursor for _sql, _params, queued in self._answered):
+                self._flush()  # asked before the next statement took it along
+            return self._heads_locked(stream_ids, cursor.fetchall(), wait=False)
+
+        return answer
+
+    def _flush(self) -> None:
+        """Send what waits (BEGIN, queued statements) in one round trip of its own."""
+        self.round_trips += 1
+        with self._pipeline():
+            self._send_prelude()
+
+    def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        self._check_usable()
+        if self._defers:
+            self._ahead = list(queries)
+
+    def _wrote(self) -> None:
+        """A statement that may write: what was read ahead may no longer hold."""
+        self._ahead = []
+        self._ahead_rows = {}
+
     def _run(self, sql: str, params: Sequence[Any] = (), prepared: bool = False) -> psycopg.Cursor:
+        self._wrote()
         return self._send(self._conn.cursor(), _native(sql), params or None, prepared)
 
     def _run_many(self, sql: str, seq_of_params: Iterable[Sequence[Any]]) -> None:
+        self._wrote()
         if self._defers:
             params = list(seq_of_params)
             if params:
@@ -181,6 +294,7 @@ class PostgresTransaction(BaseTransaction):
     ) -> None:
         # one statement for every row: each column an array (binary), unnested; a
         # statement per row costs the client more than the server's work on it
+        self._wrote()
         types = self._types_of(table)
         if not set(columns) <= types.keys():  # the table changed since it was looked at
             self._column_types.pop(table, None)
@@ -230,6 +344,9 @@ class PostgresTransaction(BaseTransaction):
             for sql, many in queued:
                 for params in many:
                     cursor.execute(sql, params)
+        answered, self._answered = self._answered, []
+        for sql, params, own in answered:
+            own.execute(sql, params)
 
     def _send(
         self, cursor: psycopg.Cursor, sql: str, params: Any, prepared: bool = False
@@ -237,16 +354,25 @@ class PostgresTransaction(BaseTransaction):
         prepare = None if prepared else False
         conn = self._conn
         self.round_trips += 1
-        if self._begin_pending or self._queued:
+        if self._begin_pending or self._queued or self._answered or self._ahead:
             if not _PIPELINE:
                 self._send_begin()
                 self.round_trips += 1
                 return cursor.execute(sql, params, prepare=prepare)
-            # BEGIN, what waits and this statement in one round trip
-            with conn.pipeline():
+            # BEGIN, what waits, this statement and what is read ahead in one round trip
+            ahead, self._ahead = self._ahead, []
+            cursors = []
+            with self._pipeline():
                 self._send_prelude()
                 cursor.execute(sql, params, prepare=prepare)
+                for query, values in ahead:  # key lookups of the read models: prepared
+                    cursors.append(conn.cursor())
+                    cursors[-1].execute(_native(query), values or None)
                 self._ask_clock()
+            self._ahead_rows = {
+                (query, tuple(values)): found.fetchall()
+                for (query, values), found in zip(ahead, cursors, strict=True)
+            }
             return cursor
         if _PIPELINE and not conn.autocommit and conn.pgconn.transaction_status == _IDLE:
             # (a replay session's connection) the implicit BEGIN in a pipeline
@@ -261,7 +387,7 @@ class PostgresTransaction(BaseTransaction):
         if self.begun or self._queued:
             self.round_trips += 1  # COMMIT (with what waits) or ROLLBACK
         if commit and self._queued:
-            with conn.pipeline():
+            with self._pipeline():
                 self._send_prelude()
                 conn.execute("COMMIT", prepare=False)
         elif commit and self.begun:
@@ -275,6 +401,7 @@ class PostgresTransaction(BaseTransaction):
             self._cursor,
             f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b)",
             (list(event_ids),),
+            prepared=True,
         ).fetchall()
 
     def _rows_by_stream(self, stream_ids: Sequence[str]) -> list[Row]:
@@ -283,6 +410,7 @@ class PostgresTransaction(BaseTransaction):
             f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ANY(%b) "
             "ORDER BY stream_id, stream_version",
             (list(stream_ids),),
+            prepared=True,
         ).fetchall()
 
     def _rows_after(self, stream_ids: Sequence[str], versions: Sequence[int]) -> list[Row]:
@@ -295,6 +423,7 @@ class PostgresTransaction(BaseTransaction):
             "JOIN events e ON e.stream_id = w.stream_id AND e.stream_version > w.after "
             "ORDER BY e.stream_id, e.stream_version",
             (list(stream_ids), list(versions)),
+            prepared=True,
         ).fetchall()
 
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
@@ -302,6 +431,7 @@ class PostgresTransaction(BaseTransaction):
             self._cursor,
             "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)",
             (list(stream_ids),),
+            prepared=True,
         ).fetchall()
 
     # -- locks ---------------------------------------------------------------------------
@@ -315,33 +445,28 @@ class PostgresTransaction(BaseTransaction):
 
     def _lock_all(self, keys: list[str]) -> None:
         # rows in bucket order, each locked as it comes: one order for every waiter
-        self._waiting(
-            f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
-            f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
-            "ORDER BY l.bucket FOR UPDATE OF l) x",
-            (keys,),
-            f"{len(keys)} lock(s)",
-        )
+        self._waiting(_LOCK_ALL_SQL, (keys,), f"{len(keys)} lock(s)")
 
     def _try_lock(self, keys: list[str]) -> bool:
-        [(acquired,)] = self._send(
-            self._cursor,
-            f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
-            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
-            "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)",
-            (keys,),
-        ).fetchall()
+        [(acquired,)] = self._send(self._cursor, _TRY_LOCK_SQL, (keys,)).fetchall()
         return bool(acquired)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
         # through qlflow_lock_heads: FOR UPDATE needs an UPDATE grant no runtime role has.
         # Waiting, rows are locked in stream id order: every waiting locker takes the
         # same order, so two of them cannot deadlock on heads
-        sql = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
+        sql = _LOCK_HEADS_SQL
         if wait:
             rows = self._waiting(sql, (stream_ids, True), "stream heads")
         else:
             rows = self._send(self._cursor, sql, (stream_ids, False)).fetchall()
+        return self._heads_locked(stream_ids, rows, wait)
+
+    def _heads_locked(
+        self, stream_ids: list[str], rows: list[Row], wait: bool
+    ) -> dict[str, int] | None:
+        """The versions `qlflow_lock_heads` answered, or None when one it skipped
+        exists (held by another transaction)."""
         versions = dict.fromkeys(stream_ids, 0)
         versions.update(rows)
         if not wait and len(rows) < len(stream_ids):
@@ -557,6 +682,20 @@ class PostgresStore(BaseStore):
                 "no schema to create tables in: the search_path of the URL names no "
                 f"existing schema ({exc})"
             ) from exc
+
+    def _after_migrating(self) -> None:
+        # the planner knows nothing of a table never analysed (reltuples -1) until
+        # autovacuum gets to it, and guesses badly for the first thousands of rows:
+        # an empty table analysed is known empty, its estimates then follow its size
+        # (docs/DESIGN.md "A fresh store")
+        with self._reading() as session:
+            fresh = session.query(
+                "SELECT c.relname FROM pg_class c WHERE c.relnamespace = "
+                "current_schema()::regnamespace AND c.relkind IN ('r', 'p') "
+                "AND c.reltuples < 0 AND pg_has_role(c.relowner, 'USAGE') ORDER BY 1"
+            )
+            if fresh:
+                session.execute(f"ANALYZE {', '.join(quote_ident(name) for (name,) in fresh)}")
 
     def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
         if session.query("SELECT to_regclass('schema_versions')")[0][0] is None:

@@ -255,7 +255,13 @@ class BaseStore(ABC):
             )
         with self.transaction() as tx:
             self._prepare_versions_table(tx)
-            return apply_steps(tx, component, steps)
+            version = apply_steps(tx, component, steps)
+        self._after_migrating()
+        return version
+
+    def _after_migrating(self) -> None:  # noqa: B027 (a hook: nothing to do by default)
+        """After a migration committed (an adapter may gather the new tables'
+        statistics: docs/DESIGN.md "A fresh store")."""
 
     def _migrate_own_schema(self) -> None:
         self.migrate(EVENTSTORE_COMPONENT, EVENTSTORE_STEPS)

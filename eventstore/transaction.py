@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
@@ -429,6 +429,81 @@ class BaseTransaction(ABC):
             self.failure = exc
             raise
         return None if heads is None else {stream_id: heads[stream_id] for stream_id in stream_ids}
+
+    def lock_ahead(self, keys: Sequence[str], stream_ids: Sequence[str]) -> None:
+        """`lock_all(keys)`, then `lock_heads(stream_ids, wait=True)`, answering nothing:
+        a store may send them with this transaction's next statement (PostgreSQL: in
+        its round trip), where a LockTimeout then surfaces; the order is kept either
+        way (docs/DESIGN.md "Locks")."""
+        self._check_usable()
+        if isinstance(keys, str) or isinstance(stream_ids, str):
+            raise InvalidInput("keys", "sequence", "lock_ahead takes sequences of names")
+        for key in (*keys, *stream_ids):
+            _check_key(key)
+        try:
+            self._lock_ahead(sorted(set(keys)), sorted(set(stream_ids)))
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def _lock_ahead(self, keys: list[str], stream_ids: list[str]) -> None:
+        """Take them now (an adapter may send them with the next statement)."""
+        if keys:
+            self._lock_all(keys)
+        if stream_ids:
+            self._lock_heads(stream_ids, True)
+
+    def try_lock_ahead(self, keys: Sequence[str]) -> Callable[[], bool]:
+        """`try_lock(keys)` sent with this transaction's next statement where the store
+        can; the function returned answers as `try_lock` would (asked before that
+        statement, it sends it alone). Nothing else reads its answer, so a writer may
+        guess the locks it will want and check later."""
+        self._check_usable()
+        if isinstance(keys, str):
+            raise InvalidInput("keys", "sequence", "try_lock_ahead takes a sequence of names")
+        for key in keys:
+            _check_key(key)
+        if not keys:
+            return lambda: True
+        return self._try_lock_ahead(sorted(set(keys)))
+
+    def _try_lock_ahead(self, keys: list[str]) -> Callable[[], bool]:
+        """Try them now (an adapter may send them with the next statement)."""
+        acquired = self._try_lock(keys)
+        return lambda: acquired
+
+    def lock_heads_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int] | None]:
+        """`lock_heads(stream_ids, wait=False)` sent with this transaction's next
+        statement where the store can; the function returned answers as that would
+        (asked before that statement, it sends it alone)."""
+        self._check_usable()
+        if isinstance(stream_ids, str):
+            raise InvalidInput("stream_ids", "sequence", "lock_heads_ahead takes a sequence")
+        if not stream_ids:
+            return dict
+        wanted = list(stream_ids)
+        answer = self._lock_heads_ahead(sorted(set(wanted)))
+        answers: list[dict[str, int] | None] = []
+
+        def heads() -> dict[str, int] | None:
+            if not answers:
+                found = answer()
+                answers.append(None if found is None else {s: found[s] for s in wanted})
+            return answers[0]
+
+        return heads
+
+    def _lock_heads_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int] | None]:
+        """Lock them now (an adapter may send it with the next statement)."""
+        found = self._lock_heads(stream_ids, False)
+        return lambda: found
+
+    def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Independent queries a `query_all` of exactly these will ask for next, before
+        this transaction writes anything but an append: a store may send them with the
+        next statement (PostgreSQL: after it, in its round trip) and answer that
+        `query_all` from them; a store without that ignores this."""
+        self._check_usable()
 
     def function_comment(self, signature: str) -> str | None:
         """The comment of the server-side function `signature` ("" if it has none), or

@@ -22,6 +22,10 @@ Migrations = Sequence[Mapping[str, str | Sequence[str]]]
 """Schema steps, each `{dialect: sql or [sql, ...]}` (see `EventStore.migrate`)."""
 
 
+ReadsAhead = Callable[[Sequence[Record]], Sequence[tuple[str, Sequence[Any]]]]
+"""`reads_ahead(records)`: the queries (sql, params) `apply` of them reads first."""
+
+
 class Replayer(Protocol):
     """A module's fold of the whole log in a rebuild: batch after batch, then `flush`."""
 
@@ -45,7 +49,9 @@ class Projection(Protocol):
     - `Replay(tx, insert)` or None: the rebuild's fold, which must leave exactly the
       rows `apply` would (None: the rebuild calls `apply` per batch);
     - `backfill(store, from_version)` or None: fills, after an upgrade from
-      `from_version`, what its schema steps could not compute.
+      `from_version`, what its schema steps could not compute;
+    - `reads_ahead(records)` or None: the queries `apply` of these records reads
+      first, which a writer may send with its append (`Transaction.read_ahead`).
     """
 
     @property
@@ -68,6 +74,11 @@ class Projection(Protocol):
 
     @property
     def backfill(self) -> Callable[[EventStore, int], object] | None: ...
+
+    @property
+    def reads_ahead(
+        self,
+    ) -> Callable[[Sequence[Record]], Sequence[tuple[str, Sequence[Any]]]] | None: ...
 
     def apply(
         self, tx: Transaction, records: Sequence[Record], folded: Folded | None = None

@@ -51,6 +51,7 @@ MIGRATIONS = [{"sqlite": [_CREATE], "postgresql": [_CREATE.replace("INTEGER", "B
 TABLES = {TABLE: ("target",)}
 Replay = None  # the rebuild calls `apply` batch by batch
 backfill = None  # nothing to fill after an upgrade
+reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
 
 

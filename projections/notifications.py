@@ -74,6 +74,7 @@ MIGRATIONS = [
 TABLES = {TABLE: ("run_id", "rule")}
 # the runtime writes a Run's terminal commit (the due records) and the attempts
 Replay = None  # the rebuild calls `apply` batch by batch
+reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
 _IN_CHUNK = 500
 

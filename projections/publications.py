@@ -102,6 +102,7 @@ TABLES = {
     "admission_receipts": ("receipt_stream",),
 }
 backfill = None  # nothing to fill after an upgrade
+reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {
     "publications": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
     "publishers": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
@@ -286,7 +287,7 @@ def publications(reader: Reads, package: str | None = None) -> list[Publication]
 
 def publisher_status(reader: Reads, publisher: str) -> str | None:
     """ "active" or "revoked" for a publisher with a trust event; None for one without."""
-    rows = reader.query("SELECT status FROM publishers WHERE publisher = ?", (publisher,))
+    rows = reader.query(_PUBLISHER_STATUS, (publisher,))
     return rows[0][0] if rows else None
 
 
@@ -297,9 +298,32 @@ def publisher_known(reader: Reads, publisher: str) -> bool:
     return bool(reader.query("SELECT 1 FROM publications WHERE publisher = ?", (publisher,)))
 
 
+def admission_checks(
+    reader: Reads, run_id: str, publisher: str | None
+) -> tuple[str | None, str | None]:
+    """(`receipt_stream_of_run(run_id)`, `publisher_status(publisher)` — None without
+    a publisher) in one round trip."""
+    found = reader.query_all(admission_check_queries(run_id, publisher))
+    stream = found[0][0][0] if found[0] else None
+    status = found[1][0][0] if len(found) > 1 and found[1] else None
+    return stream, status
+
+
+def admission_check_queries(run_id: str, publisher: str | None) -> list[tuple[str, list[Any]]]:
+    """The queries of `admission_checks` (to read them ahead: `Transaction.read_ahead`)."""
+    queries: list[tuple[str, list[Any]]] = [(_RECEIPT_OF_RUN, [run_id])]
+    if publisher is not None:
+        queries.append((_PUBLISHER_STATUS, [publisher]))
+    return queries
+
+
+_RECEIPT_OF_RUN = "SELECT receipt_stream FROM admission_receipts WHERE run_id = ?"
+_PUBLISHER_STATUS = "SELECT status FROM publishers WHERE publisher = ?"
+
+
 def receipt_stream_of_run(reader: Reads, run_id: str) -> str | None:
     """The receipt stream of the admission that created `run_id`, or None."""
-    rows = reader.query("SELECT receipt_stream FROM admission_receipts WHERE run_id = ?", (run_id,))
+    rows = reader.query(_RECEIPT_OF_RUN, (run_id,))
     return rows[0][0] if rows else None
 
 

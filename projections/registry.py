@@ -11,7 +11,7 @@ from domain.records import Record, StreamAppend
 from eventstore import faults
 from eventstore.api import EventStore, Transaction
 from eventstore.grants import ServerFunction
-from eventstore.validation import EncodedBatch, encode_appends
+from eventstore.validation import EncodedBatch, encode_appends, record_from_event
 from projections.contract import Folded, Projection
 
 
@@ -88,16 +88,37 @@ def commit_through(
 ) -> list[Record]:
     """`commit` with the append made through the server-side function `function`
     (`Transaction.append_through`)."""
-    records = tx.append_through(function, args, encode_appends(appends))
+    batch = encode_appends(appends)
+    read_ahead(tx, batch)
+    records = tx.append_through(function, args, batch)
     apply_records(tx, records, folded)
     faults.hit_append()
     return records
+
+
+def read_ahead(tx: Transaction, batch: EncodedBatch) -> None:
+    """Ask the store to send what the read models' upkeep of `batch` reads first with
+    the append (`Transaction.read_ahead`: one round trip for both on PostgreSQL). A
+    module with `reads_ahead(records)` names those queries; the records are the
+    batch's (their positions unknown yet, and no query depends on them)."""
+    modules_ahead = [m for m in modules() if m.reads_ahead is not None]
+    if not modules_ahead or not batch.events:
+        return
+    records = [record_from_event(event, 0) for event in batch.events]
+    queries: list[tuple[str, Sequence[Any]]] = []
+    for module in modules_ahead:
+        mine = [r for r in records if r.stream_id.startswith(module.STREAM_PREFIXES)]
+        if mine and module.reads_ahead is not None:
+            queries += module.reads_ahead(mine)
+    if queries:
+        tx.read_ahead(queries)
 
 
 def commit_encoded(
     tx: Transaction, batch: EncodedBatch, folded: Folded | None = None
 ) -> list[Record]:
     """`commit` for appends already validated and encoded (`encode_appends`)."""
+    read_ahead(tx, batch)
     records = tx.append_encoded(batch)
     apply_records(tx, records, folded)
     faults.hit_append()

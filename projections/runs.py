@@ -42,6 +42,7 @@ from projections.runs_fold import (
     _load,
     _query_in,
     _Rows,
+    load_queries,
 )
 from projections.runs_replay import Replay  # the rebuild's fold (projections.registry)
 from projections.runs_schema import (  # the module's contract (projections.registry)
@@ -69,8 +70,13 @@ from projections.runs_windows import (
 
 __all__ = [
     "COMPONENT", "GRANTS", "GRANT_COLUMNS", "MIGRATIONS", "STREAM_PREFIXES", "TABLES",
-    "WINDOW_COLUMNS", "WORK_STEP", "EXECUTION_STEP", "Replay", "apply", "backfill",
+    "WINDOW_COLUMNS", "WORK_STEP", "EXECUTION_STEP", "Replay", "apply", "backfill", "reads_ahead",
 ]  # fmt: skip
+
+
+def reads_ahead(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
+    """What `apply` of these records reads first (`projections.registry`: read ahead)."""
+    return load_queries(records)
 
 
 def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:

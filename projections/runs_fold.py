@@ -75,28 +75,11 @@ def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
     """Every row the records can touch and that exists already (a Run these records
     admit, an Attempt they claim, is not stored yet): key lookups by Run and by
     Attempt, `_IN_CHUNK` ids each, all sent together (`query_all`)."""
-    run_ids, attempt_ids = _named(records)
-    created_runs, created_attempts = _created(records)
-    named, attempts = sorted(run_ids - created_runs), sorted(attempt_ids - created_attempts)
     rows = _Rows()
-    # the Runs of a condition: named ones, or (a lease record names only its Attempt)
-    # the ones those Attempts' rows name; each its own query, as an OR of the two would
-    # scan the whole table
-    conditions = [(f"IN ({_marks(chunk)})", chunk) for chunk in _chunks(named)]
-    conditions += [
-        (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(chunk)}))", chunk)
-        for chunk in _chunks(attempts)
-    ]
-    if not conditions:
+    queries, count = _load_queries(records)
+    if not queries:
         return rows
-    queries = [(f"{RUNS.select_sql} run_id {where}", values) for where, values in conditions]
-    queries += [(f"{_STEPS_WITH_LIVE_ATTEMPTS} {where}", values) for where, values in conditions]
-    queries += [
-        (f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(chunk)})", chunk)
-        for chunk in _chunks(attempts)
-    ]
     found = tx.query_all(queries)
-    count = len(conditions)
     for runs in found[:count]:
         rows.add_loaded(RUNS, (row for row in runs if row[0] not in rows.runs))
     for attempts_found in found[2 * count :]:
@@ -111,6 +94,34 @@ def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
                     live[row[split]] = row[split:]
     rows.add_loaded(ATTEMPTS, (a for a in live.values() if a[0] not in rows.attempts))
     return rows
+
+
+def load_queries(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
+    """The queries `_load` sends for these records (what a writer may read ahead:
+    `Transaction.read_ahead`); positions play no part."""
+    return _load_queries(records)[0]
+
+
+def _load_queries(records: Sequence[Record]) -> tuple[list[tuple[str, list[str]]], int]:
+    """`_load`'s queries, and how many conditions they are made of."""
+    run_ids, attempt_ids = _named(records)
+    created_runs, created_attempts = _created(records)
+    named, attempts = sorted(run_ids - created_runs), sorted(attempt_ids - created_attempts)
+    # the Runs of a condition: named ones, or (a lease record names only its Attempt)
+    # the ones those Attempts' rows name; each its own query, as an OR of the two would
+    # scan the whole table
+    conditions = [(f"IN ({_marks(chunk)})", chunk) for chunk in _chunks(named)]
+    conditions += [
+        (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(chunk)}))", chunk)
+        for chunk in _chunks(attempts)
+    ]
+    queries = [(f"{RUNS.select_sql} run_id {where}", values) for where, values in conditions]
+    queries += [(f"{_STEPS_WITH_LIVE_ATTEMPTS} {where}", values) for where, values in conditions]
+    queries += [
+        (f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(chunk)})", chunk)
+        for chunk in _chunks(attempts)
+    ]
+    return queries, len(conditions)
 
 
 def _chunks(values: list[str]) -> list[list[str]]:

@@ -106,6 +106,7 @@ for _step in MIGRATIONS:
 TABLES = {"schedules": ("schedule_id",)}
 # the runtime moves cursors; a publisher's publish re-declares its installation's rows
 Replay = None  # the rebuild calls `apply` batch by batch
+reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {"schedules": {RUNTIME: MOVE, PUBLISHER: MOVE, AUDIT: READ}}
 
 _COLUMNS = (

@@ -45,6 +45,7 @@ MIGRATIONS = [{"sqlite": [_CREATE], "postgresql": [_CREATE.replace("INTEGER", "B
 TABLES: dict[str, tuple[str, ...]] = {}  # checked by verify against the log, not replayed
 # the runtime deletes a finished Run's snapshot: a cache it may already overwrite
 backfill = None  # nothing to fill after an upgrade
+reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {TABLE: {RUNTIME: (*MOVE, "DELETE"), AUDIT: READ}}
 _TERMINAL = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 
@@ -56,8 +57,9 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
     ended = sorted({streams.entity_id(r.stream_id) for r in records if r.type in _TERMINAL})
     for start in range(0, len(ended), _IN_CHUNK):
         chunk = ended[start : start + _IN_CHUNK]
-        tx.execute(
-            f"DELETE FROM run_snapshots WHERE run_id IN ({', '.join('?' * len(chunk))})", chunk
+        # answers nothing: a store sends it with its next statement or COMMIT
+        tx.executemany(
+            f"DELETE FROM run_snapshots WHERE run_id IN ({', '.join('?' * len(chunk))})", [chunk]
         )
     if not folded:
         return

@@ -155,6 +155,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
             self.store.close()
             raise
         self._completions = workers.GroupedCompletions(self._authority, MAX_BATCH)
+        self._worker_writes = workers.GroupedWorkerWrites(self._authority, MAX_BATCH)
         self._cycle = Cycle(
             self._authority,
             self.profile.page_size,
@@ -351,15 +352,21 @@ class Runtime(Inspection, Scheduling, FlowControl):
 
     def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """The start barrier: claimed+leased -> starting, before anything is spawned."""
-        return workers.mark_starting(self._authority, lease_of(lease), _given(now_ms))
+        return workers.mark_starting(
+            self._authority, lease_of(lease), _given(now_ms), self._worker_writes
+        )
 
     def mark_running(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """starting -> running (passes through starting from claimed)."""
-        return workers.mark_running(self._authority, lease_of(lease), _given(now_ms))
+        return workers.mark_running(
+            self._authority, lease_of(lease), _given(now_ms), self._worker_writes
+        )
 
     def renew(self, lease: Lease, ttl_ms: int = 30_000, now_ms: int | None = None) -> Lease:
         """Extend the lease: a new version; `.stop_requested` when the Run has cancel intent."""
-        return workers.renew(self._authority, lease_of(lease), ttl_ms, _given(now_ms))
+        return workers.renew(
+            self._authority, lease_of(lease), ttl_ms, _given(now_ms), self._worker_writes
+        )
 
     def complete(
         self,

@@ -124,3 +124,80 @@ def test_a_completion_alone_is_written_at_once_in_its_own_commit(rt):
     for lease in leases:
         assert rt.complete(lease, "succeeded") == "succeeded"
     assert rt._completions.batches - before == WIDTH
+
+
+# --- start barriers and renewals (docs/DESIGN.md "Group commit") -------------------------
+
+
+def _together(rt, unit: str, calls) -> list:
+    """Run each call on its own thread: the first alone, holding its transaction (at
+    `<unit>.after_begin`) until the others queue behind it. Returns each answer or
+    error."""
+    group = rt._worker_writes._group
+    answers: list = [None] * len(calls)
+
+    def wait_for_followers() -> None:
+        deadline = time.monotonic() + 20
+        while group.queued < len(calls) - 1:
+            assert time.monotonic() < deadline, f"{group.queued} queued"
+            time.sleep(0.001)
+
+    faults.arm(f"{unit}.after_begin", wait_for_followers, nth=1)
+
+    def call(index: int) -> None:
+        try:
+            answers[index] = calls[index]()
+        except Exception as error:  # each thread's own answer, errors included
+            answers[index] = error
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 20
+    while group.batches < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    rest = [threading.Thread(target=call, args=(i,)) for i in range(1, len(calls))]
+    for thread in rest:
+        thread.start()
+    for thread in (first, *rest):
+        thread.join(30)
+        assert not thread.is_alive()
+    return answers
+
+
+def test_renewals_that_arrive_together_share_one_commit_each_answered(rt):
+    leases = _running_leases(rt)
+    assert rt.complete(leases[1], "succeeded") == "succeeded"  # its lease is gone
+    before = rt._worker_writes.batches
+    calls = [lambda lease=lease: rt.renew(lease) for lease in leases]
+    answers = _together(rt, "renew", calls)
+    assert rt._worker_writes.batches - before == 2  # the first alone, the other three in one
+    assert isinstance(answers[1], FenceError)
+    for lease, answer in zip([leases[0], *leases[2:]], [answers[0], *answers[2:]], strict=True):
+        assert answer.attempt_id == lease.attempt_id and answer.version == lease.version + 1
+    assert rt.verify_projections().ok
+
+
+def test_start_barriers_that_arrive_together_share_one_commit(rt):
+    rt.publish(manifest())
+    run_id = rt.start("wide", "w", admission_key="k").run_id
+    leases = rt.lease_attempts("w1", limit=WIDTH, ttl_ms=60_000)
+    before = rt._worker_writes.batches
+    answers = _together(
+        rt, "running", [lambda lease=lease: rt.mark_running(lease) for lease in leases]
+    )
+    assert rt._worker_writes.batches - before == 2
+    assert [a.attempt_id for a in answers] == [lease.attempt_id for lease in leases]
+    run = rt.get_run(run_id)
+    assert all(step.status == "running" for step in run.steps.values())
+    for lease in answers:
+        assert rt.complete(lease, "succeeded") == "succeeded"
+    assert rt.get_run(run_id).status == "succeeded"
+
+
+def test_a_renewal_alone_is_written_at_once_in_its_own_commit(rt):
+    leases = _running_leases(rt)
+    before = rt._worker_writes.batches
+    for lease in leases:
+        rt.renew(lease)
+    assert rt._worker_writes.batches - before == WIDTH

@@ -217,6 +217,125 @@ def test_held_heads_answer_none_or_time_out(pg_store):
         assert tx.lock_heads(["run-b"], wait=False) == {"run-b": 1}
 
 
+def test_lock_ahead_takes_the_locks_then_the_heads_before_the_next_read(store):
+    store.append([stream("run-a", 0, event("a1"))])
+    with store.transaction() as tx:
+        tx.lock_ahead(["attempt:b", "attempt:a"], ["run-a", "run-missing"])
+        tx.lock_ahead([], [])
+        assert tx.read_streams_after({"run-a": 0})["run-a"][0].event_id == "a1"
+        tx.append([stream("run-a", 1, event("a2"))])
+    with store.transaction() as tx, pytest.raises(InvalidInput):
+        tx.lock_ahead("attempt:a", [])  # type: ignore[arg-type]
+
+
+def test_try_lock_ahead_answers_as_try_lock(store):
+    store.append([stream("run-a", 0, event("a1"))])
+    with store.transaction() as tx:
+        tx.lock_ahead([], ["run-a"])
+        taken = tx.try_lock_ahead(["attempt:b", "attempt:a"])
+        nothing = tx.try_lock_ahead([])
+        assert len(tx.read_stream("run-a")) == 1
+        assert taken() is True and taken() is True and nothing() is True
+        asked_first = tx.try_lock_ahead(["attempt:c"])
+        assert asked_first() is True  # asked before any statement took it along
+        tx.append([stream("run-a", 1, event("a2"))])
+
+
+def test_lock_heads_ahead_answers_as_lock_heads(store):
+    store.append([stream("run-a", 0, event("a1"), event("a2"))])
+    with store.transaction() as tx:
+        heads = tx.lock_heads_ahead(["run-missing", "run-a"])
+        assert tx.lock_heads_ahead([])() == {}
+        assert len(tx.read_stream("run-a")) == 2
+        assert heads() == {"run-missing": 0, "run-a": 2} and heads() is heads()
+        assert list(heads()) == ["run-missing", "run-a"]  # in the order asked
+        asked_first = tx.lock_heads_ahead(["run-a"])
+        assert asked_first() == {"run-a": 2}  # asked before any statement took it along
+        tx.append([stream("run-a", 2, event("a3"))])
+
+
+def test_read_ahead_answers_the_query_all_that_follows_an_append(store):
+    store.append([stream("run-a", 0, event("a1"))])
+    queries = [
+        ("SELECT stream_id, version FROM streams WHERE stream_id = ?", ["run-a"]),
+        ("SELECT count(*) FROM events WHERE stream_id = ?", ["run-a"]),
+    ]
+    with store.transaction() as tx:
+        tx.read_ahead(queries)
+        tx.append([stream("run-a", 1, event("a2"))])
+        # what the queries see after the append, on both stores
+        assert tx.query_all(queries) == [[("run-a", 2)], [(2,)]]
+        tx.read_ahead(queries)
+        tx.execute("UPDATE streams SET version = version WHERE stream_id = ?", ("run-x",))
+        tx.append([stream("run-a", 2, event("a3"))])
+        assert tx.query_all(queries) == [[("run-a", 3)], [(3,)]]
+        tx.read_ahead(queries)
+        tx.upsert("streams", ["stream_id", "version"], ["stream_id"], [("run-z", 1)])
+        # a write after the read ahead: the answer is read again, after it
+        assert tx.query_all([("SELECT version FROM streams WHERE stream_id = ?", ["run-z"])]) == [
+            [(1,)]
+        ]
+
+
+@pytest.mark.pg
+def test_lock_ahead_waits_bounded_at_the_next_statement(pg_store):
+    before = snapshot(pg_store)
+    with held_elsewhere(pg_store, lambda tx: tx.lock("attempt:b")):
+        timed_out = pytest.raises(LockTimeout, match="not granted within 300 ms")
+        with timed_out, pg_store.transaction() as tx:
+            tx.lock_ahead(["attempt:a", "attempt:b"], ["run-a"])
+            tx.read_streams_after({"run-a": 0})
+        doomed = pytest.raises(StoreUsageError, match="can only roll back")
+        with doomed, pg_store.transaction() as tx:
+            tx.lock_ahead(["attempt:b"], [])
+            with contextlib.suppress(LockTimeout):
+                tx.read_stream("run-a")
+            tx.append([stream("run-a", 1, event("a2"))])
+    holding = held_elsewhere(pg_store, lambda tx: tx.lock_heads(["run-b"], wait=True))
+    with holding, pytest.raises(LockTimeout), pg_store.transaction() as tx:
+        tx.lock_ahead(["attempt:a"], ["run-a", "run-b"])
+        tx.read_stream("run-a")
+    assert snapshot(pg_store) == before
+    with pg_store.transaction() as tx:
+        tx.lock_ahead(["attempt:a"], ["run-a"])
+        tx.read_stream("run-a")
+        checker_saw: list[object] = []
+
+        def check(other) -> None:
+            checker_saw.append(other.try_lock(["attempt:a"]))
+            checker_saw.append(other.lock_heads(["run-a"], wait=False))
+
+        with held_elsewhere(pg_store, check):
+            pass
+        assert checker_saw == [False, None]  # both held here
+
+
+@pytest.mark.pg
+def test_try_lock_ahead_never_waits_and_says_what_it_took(pg_store):
+    holding = held_elsewhere(pg_store, lambda tx: tx.lock("attempt:b"))
+    with holding, pg_store.transaction() as tx:
+        started = time.monotonic()
+        held = tx.try_lock_ahead(["attempt:a", "attempt:b"])
+        free = tx.try_lock_ahead(["attempt:c"])
+        tx.read_stream("run-a")
+        assert held() is False and free() is True
+        assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
+        tx.append([stream("run-a", 1, event("a2"))])  # the transaction goes on
+    assert [r.event_id for r in pg_store.read_stream("run-a")] == ["a1", "a2"]
+
+
+@pytest.mark.pg
+def test_lock_heads_ahead_never_waits_and_answers_none_when_one_is_held(pg_store):
+    holding = held_elsewhere(pg_store, lambda tx: tx.lock_heads(["run-b"], wait=True))
+    with holding, pg_store.transaction() as tx:
+        started = time.monotonic()
+        held = tx.lock_heads_ahead(["run-a", "run-b"])
+        free = tx.lock_heads_ahead(["run-a", "run-new"])
+        tx.read_stream("run-a")
+        assert held() is None and free() == {"run-a": 1, "run-new": 0}
+        assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
+
+
 @pytest.mark.pg
 def test_a_server_side_function_is_found_with_its_comment_and_called(pg_store):
     with pg_store.transaction() as tx:
