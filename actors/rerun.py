@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.admission import REPLAY_ONCE, Rerun, _admit, admission_identity
+from actors.admission import REPLAY_ONCE, Rerun, _admit, admission_identity, receipt_of_key
 from actors.authority import Units
 from actors.loading import RunStreams, read_run_streams
 from domain.aggregate import run_stream
 from domain.errors import InvalidInput, NotFound
 from domain.rerun import PLAN_SAME, check_mode, check_rerunnable
 from domain.run_state import RunAggregate
-from domain.values import AdmissionReceipt, receipt_stream_id
+from domain.values import AdmissionReceipt
 from eventstore.api import Reads, Transaction
 from projections import retention as retained
 
@@ -36,7 +36,7 @@ def next_rerun_key(reader: Reads, source_run_id: str) -> str:
     admitted nothing yet."""
     for n in range(1, MAX_RERUNS + 1):
         key = rerun_key(source_run_id, n)
-        if not reader.read_stream(receipt_stream_id(key)):
+        if receipt_of_key(reader, key) is None:
             return key
     raise InvalidInput("run_id", "reruns", f"run {source_run_id!r} has {MAX_RERUNS} reruns")
 
