@@ -143,21 +143,26 @@ def test_a_read_only_store_refuses_and_nothing_goes(store_url):
 
 
 @pytest.mark.parametrize(
-    "point", ["retention.recorded", "retention.deleted", "retention.before_commit"]
+    "point",
+    ["retention.archived", "retention.recorded", "retention.deleted", "retention.before_commit"],
 )
-def test_a_failure_at_any_commit_point_leaves_the_batch_whole(rt, point):
+def test_a_failure_at_any_commit_point_leaves_the_batch_whole(rt, point, tmp_path):
     run_ids = finished_runs(rt, 3)
     head, events = rt.store.head_position(), event_count(rt)
+    archive = tmp_path / "old.db"
     faults.arm(point, "raise")
     try:
         with pytest.raises(faults.InjectedFault):
-            rt.retain(T0 + 5000, batch=2, now_ms=T0 + 10_000)
+            rt.retain(T0 + 5000, batch=2, archive=archive, now_ms=T0 + 10_000)
     finally:
         faults.disarm()
     assert (rt.store.head_position(), event_count(rt)) == (head, events)
     assert all(rt.get_run(run_id).status == "succeeded" for run_id in run_ids)
-    # resumed: the next call removes them all
-    assert rt.retain(T0 + 5000, batch=2, now_ms=T0 + 10_000).run_ids == run_ids
+    assert all(rt.inspect_admission(admission_key=f"key-{n}").removed is None for n in range(3))
+    # resumed: the next call removes them all, into the same archive
+    report = rt.retain(T0 + 5000, batch=2, archive=archive, now_ms=T0 + 10_000)
+    assert report.run_ids == run_ids
+    assert all(archiving.archived_records(archive, run_id) for run_id in run_ids)
     assert rt.verify_projections().ok
 
 
