@@ -166,9 +166,18 @@ class RemovedRun:
             "last_version": self.last_version,
             "steps_version": self.steps_version,
         }
-        if self.receipt is not None:
-            found["receipt"] = dict(self.receipt)
+        if self.receipt is not None:  # as a list in RECEIPT_FIELDS order: a record names
+            found["receipt"] = [self.receipt[name] for name in RECEIPT_FIELDS]  # many Runs
         return found
+
+
+def receipt_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The receipt fields a retention record's Run keeps (`RemovedRun.document`), by
+    name, or None when it keeps none (its receipt stream stayed) or they are malformed."""
+    kept = run.get("receipt")
+    if not isinstance(kept, (list, tuple)) or len(kept) != len(RECEIPT_FIELDS):
+        return None
+    return dict(zip(RECEIPT_FIELDS, kept, strict=True))
 
 
 def record(

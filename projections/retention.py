@@ -18,7 +18,7 @@ from domain import streams
 from domain.errors import NotFound
 from domain.event_types import EventType
 from domain.records import Record
-from domain.retention import RECEIPT_FIELDS
+from domain.retention import RECEIPT_FIELDS, receipt_of
 from domain.values import EXISTING, AdmissionReceipt, utc_text
 from eventstore.grants import ADMISSION, AUDIT, READ, RUNTIME
 
@@ -79,13 +79,14 @@ def apply(tx: Any, records: Sequence[Record]) -> None:
                 run.get("terminal_at_ms"),
                 record.data["removed_at_ms"],
                 record.stream_version,
-                *_receipt_values(run.get("receipt")),
+                *_receipt_values(receipt_of(run)),
             )
             for run in runs
         ]
         _delete(tx, _RUN_ROWS, sorted(row[0] for row in rows))
         # a Run whose receipt the tombstone keeps: its key's receipt stream went too
-        _delete(tx, ("admission_receipts",), sorted(r["run_id"] for r in runs if r.get("receipt")))
+        kept = sorted(run["run_id"] for run in runs if receipt_of(run) is not None)
+        _delete(tx, ("admission_receipts",), kept)
         if rows:
             tx.upsert(TABLE, _COLUMNS, ("run_id",), rows)
 
