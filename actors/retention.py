@@ -4,7 +4,8 @@ Each batch is one transaction: it picks the oldest finished Runs the domain says
 go (`domain.retention.refusal`), locks their stream heads and the retention stream,
 appends the retention record first (so its position is past every removed one and
 positions are never reused), which folds into tombstones and takes the Runs' rows
-out of the read models, then deletes the Runs' streams and stored logs. A crash
+out of the read models, then deletes the Runs' streams (their keys' receipt streams
+too: the tombstone keeps the receipt) and stored logs. A crash
 anywhere before COMMIT leaves the batch whole; after it, gone and recorded. The next
 call resumes with whatever is still old enough.
 """
