@@ -350,21 +350,30 @@ def inspect_admission(
     if admission_key is not None:
         if not isinstance(admission_key, str) or not admission_key:
             raise InvalidInput("admission_key", "text", "admission_key must be a non-empty string")
-        stream = receipt_stream_id(admission_key)
+        receipt = receipt_of_key(reader, admission_key)
     else:
         if not isinstance(run_id, str) or not run_id:
             raise InvalidInput("run_id", "text", "run_id must be a non-empty string")
         found = read_model.receipt_stream_of_run(reader, run_id)
-        if found is None:
-            return None
-        stream = found
-    records = reader.read_stream(stream)
-    if not records:
+        records = reader.read_stream(found) if found is not None else []
+        if records:
+            receipt = with_tombstone(reader, receipt_from_document(records[0].data, EXISTING))
+        else:
+            receipt = retained.removed_receipt(reader, run_id=run_id)
+    if receipt is None or (run_id is not None and receipt.run_id != run_id):
         return None
-    receipt = receipt_from_document(records[0].data, EXISTING)
-    if run_id is not None and receipt.run_id != run_id:
-        return None
-    return with_tombstone(reader, receipt)
+    return receipt
+
+
+def receipt_of_key(reader: Reads, admission_key: str) -> AdmissionReceipt | None:
+    """The receipt of `admission_key` ("existing"): its receipt stream's, or, when
+    retention removed its Run with the stream, the one the Run's tombstone keeps
+    (docs/DESIGN.md, "Retention"); None when the key admitted nothing."""
+    records = reader.read_stream(receipt_stream_id(admission_key))
+    if records:
+        return with_tombstone(reader, receipt_from_document(records[0].data, EXISTING))
+    # read after the stream: a batch that removed it committed its tombstone with it
+    return retained.removed_receipt(reader, admission_key=admission_key)
 
 
 def with_tombstone(reader: Reads, receipt: AdmissionReceipt) -> AdmissionReceipt:
@@ -553,10 +562,9 @@ def _exact_replay(
     params: Mapping[str, Any] | None,
     priority: int | None = None,
 ) -> AdmissionReceipt | None:
-    records = tx.read_stream(receipt_stream_id(admission_key))
-    if not records:
+    receipt = receipt_of_key(tx, admission_key)
+    if receipt is None:
         return None
-    receipt = receipt_from_document(records[0].data, EXISTING)
     bound = reads.publication(receipt.publication_id)
     same_installation = bound is not None and (bound.project, bound.installation) == (
         publication.project,
@@ -572,7 +580,7 @@ def _exact_replay(
         except PlanError:
             digest = None
     if digest == receipt.plan_digest:
-        return with_tombstone(tx, receipt)
+        return receipt
     raise AdmissionCollision(
         f"admission key {admission_key!r} already admitted run {receipt.run_id!r} "
         f"({receipt.package} {receipt.workflow_key}, plan {receipt.plan_digest}); this request "
@@ -607,3 +615,9 @@ def _refuse_taken_run_id(
         )
     if has_events:
         raise AdmissionCollision(f"run id {run_id!r} already has events; choose another run id")
+    removed = retained.tombstone(tx, run_id)
+    if removed is not None:
+        raise AdmissionCollision(
+            f"run id {run_id!r} was admitted under admission key {removed['admission_key']!r} "
+            f"and removed by retention; a run id is never used twice: choose another run id"
+        )

@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actors.admission import REPLAY_ONCE, Rerun, _admit, admission_identity
+from actors.admission import REPLAY_ONCE, Rerun, _admit, admission_identity, receipt_of_key
 from actors.authority import Units
-from actors.loading import read_run_streams
-from domain.errors import InvalidInput
+from actors.loading import RunStreams, read_run_streams
+from domain.errors import InvalidInput, NotFound
 from domain.rerun import PLAN_SAME, check_mode, check_rerunnable
 from domain.run_state import RunAggregate
-from domain.values import AdmissionReceipt, receipt_stream_id
+from domain.streams import run_stream
+from domain.values import AdmissionReceipt
 from eventstore.api import Reads, Transaction
+from projections import retention as retained
 
 RERUN_KEY = "rerun"  # the default admission key of a rerun: rerun:<source run>:<n>
 MAX_RERUNS = 10_000  # reruns of one Run the default key counts
@@ -34,7 +36,7 @@ def next_rerun_key(reader: Reads, source_run_id: str) -> str:
     admitted nothing yet."""
     for n in range(1, MAX_RERUNS + 1):
         key = rerun_key(source_run_id, n)
-        if not reader.read_stream(receipt_stream_id(key)):
+        if receipt_of_key(reader, key) is None:
             return key
     raise InvalidInput("run_id", "reruns", f"run {source_run_id!r} has {MAX_RERUNS} reruns")
 
@@ -65,7 +67,7 @@ def rerun(
     admission_key, new_run_id = admission_identity(admission_key, None)
 
     def unit(tx: Transaction) -> tuple[AdmissionReceipt, RunAggregate | None]:
-        source = read_run_streams(tx, run_id).fold()
+        source = _locked_source(tx, run_id)
         check_rerunnable(source)
         source_plan = source.plan
         bound = dict(source_plan.param_values)
@@ -99,8 +101,25 @@ def rerun(
     return receipt
 
 
+def _locked_source(tx: Transaction, run_id: str) -> RunAggregate:
+    """The source Run, read under its Run stream's head lock: retention removes a Run
+    only under that lock and asks the domain again there, so a rerun admitted
+    concurrently either commits first (and retention, seeing it running, keeps its
+    source) or waits and finds the source gone (docs/DESIGN.md, "Retention")."""
+    tx.lock_heads([run_stream(run_id)], wait=True)
+    return _source(tx, run_id).fold()
+
+
+def _source(tx: Reads, run_id: str) -> RunStreams:
+    """The source Run's streams; NotFound saying so when retention removed it."""
+    try:
+        return read_run_streams(tx, run_id)
+    except NotFound:
+        raise retained.run_not_found(tx, run_id) from None
+
+
 def _default_key(tx: Reads, run_id: str) -> str:
-    read_run_streams(tx, run_id)  # NotFound for an unknown Run, before a key is made
+    _source(tx, run_id)  # NotFound for an unknown Run, before a key is made
     return next_rerun_key(tx, run_id)
 
 

@@ -4,7 +4,8 @@ Each batch is one transaction: it picks the oldest finished Runs the domain says
 go (`domain.retention.refusal`), locks their stream heads and the retention stream,
 appends the retention record first (so its position is past every removed one and
 positions are never reused), which folds into tombstones and takes the Runs' rows
-out of the read models, then deletes the Runs' streams and stored logs. A crash
+out of the read models, then deletes the Runs' streams (their keys' receipt streams
+too: the tombstone keeps the receipt) and stored logs. A crash
 anywhere before COMMIT leaves the batch whole; after it, gone and recorded. The next
 call resumes with whatever is still old enough.
 """
@@ -16,12 +17,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import orjson
+
 from actors.authority import Units
 from domain import retention, streams
 from domain.retention import Candidate, RemovedRun
+from domain.values import receipt_stream_id
 from eventstore import faults, logs, removal
 from eventstore.api import Reads, Transaction
 from projections import registry
+from projections.publications import RECEIPT
 
 UNIT = "retention"  # the unit of work's name: its fault points are retention.*
 _SCAN = 500  # candidate Runs read per query while filling a batch
@@ -139,7 +144,8 @@ def _dry_batch(
     last = chosen[-1]
     run_ids = [row["run_id"] for row in chosen]
     attempts = _attempts(reads, run_ids)
-    rows = removal.stream_rows(reads, _streams(run_ids, attempts))
+    rows = removal.stream_rows(reads, _streams(run_ids, attempts, _keys(chosen)))
+    rows, _ = _own_receipts(chosen, rows)
     result = BatchResult(
         tuple(run_ids),
         len(rows),
@@ -159,7 +165,7 @@ def _batch(
     run_ids = [row["run_id"] for row in chosen]
     log_stream = streams.retention_stream()
     attempts = _attempts(tx, run_ids)
-    names = _streams(run_ids, attempts)
+    names = _streams(run_ids, attempts, _keys(chosen))
     heads = tx.lock_heads(sorted({*names, log_stream}), wait=True) or {}
     # under the locks: a rerun admitted meanwhile keeps its source
     kept = set(_removable(tx, chosen, cutoff))
@@ -168,8 +174,8 @@ def _batch(
         return None
     run_ids = [row["run_id"] for row in chosen]
     attempts = _attempts(tx, run_ids)
-    names = _streams(run_ids, attempts)
-    rows = removal.stream_rows(tx, names)
+    rows, receipts = _own_receipts(chosen, removal.stream_rows(tx, names))
+    names = sorted({row[2] for row in rows} | set(_streams(run_ids, attempts, ())))
     runs = [
         RemovedRun(
             row["run_id"],
@@ -178,6 +184,7 @@ def _batch(
             row["terminal_at_ms"],
             heads.get(streams.run_stream(row["run_id"]), 0),
             heads.get(streams.steps_stream(row["run_id"]), 0),
+            receipts.get(row["run_id"]),
         )
         for row in chosen
     ]
@@ -278,12 +285,45 @@ def _attempts(reads: Reads, run_ids: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
-def _streams(run_ids: Sequence[str], attempt_ids: Sequence[str]) -> list[str]:
+def _streams(run_ids: Sequence[str], attempt_ids: Sequence[str], keys: Sequence[str]) -> list[str]:
     names = [streams.run_stream(r) for r in run_ids]
     names += [streams.steps_stream(r) for r in run_ids]
     names += [streams.lease_stream(a) for a in attempt_ids]
     names += [streams.notification_stream(r) for r in run_ids]  # its outbox goes with it
-    return sorted(names)
+    names += [receipt_stream_id(key) for key in keys]  # its receipt: a tombstone keeps it
+    return sorted(set(names))
+
+
+def _keys(chosen: Sequence[dict[str, Any]]) -> list[str]:
+    return [row["admission_key"] for row in chosen if row["admission_key"]]
+
+
+def _own_receipts(
+    chosen: Sequence[dict[str, Any]], rows: Sequence[removal.Row]
+) -> tuple[list[removal.Row], dict[str, dict[str, Any]]]:
+    """The rows to remove and, per Run, what its tombstone keeps of its receipt
+    (`domain.retention.kept_receipt`). A receipt stream goes only when it is the
+    receipt of that Run alone (one receipt that names it, with every kept field)."""
+    mine = {
+        receipt_stream_id(row["admission_key"]): row["run_id"]
+        for row in chosen
+        if row["admission_key"]
+    }
+    found: dict[str, list[removal.Row]] = {}
+    for row in rows:
+        if row[2] in mine:
+            found.setdefault(row[2], []).append(row)
+    receipts: dict[str, dict[str, Any]] = {}
+    keep: set[str] = set()  # receipt streams that stay
+    for stream, run_id in mine.items():
+        held = found.get(stream, [])
+        document = orjson.loads(held[0][5]) if len(held) == 1 and held[0][4] == RECEIPT else {}
+        kept = retention.kept_receipt(document)
+        if kept is None or document.get("run_id") != run_id:
+            keep.add(stream)
+        else:
+            receipts[run_id] = kept
+    return [row for row in rows if row[2] not in keep], receipts
 
 
 def _log_bytes(reads: Reads, attempt_ids: Sequence[str]) -> int:

@@ -120,6 +120,31 @@ def _line(values: list[Any]) -> bytes:
     return json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
+# What a removed Run's tombstone keeps of its admission receipt (its key's receipt
+# stream goes with the Run): every field but the steps, so the key still answers
+# "existing" with the same Run and exact replay still compares the plan digest.
+RECEIPT_FIELDS = (
+    "plan_digest",
+    "receipt_digest",
+    "package",
+    "installation",
+    "workflow_key",
+    "publication_id",
+    "publication_digest",
+    "admitted_event_id",
+    "final_run_version",
+    "final_steps_version",
+    "admitted_at_ms",
+)
+
+
+def kept_receipt(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The fields of a receipt document a tombstone keeps (None when one is missing)."""
+    if not all(name in document for name in RECEIPT_FIELDS):
+        return None
+    return {name: document[name] for name in RECEIPT_FIELDS}
+
+
 @dataclass(frozen=True, slots=True)
 class RemovedRun:
     """One removed Run as its retention record names it."""
@@ -130,9 +155,10 @@ class RemovedRun:
     terminal_at_ms: int | None
     last_version: int  # the Run stream's last version
     steps_version: int  # the StepRun stream's last version
+    receipt: Mapping[str, Any] | None = None  # `kept_receipt`: its receipt stream went too
 
     def document(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "run_id": self.run_id,
             "status": self.status,
             "admission_key": self.admission_key,
@@ -140,6 +166,18 @@ class RemovedRun:
             "last_version": self.last_version,
             "steps_version": self.steps_version,
         }
+        if self.receipt is not None:  # as a list in RECEIPT_FIELDS order: a record names
+            found["receipt"] = [self.receipt[name] for name in RECEIPT_FIELDS]  # many Runs
+        return found
+
+
+def receipt_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The receipt fields a retention record's Run keeps (`RemovedRun.document`), by
+    name, or None when it keeps none (its receipt stream stayed) or they are malformed."""
+    kept = run.get("receipt")
+    if not isinstance(kept, (list, tuple)) or len(kept) != len(RECEIPT_FIELDS):
+        return None
+    return dict(zip(RECEIPT_FIELDS, kept, strict=True))
 
 
 def record(

@@ -18,7 +18,8 @@ from domain import streams
 from domain.errors import NotFound
 from domain.event_types import EventType
 from domain.records import Record
-from domain.values import utc_text
+from domain.retention import RECEIPT_FIELDS, receipt_of
+from domain.values import EXISTING, AdmissionReceipt, utc_text
 from eventstore.api import Transaction
 from eventstore.grants import ADMISSION, AUDIT, READ, RUNTIME
 from projections.contract import Folded
@@ -26,7 +27,7 @@ from projections.contract import Folded
 COMPONENT = "projections.retention"
 STREAM_PREFIXES = (streams.prefix(streams.RETENTION),)
 TABLE = "removed_runs"
-_COLUMNS = (
+_RUN_COLUMNS = (
     "run_id",
     "admission_key",
     "status",
@@ -34,6 +35,7 @@ _COLUMNS = (
     "removed_at_ms",
     "retention_version",
 )
+_COLUMNS = (*_RUN_COLUMNS, *(f"receipt_{name}" for name in RECEIPT_FIELDS))
 _CREATE = """CREATE TABLE removed_runs (
     run_id TEXT PRIMARY KEY,
     admission_key TEXT,
@@ -43,8 +45,20 @@ _CREATE = """CREATE TABLE removed_runs (
     retention_version INTEGER NOT NULL
 )"""
 _BY_KEY = "CREATE INDEX removed_runs_by_key ON removed_runs (admission_key)"
+# step 2: the tombstone keeps its key's receipt (domain.retention.RECEIPT_FIELDS), whose
+# stream now goes with the Run; NULL in a tombstone whose receipt stream was kept
+_RECEIPT_TYPES = {
+    name: "INTEGER" if name in ("final_run_version", "final_steps_version", "admitted_at_ms")
+    else "TEXT"
+    for name in RECEIPT_FIELDS
+}  # fmt: skip
+_ADD_RECEIPT = [
+    f"ALTER TABLE removed_runs ADD COLUMN receipt_{name} {kind}"
+    for name, kind in _RECEIPT_TYPES.items()
+]
 MIGRATIONS = [
-    {"sqlite": [_CREATE, _BY_KEY], "postgresql": [_CREATE.replace("INTEGER", "BIGINT"), _BY_KEY]}
+    {"sqlite": [_CREATE, _BY_KEY], "postgresql": [_CREATE.replace("INTEGER", "BIGINT"), _BY_KEY]},
+    {"sqlite": _ADD_RECEIPT, "postgresql": [a.replace("INTEGER", "BIGINT") for a in _ADD_RECEIPT]},
 ]
 TABLES = {TABLE: ("run_id",)}
 Replay = None  # the rebuild calls `apply` batch by batch
@@ -70,23 +84,62 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
                 run.get("terminal_at_ms"),
                 record.data["removed_at_ms"],
                 record.stream_version,
+                *_receipt_values(receipt_of(run)),
             )
             for run in runs
         ]
-        run_ids = sorted(row[0] for row in rows)
-        for start in range(0, len(run_ids), _IN_CHUNK):
-            chunk = run_ids[start : start + _IN_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            for table in _RUN_ROWS:
-                tx.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", chunk)
+        _delete(tx, _RUN_ROWS, sorted(row[0] for row in rows))
+        # a Run whose receipt the tombstone keeps: its key's receipt stream went too
+        kept = sorted(run["run_id"] for run in runs if receipt_of(run) is not None)
+        _delete(tx, ("admission_receipts",), kept)
         if rows:
             tx.upsert(TABLE, _COLUMNS, ("run_id",), rows)
+
+
+def _receipt_values(receipt: Any) -> tuple[Any, ...]:
+    if not isinstance(receipt, dict):
+        return (None,) * len(RECEIPT_FIELDS)
+    return tuple(receipt.get(name) for name in RECEIPT_FIELDS)
+
+
+def _delete(tx: Any, tables: Sequence[str], run_ids: Sequence[str]) -> None:
+    for start in range(0, len(run_ids), _IN_CHUNK):
+        chunk = list(run_ids[start : start + _IN_CHUNK])
+        marks = ", ".join("?" * len(chunk))
+        for table in tables:
+            tx.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", chunk)
 
 
 def tombstone(reads: Any, run_id: str) -> dict[str, Any] | None:
     """The tombstone of a removed Run, or None when retention did not remove it."""
     rows = reads.query(f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE run_id = ?", (run_id,))
     return dict(zip(_COLUMNS, rows[0], strict=True)) if rows else None
+
+
+def removed_receipt(
+    reads: Any, *, admission_key: str | None = None, run_id: str | None = None
+) -> AdmissionReceipt | None:
+    """The receipt a tombstone keeps, by admission key or run id ("existing", saying
+    when retention removed the Run; without its steps, which went with the Run), or
+    None when no tombstone keeps one."""
+    column, value = ("admission_key", admission_key) if run_id is None else ("run_id", run_id)
+    rows = reads.query(
+        f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE {column} = ? "
+        "AND receipt_plan_digest IS NOT NULL ORDER BY removed_at_ms DESC LIMIT 1",
+        (value,),
+    )
+    if not rows:
+        return None
+    found = dict(zip(_COLUMNS, rows[0], strict=True))
+    kept = {name: found[f"receipt_{name}"] for name in RECEIPT_FIELDS}
+    return AdmissionReceipt(
+        run_id=found["run_id"],
+        admission_key=found["admission_key"],
+        status=EXISTING,
+        steps=(),
+        removed_at_ms=found["removed_at_ms"],
+        **kept,
+    )
 
 
 def tombstones_by_prefix(reads: Any, prefix: str, limit: int = 10) -> list[str]:

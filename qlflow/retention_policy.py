@@ -1,6 +1,7 @@
-"""A retention policy a host runs by itself (docs/DESIGN.md, "Retention"): after each
+"""A retention policy a host runs by itself (docs/DESIGN.md, "Retention"): after a
 cycle, at most one bounded batch of Runs that finished longer ago than
-`finished_runs_ms`, and now and then the step logs last written longer ago than
+`finished_runs_ms` (every cycle while batches come full, else every
+RETAIN_EVERY_MS), and now and then the step logs last written longer ago than
 `logs_ms`, so a cycle's time stays flat however much is old.
 
 Read from a host config's `[retention]` table (`finished_runs = "30d"`, `logs =
@@ -24,6 +25,11 @@ from qlflow.runtime import Runtime
 log = logging.getLogger("qlflow")
 
 LOG_PRUNE_EVERY_MS = 600_000  # step logs are pruned at most this often
+# a batch of Runs at most this often while the last one was not full: one retention
+# record then names a few minutes' Runs, not one each (a record and its index rows
+# cost about as much as a Run's tombstone); a full batch means a backlog, and the
+# next tick takes the next batch at once
+RETAIN_EVERY_MS = 600_000
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
@@ -36,6 +42,7 @@ class RetentionPolicy:
     batch: int = retention.DEFAULT_BATCH
     on_removed: Callable[[list[str]], object] | None = None  # the Runs a batch removed
     _logs_pruned_at: int | None = None
+    _retained_at: int | None = None  # when the last batch was not full
 
     def __post_init__(self) -> None:
         for name in ("finished_runs_ms", "logs_ms"):
@@ -51,12 +58,15 @@ class RetentionPolicy:
         return self.finished_runs_ms is not None or self.logs_ms is not None
 
     def tick(self, rt: Runtime, now_ms: int) -> RetentionReport | None:
-        """One bounded step of the policy at `now_ms`: at most one batch of Runs."""
+        """One bounded step of the policy at `now_ms`: at most one batch of Runs (none
+        within RETAIN_EVERY_MS of a batch that was not full: None)."""
         report = None
-        if self.finished_runs_ms is not None and now_ms > self.finished_runs_ms:
+        due = self._retained_at is None or now_ms - self._retained_at >= RETAIN_EVERY_MS
+        if self.finished_runs_ms is not None and now_ms > self.finished_runs_ms and due:
             report = rt.retain(
                 now_ms - self.finished_runs_ms, batch=self.batch, max_batches=1, now_ms=now_ms
             )
+            self._retained_at = None if report.runs >= self.batch else now_ms
             if report.runs:
                 log.info("retention removed %d run(s), %d event(s)", report.runs, report.events)
                 if self.on_removed is not None:

@@ -15,6 +15,7 @@ import pytest
 
 import qlflow
 from domain.errors import NotFound
+from domain.values import receipt_stream_id
 from qlflow import archive as archiving
 from tests.rerun.support import T0
 from tests.retention.support import finished_runs
@@ -63,6 +64,7 @@ def test_a_kill_at_a_commit_point_leaves_each_run_whole_or_gone(store_url, tmp_p
                 )
         # the first batch (two Runs) committed only when the kill came after COMMIT
         assert gone == (run_ids[:2] if point == "retention.after_commit" else [])
+        _keys_answer(rt, run_ids, gone)
         assert rt.verify_projections().ok
 
         report = rt.retain(cutoff, batch=2, archive=archive, now_ms=now)
@@ -72,3 +74,22 @@ def test_a_kill_at_a_commit_point_leaves_each_run_whole_or_gone(store_url, tmp_p
         for run_id in run_ids[:4]:
             assert archiving.archived_aggregate(archive, run_id).run.status == "succeeded"
         assert rt.get_run(run_ids[4]).status == "succeeded"
+        _keys_answer(rt, run_ids, run_ids[:4])
+        rt.rebuild_projections()
+        assert rt.verify_projections().ok
+        _keys_answer(rt, run_ids, run_ids[:4])
+
+
+def _keys_answer(rt, run_ids, gone) -> None:
+    """Each Run's admission key goes with it or stays with it: a removed Run's key
+    answers from its tombstone (receipt stream gone), a kept one's from its stream."""
+    for n, run_id in enumerate(run_ids):
+        key = f"key-{n}"
+        receipt = rt.inspect_admission(admission_key=key)
+        assert receipt is not None and receipt.run_id == run_id
+        stream = rt.store.read_stream(receipt_stream_id(key))
+        if run_id in gone:
+            assert (stream, len(receipt.steps)) == ([], 0)
+            assert receipt.removed.startswith("removed by retention at")
+        else:
+            assert len(stream) == 1 and receipt.removed is None and receipt.steps

@@ -1,5 +1,6 @@
 """The retention policy a host runs after each cycle, on both stores: at most one
-bounded batch per tick, the Runs it removed handed on (the host deletes their local
+bounded batch per tick (every tick while batches come full, else every ten minutes),
+the Runs it removed handed on (the host deletes their local
 logs), step logs pruned; a bad age or config is a typed error."""
 
 from __future__ import annotations
@@ -7,9 +8,16 @@ from __future__ import annotations
 import pytest
 
 import qlflow
+from domain import streams
 from domain.errors import InvalidInput
 from eventstore import logs
-from qlflow.retention_policy import RetentionPolicy, from_config, from_table, parse_age
+from qlflow.retention_policy import (
+    RETAIN_EVERY_MS,
+    RetentionPolicy,
+    from_config,
+    from_table,
+    parse_age,
+)
 from tests.rerun.support import T0
 from tests.retention.support import DAY, finished_runs
 
@@ -26,11 +34,27 @@ def test_each_tick_removes_at_most_one_batch(rt):
     policy = RetentionPolicy(finished_runs_ms=DAY, batch=2, on_removed=handed.append)
     now = T0 + 2 * DAY
 
-    removed = [policy.tick(rt, now).run_ids for _ in range(4)]
+    removed = [policy.tick(rt, now).run_ids for _ in range(3)]
 
-    assert removed == [run_ids[:2], run_ids[2:4], run_ids[4:], []]
-    assert handed == removed[:3]
+    assert removed == [run_ids[:2], run_ids[2:4], run_ids[4:]]
+    assert handed == removed
     assert rt.verify_projections().ok
+
+
+def test_after_a_batch_that_was_not_full_the_next_waits_ten_minutes(rt):
+    run_ids = finished_runs(rt, 4, spacing_ms=60_000)
+    policy = RetentionPolicy(finished_runs_ms=DAY, batch=2)
+    first = T0 + DAY + 1  # only the first Run finished a day ago
+
+    assert policy.tick(rt, first).run_ids == run_ids[:1]  # not full: no backlog
+    # Runs come due each minute; no batch (no record) for each of them
+    assert policy.tick(rt, first + 3 * 60_000) is None
+    assert policy.tick(rt, first + RETAIN_EVERY_MS - 1) is None
+    # ten minutes on: one batch takes what came due meanwhile, full: the next goes at once
+    assert policy.tick(rt, first + RETAIN_EVERY_MS).run_ids == run_ids[1:3]
+    assert policy.tick(rt, first + RETAIN_EVERY_MS).run_ids == run_ids[3:]
+    assert policy.tick(rt, first + RETAIN_EVERY_MS + 1) is None
+    assert len(rt.store.read_stream(streams.retention_stream())) == 3
 
 
 def test_nothing_finished_long_enough_ago_stays(rt):

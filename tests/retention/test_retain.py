@@ -5,12 +5,17 @@ is a typed error with nothing removed."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from contextlib import closing
+
 import pytest
 
 import qlflow
 from domain import streams
-from domain.errors import InvalidInput, NotFound
+from domain.errors import AdmissionCollision, InvalidInput, NotFound
 from domain.event_types import EventType
+from domain.values import receipt_stream_id
 from eventstore import faults, logs
 from eventstore.api import StoreUsageError
 from qlflow import archive as archiving
@@ -138,21 +143,26 @@ def test_a_read_only_store_refuses_and_nothing_goes(store_url):
 
 
 @pytest.mark.parametrize(
-    "point", ["retention.recorded", "retention.deleted", "retention.before_commit"]
+    "point",
+    ["retention.archived", "retention.recorded", "retention.deleted", "retention.before_commit"],
 )
-def test_a_failure_at_any_commit_point_leaves_the_batch_whole(rt, point):
+def test_a_failure_at_any_commit_point_leaves_the_batch_whole(rt, point, tmp_path):
     run_ids = finished_runs(rt, 3)
     head, events = rt.store.head_position(), event_count(rt)
+    archive = tmp_path / "old.db"
     faults.arm(point, "raise")
     try:
         with pytest.raises(faults.InjectedFault):
-            rt.retain(T0 + 5000, batch=2, now_ms=T0 + 10_000)
+            rt.retain(T0 + 5000, batch=2, archive=archive, now_ms=T0 + 10_000)
     finally:
         faults.disarm()
     assert (rt.store.head_position(), event_count(rt)) == (head, events)
     assert all(rt.get_run(run_id).status == "succeeded" for run_id in run_ids)
-    # resumed: the next call removes them all
-    assert rt.retain(T0 + 5000, batch=2, now_ms=T0 + 10_000).run_ids == run_ids
+    assert all(rt.inspect_admission(admission_key=f"key-{n}").removed is None for n in range(3))
+    # resumed: the next call removes them all, into the same archive
+    report = rt.retain(T0 + 5000, batch=2, archive=archive, now_ms=T0 + 10_000)
+    assert report.run_ids == run_ids
+    assert all(archiving.archived_records(archive, run_id) for run_id in run_ids)
     assert rt.verify_projections().ok
 
 
@@ -179,6 +189,9 @@ def test_the_admission_key_of_a_removed_run_still_answers_existing_with_it(rt):
     (removed, kept) = finished_runs(rt, 2)
     rt.retain(T0 + 500, now_ms=T0 + 10_000)
     head = rt.store.head_position()
+    # the key's receipt stream went with the Run: its tombstone answers for it
+    assert rt.store.read_stream(receipt_stream_id("key-0")) == []
+    assert rt.store.read_stream(receipt_stream_id("key-1")) != []
 
     again = rt.start("daily", "nightly", admission_key="key-0", now_ms=T0 + 20_000)
 
@@ -196,15 +209,57 @@ def test_the_admission_key_of_a_removed_run_still_answers_existing_with_it(rt):
     assert rt.get_run(kept).status == "succeeded"
 
 
+def _answer(receipt) -> dict:
+    """What a receipt says, but its steps (they went with the Run) and its status."""
+    found = dict(receipt.document())
+    del found["steps"], found["receipt_digest"]  # the document's digest covers the steps
+    return {**found, "receipt_digest": receipt.receipt_digest}
+
+
+def test_a_removed_runs_tombstone_keeps_its_receipt_and_exact_replay(rt):
+    (removed, kept) = finished_runs(rt, 2)
+    admitted = rt.inspect_admission(admission_key="key-0")
+    rows = rt.store.query("SELECT COUNT(*) FROM admission_receipts")[0][0]
+
+    rt.retain(T0 + 500, now_ms=T0 + 10_000)
+    head, events = rt.store.head_position(), event_count(rt)
+
+    assert rt.store.query("SELECT COUNT(*) FROM admission_receipts")[0][0] == rows - 1
+    again = rt.start("daily", "nightly", admission_key="key-0", now_ms=T0 + 20_000)
+    assert again.status == "existing" and again.steps == ()
+    assert _answer(again) == _answer(admitted)
+    assert _answer(rt.inspect_admission(run_id=removed)) == _answer(admitted)
+    # exact replay: the same key with another plan is a collision, as before removal
+    with pytest.raises(AdmissionCollision, match="key-0"):
+        rt.start("daily", "nightly", admission_key="key-0", params={"day": "tue"}, now_ms=T0)
+    # and the removed Run's id is never used again, under any key
+    with pytest.raises(AdmissionCollision, match="removed by retention"):
+        rt.start("daily", "nightly", admission_key="other", run_id=removed, now_ms=T0)
+    assert (rt.store.head_position(), event_count(rt)) == (head, events)
+
+    # rebuild makes the tombstones again from the retention records
+    rt.rebuild_projections()
+    assert rt.verify_projections().ok
+    rebuilt = rt.start("daily", "nightly", admission_key="key-0", now_ms=T0 + 30_000)
+    assert (rebuilt.status, _answer(rebuilt), rebuilt.removed) == (
+        "existing",
+        _answer(admitted),
+        again.removed,
+    )
+    assert rt.inspect_admission(admission_key="key-1").run_id == kept
+    assert rt.store.head_position() == head
+
+
 def test_an_archive_holds_every_removed_event_before_they_go(rt, tmp_path):
     run_ids = finished_runs(rt, 3)
     archive = tmp_path / "old.db"
     before = {run_id: rt.events(run_id, limit=None) for run_id in run_ids[:2]}
+    receipts = [rt.store.read_stream(receipt_stream_id(f"key-{n}")) for n in range(2)]
 
     report = rt.retain(T0 + 1500, archive=archive, batch=1, now_ms=T0 + 10_000)
 
     assert report.run_ids == run_ids[:2]
-    for run_id in run_ids[:2]:
+    for n, run_id in enumerate(run_ids[:2]):
         archived = archiving.archived_records(archive, run_id)
         assert sorted(r.global_position for r in archived) == sorted(
             r.global_position for r in before[run_id]
@@ -212,6 +267,16 @@ def test_an_archive_holds_every_removed_event_before_they_go(rt, tmp_path):
         assert {r.event_id: r.data for r in archived} == {
             r.event_id: dict(r.data) for r in before[run_id]
         }
+        # and its key's receipt, which went with it (correlated to the Run)
+        (receipt,) = receipts[n]
+        with closing(sqlite3.connect(archive)) as db:
+            found = db.execute(
+                "SELECT event_id, data FROM events WHERE stream_id = ? AND correlation_id = ?",
+                (receipt.stream_id, run_id),
+            ).fetchall()
+        assert [(event_id, json.loads(data)) for event_id, data in found] == [
+            (receipt.event_id, dict(receipt.data))
+        ]
     records = rt.store.read_stream(streams.retention_stream())
     assert all(r.data["archive_digest"].startswith("sha256:") for r in records)
     assert rt.verify_projections().ok
