@@ -49,7 +49,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get(run_report.REPORT_ENV)
-    if path:
+    if path and not hasattr(session.config, "workerinput"):  # xdist: the controller's
         _report.write(path, int(exitstatus))
 
 

@@ -42,7 +42,11 @@ class RunReport:
             self.items[item.nodeid] = frozenset(m for m in self.marks if m in marks)
 
     def record(self, report: pytest.TestReport) -> None:
-        """One phase's outcome of one test."""
+        """One phase's outcome of one test. Under pytest-xdist the controller collects
+        nothing itself: a test's tracked marks then come with its reports."""
+        if report.nodeid not in self.items:
+            keywords = getattr(report, "keywords", {}) or {}
+            self.items[report.nodeid] = frozenset(m for m in self.marks if m in keywords)
         outcome = "skipped" if hasattr(report, "wasxfail") else report.outcome
         if outcome not in _RANK:
             return

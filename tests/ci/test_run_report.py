@@ -54,6 +54,17 @@ def run_suite(
     return done.returncode, json.loads(report.read_text())
 
 
+def test_under_xdist_the_controller_counts_the_same(tmp_path):
+    """With pytest-xdist the controller collects nothing itself: the marks come with
+    the workers' reports, and the workers write no report of their own."""
+    status, summary = run_suite(tmp_path, "pass", "-n", "2")
+    assert status == 0
+    assert summary["marks"]["pg"]["collected"] == summary["marks"]["pg"]["passed"] == 2
+    assert summary["marks"]["ha"]["passed"] == summary["marks"]["ha"]["collected"] == 1
+    assert summary["all"]["collected"] == 4
+    assert problems(summary) == []
+
+
 def check(report: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(REPO / ".ci" / "check_report"), str(report)],
