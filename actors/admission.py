@@ -244,7 +244,8 @@ def _admit(
     receipt_stream = receipt_stream_id(admission_key)
     reads.ask_checks(run_id, publication)  # sent with the next read (read_checks)
     heads = tx.stream_versions([receipt_stream, run_stream(run_id)])
-    if heads[receipt_stream]:
+    # a key whose Run retention removed has no receipt stream: its tombstone answers
+    if heads[receipt_stream] or retained.removed_receipt(tx, admission_key=admission_key):
         replayed = _exact_replay(
             tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params,
             priority,
