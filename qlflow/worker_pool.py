@@ -1,9 +1,10 @@
-"""A host's local workers: lease Attempts up to the free slots and run each on its
-own thread through the local executor."""
+"""A host's local workers: lease Attempts up to the free slots and run each on a
+thread of the pool's own through the local executor."""
 
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
 import time
@@ -17,9 +18,46 @@ HOST = socket.gethostname()[:255] or None  # recorded on the grants (`qlflow wor
 log = logging.getLogger("qlflow.driver")
 
 
+class _Runners:
+    """Daemon threads that each run one leased Attempt at a time, started as the
+    Attempts at hand need them and kept: starting a thread per Attempt costs the
+    caller a wait for the new thread to be scheduled, on the path to the next
+    lease. Daemon, as a thread-isolated function that never returns must not keep
+    the host's process alive. A runner counts itself idle after its Attempt's slot
+    is freed, so a lease in between may start one more: at most twice the slots.
+    """
+
+    def __init__(self, run: Callable[[Lease], None]) -> None:
+        self._run = run
+        self._queue: queue.SimpleQueue[Lease] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
+
+    def submit(self, lease: Lease) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                start = False
+            else:
+                self._started += 1
+                start = True
+        self._queue.put(lease)
+        if start:
+            name = f"attempt-runner-{self._started}"
+            threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            lease = self._queue.get()
+            self._run(lease)
+            with self._lock:
+                self._idle += 1
+
+
 class WorkerPool:
-    """Leases Attempts for one local executor and runs each on its own thread, at
-    most `slots` at once."""
+    """Leases Attempts for one local executor and runs each on a thread of its own
+    pool of runners, at most `slots` at once."""
 
     def __init__(
         self,
@@ -43,7 +81,8 @@ class WorkerPool:
         self.run_id = run_id
         self.tasks = list(tasks) if tasks is not None else None
         self._on_finish = on_finish
-        self._threads: dict[str, threading.Thread] = {}
+        self._threads: dict[str, Lease] = {}  # the Attempts running, by id
+        self._runners = _Runners(self._execute)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self.reports: list[AttemptReport] = []
@@ -76,12 +115,9 @@ class WorkerPool:
             host=HOST,
         )
         for lease in leases:
-            thread = threading.Thread(
-                target=self._execute, args=(lease,), name=f"attempt-{lease.step_key}", daemon=True
-            )
             with self._lock:
-                self._threads[lease.attempt_id] = thread
-            thread.start()
+                self._threads[lease.attempt_id] = lease
+            self._runners.submit(lease)
         return len(leases)
 
     def join(self, timeout_s: float | None = None) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +70,9 @@ class PublishedTasks:
         self._folders: dict[str, Path] = {}
         self._revisions: dict[str, tuple[MaterializedRevision, Path | None]] = {}
         self._publication_by_run: dict[str, str] = {}
+        # (folder, source digest) -> the files' stat signature when they last hashed
+        # to that digest: an unchanged signature needs no second read and hash
+        self._verified: dict[tuple[Path, str], tuple[tuple[int, ...], ...]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         for package, folder in (folders or {}).items():
@@ -119,7 +122,7 @@ class PublishedTasks:
                 f"no package folder known for package {revision.package!r} on this worker; "
                 "give it with --package-dir"
             )
-        _check_files(task, folder, revision, self._stopped.is_set)
+        self._check_files_once(task, folder, revision)
         if task.runs_python:
             return TaskCommand(
                 argv=(),
@@ -133,6 +136,22 @@ class PublishedTasks:
         return TaskCommand(
             argv=tuple(task.command), env=dict(task.env), cwd=folder, on_interrupt=task.on_interrupt
         )
+
+    def _check_files_once(
+        self, task: TaskDefinition, folder: Path, revision: MaterializedRevision
+    ) -> None:
+        """`_check_files`, skipped while none of the files changed since they last
+        passed it: the same device, inode, size, mtime and ctime of every file (a
+        write, a rename over it, a chmod or a symlink retargeted all change one)."""
+        key = (folder, task.source_digest)
+        signature = _stat_signature(folder, task.files)
+        with self._lock:
+            if signature is not None and self._verified.get(key) == signature:
+                return
+        _check_files(task, folder, revision, self._stopped.is_set)
+        if signature is not None:
+            with self._lock:
+                self._verified[key] = signature
 
     def _task(self, lease: Lease) -> tuple[TaskDefinition, MaterializedRevision, Path | None]:
         """The lease's Task, its revision, and the package folder known for it."""
@@ -187,6 +206,21 @@ class PublishedTasks:
         with self._lock:
             self._revisions[publication_id] = entry
         return entry
+
+
+def _stat_signature(folder: Path, files: Iterable[str]) -> tuple[tuple[int, ...], ...] | None:
+    """What identifies the folder's and the files' current versions without reading
+    them; None when one cannot be seen (the full check then says why)."""
+    signature = []
+    try:
+        for path in (folder, *(folder / relative for relative in files)):
+            info = os.stat(path)
+            signature.append(
+                (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            )
+    except OSError:
+        return None
+    return tuple(signature)
 
 
 def _check_files(

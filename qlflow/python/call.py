@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import importlib
 import inspect
+import os
 import sys
 import threading
 import traceback
@@ -73,6 +74,7 @@ class Outcome:
 
 _imports = threading.Lock()
 _loaded: dict[str, str] = {}  # package folder -> the source digest its modules were loaded for
+_real_folders: dict[tuple[str, int, int], str] = {}  # (folder, device, inode) -> real path
 
 
 def invoke(call: Call, sink: LogSink, stop_requested: Callable[[], bool]) -> Outcome:
@@ -150,7 +152,11 @@ def _function(call: Call) -> Callable[[TaskContext], Any]:
 
 
 def _module(call: Call) -> ModuleType:
-    folder = str(Path(call.folder).resolve())
+    folder = _resolved(call.folder)
+    if _loaded.get(folder) == call.source_digest and sys.path[:1] == [folder]:
+        loaded = sys.modules.get(call.module)
+        if loaded is not None and _inside(loaded, folder):
+            return loaded  # imported for this digest already: what import_module returns
     if _loaded.get(folder) != call.source_digest:
         _forget(folder)
         _loaded[folder] = call.source_digest
@@ -175,6 +181,21 @@ def _module(call: Call) -> ModuleType:
             IMPORT_FAILED,
             f"qlflow: importing {call.module!r} failed: {type(error).__name__}: {error}",
         ) from error
+
+
+def _resolved(folder: str) -> str:
+    """The folder's real path, resolved again only when what `folder` names is
+    another directory than last time (a symlink retargeted)."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return str(Path(folder).resolve())
+    key = (folder, info.st_dev, info.st_ino)
+    real = _real_folders.get(key)
+    if real is None:
+        real = str(Path(folder).resolve())
+        _real_folders[key] = real
+    return real
 
 
 def _inside(module: ModuleType, folder: str) -> bool:

@@ -141,6 +141,36 @@ def test_a_module_changed_since_publication_never_runs(rt, tmp_path: Path) -> No
     assert (step.status, step.result_code) == ("failed", "source_changed")
 
 
+@pytest.mark.parametrize("change", ["rewritten_in_place", "symlink"])
+def test_a_worker_that_ran_a_task_notices_its_module_change_before_the_next_run(
+    rt, tmp_path: Path, change: str
+) -> None:
+    """The worker remembers files that passed the digest check; a change after it
+    (a rewrite of the same size with its mtime put back, the path swapped for a
+    symlink to an edited copy) is checked again and refused."""
+    folder = _package(tmp_path, "thread", FLOWS)
+    rt.publish(folder)
+    first = rt.start("etlpy", "daily")
+    with Worker(rt, [folder], log_dir=tmp_path / "logs") as worker:
+        _drive(rt, worker, first.run_id)
+        assert rt.get_run(first.run_id).status == "succeeded"
+        steps = folder / "etl" / "steps.py"
+        source, before = steps.read_text(), steps.stat()
+        edited = source.replace('"rows": list', '"rowz": list')
+        assert len(edited) == len(source)
+        if change == "rewritten_in_place":
+            steps.write_text(edited)
+            os.utime(steps, ns=(before.st_atime_ns, before.st_mtime_ns))
+        else:
+            (folder / "etl" / "copy.py").write_text(edited)
+            steps.unlink()
+            steps.symlink_to("copy.py")
+        second = rt.start("etlpy", "daily")
+        _drive(rt, worker, second.run_id)
+    step = rt.get_run(second.run_id).steps["fetch"]
+    assert (step.status, step.result_code) == ("failed", "source_changed")
+
+
 def _started(folder: Path, count: int = 1) -> list[int]:
     deadline = time.monotonic() + DEADLINE_S
     marker = folder / "started"
