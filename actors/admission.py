@@ -238,22 +238,21 @@ def _admit(
     A `rerun` (docs/DESIGN.md "Reruns") names its source and reuses its steps."""
     admission_key, run_id = admission_identity(admission_key, run_id)
     reads = PublicationReads(tx, workflows)
+    # what decides a replay or a taken run id (and, when this process resolved the
+    # name before, the publication under its publisher's lock): one round trip
+    first = reads.read_first(package, admission_key, run_id)
     publication = reads.resolve_and_serialize(package)
 
-    # what decides a replay or a taken run id, in two reads whatever the answer
     receipt_stream = receipt_stream_id(admission_key)
-    reads.ask_checks(run_id, publication)  # sent with the next read (read_checks)
-    heads = tx.stream_versions([receipt_stream, run_stream(run_id)])
     # a key whose Run retention removed has no receipt stream: its tombstone answers
-    if heads[receipt_stream] or retained.removed_receipt(tx, admission_key=admission_key):
+    if first.heads[receipt_stream] or first.kept_receipt is not None:
         replayed = _exact_replay(
             tx, reads, publication, admission_key, run_id, workflow_key, timeout_ms, params,
             priority,
         )  # fmt: skip
         if replayed is not None:
             return replayed, None
-    reads.read_checks(run_id, publication)
-    _refuse_taken_run_id(tx, run_id, admission_key, reads, heads[run_stream(run_id)] > 0)
+    _refuse_taken_run_id(tx, run_id, admission_key, reads, first)
 
     _, revision = reads.published_revision(publication.publication_id)
     check_start(
@@ -405,6 +404,17 @@ def _revision_of(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FirstReads:
+    """What `PublicationReads.read_first` read of the key and the run id: the heads
+    of the receipt stream and of the Run's stream, the run id's tombstone and the
+    receipt a tombstone keeps for the key."""
+
+    heads: dict[str, int]
+    tombstone: dict[str, Any] | None
+    kept_receipt: AdmissionReceipt | None
+
+
 class PublicationReads:
     """Admission's reads of publications, publisher trust and published revisions in
     one transaction: through `qlflow_admission_source` where the schema has it (a
@@ -412,12 +422,47 @@ class PublicationReads:
 
     def __init__(self, tx: Transaction, workflows: PlannedWorkflows | None = None) -> None:
         self._tx = tx
-        self.definer = admission_source.has_admission_source(tx)
+        self.definer = False  # read_first asks the schema
         self._sources: dict[str, admission_source.AdmissionSource] = {}
         self._workflows = workflows
         self._heads: dict[str, Publication] = {}  # resolved by name: the head itself
-        # read_checks: (run id, publisher, (receipt stream of the run, publisher status))
+        # read_first: (run id, publisher, (receipt stream of the run, publisher status))
         self._checks: tuple[str, str | None, tuple[str | None, str | None]] | None = None
+        # read_first: the publisher guessed and locked, and the heads read under its lock
+        self._guessed: tuple[str, list[Publication]] | None = None
+
+    def read_first(self, package: str, admission_key: str, run_id: str) -> FirstReads:
+        """The reads admission starts with, sent together (one round trip on
+        PostgreSQL): whether the schema has the admission source; the heads of the
+        key's receipt stream and of the Run's stream, then the tombstones of both (in
+        this order: a Run retention removes between the two reads is seen by one);
+        the receipt stream of the run id; and, when this process resolved `package`
+        before to a publisher (a guess, checked under its lock by
+        `resolve_and_serialize`), that publisher's lock, then the heads named
+        `package` and the publisher's status."""
+        guess = None
+        if self._workflows is not None and not package.startswith(PUBLICATION_ID):
+            guess = self._workflows.publisher_of(package)
+        if guess is not None:
+            serialize_publisher(self._tx, guess, ahead=True)
+        heads = self._tx.stream_versions_ahead(
+            [receipt_stream_id(admission_key), run_stream(run_id)]
+        )
+        queries = [
+            retained.admission_tombstones_query(run_id, admission_key),
+            *read_model.admission_check_queries(run_id, guess),
+        ]
+        if guess is not None:
+            queries += read_model.heads_named_queries(package)
+        self._tx.read_ahead(queries)
+        self.definer = admission_source.has_admission_source(self._tx)  # sends them all
+        found = self._tx.query_all(queries)
+        tombstone, kept = retained.admission_tombstones(found[0], run_id, admission_key)
+        checks = 2 if guess is not None else 1
+        self._checks = (run_id, guess, read_model.admission_checks_from(found[1 : 1 + checks]))
+        if guess is not None:
+            self._guessed = (guess, read_model.heads_named_from(*found[1 + checks :]))
+        return FirstReads(heads(), tombstone, kept)
 
     def resolve_and_serialize(self, package: str) -> Publication:
         """Resolve the publication, lock its publisher, and resolve again under the
@@ -429,11 +474,18 @@ class PublicationReads:
         if self.definer:
             return _single(package, self._source(package).matches)
         locked: set[str] = set()
-        publication = self._resolve(package)
+        if self._guessed is not None:  # read under the guessed publisher's lock
+            guess, heads = self._guessed
+            locked.add(guess)
+            publication = self._resolve(package, heads)
+        else:
+            publication = self._resolve(package)
         while publication.publisher not in locked:
             serialize_publisher(self._tx, publication.publisher, ahead=True)  # then read
             locked.add(publication.publisher)
             publication = self._resolve(package)
+        if self._workflows is not None and not package.startswith(PUBLICATION_ID):
+            self._workflows.resolved(package, publication.publisher)
         return publication
 
     def publication(self, publication_id: str) -> Publication | None:
@@ -482,17 +534,6 @@ class PublicationReads:
             return None
         return self._workflows.any_of(publication_id)
 
-    def ask_checks(self, run_id: str, publication: Publication) -> None:
-        """`read_checks` may be answered with the transaction's next read."""
-        publisher = None if self.definer else publication.publisher
-        self._tx.read_ahead(read_model.admission_check_queries(run_id, publisher))
-
-    def read_checks(self, run_id: str, publication: Publication) -> None:
-        """Read, in one round trip, what `receipt_stream_of_run` and `publisher_status`
-        answer next."""
-        publisher = None if self.definer else publication.publisher
-        self._checks = (run_id, publisher, read_model.admission_checks(self._tx, run_id, publisher))
-
     def receipt_stream_of_run(self, run_id: str) -> str | None:
         """The receipt stream of the admission that created `run_id`, or None."""
         if self._checks is not None and self._checks[0] == run_id:
@@ -504,7 +545,7 @@ class PublicationReads:
         if self.definer:
             return self._source(publication.publication_id).publisher_status
         if self._checks is not None and self._checks[1] == publication.publisher:
-            return self._checks[2][1]
+            return self._checks[2][1]  # read under its lock (read_first)
         return read_model.publisher_status(self._tx, publication.publisher)
 
     def installation_head(self, publication: Publication) -> Publication | None:
@@ -515,13 +556,16 @@ class PublicationReads:
             return self._source(publication.publication_id).head
         return read_model.installation_head(self._tx, publication.project, publication.installation)
 
-    def _resolve(self, package: str) -> Publication:
+    def _resolve(self, package: str, heads: list[Publication] | None = None) -> Publication:
+        """`heads`: those named `package`, already read under the lock held."""
         self._heads.clear()
         if package.startswith(PUBLICATION_ID):  # no installation or package name has ":"
             explicit = read_model.publication(self._tx, package)
             if explicit is not None:
                 return explicit
-        head = _single(package, read_model.heads_named(self._tx, package))
+        if heads is None:
+            heads = read_model.heads_named(self._tx, package)
+        head = _single(package, heads)
         self._heads[head.publication_id] = head
         return head
 
@@ -604,7 +648,7 @@ def _queues(tx: Transaction, plan: ExecutionPlan) -> bool:
 
 
 def _refuse_taken_run_id(
-    tx: Transaction, run_id: str, admission_key: str, reads: PublicationReads, has_events: bool
+    tx: Transaction, run_id: str, admission_key: str, reads: PublicationReads, first: FirstReads
 ) -> None:
     stream = reads.receipt_stream_of_run(run_id)
     if stream is not None:
@@ -614,9 +658,9 @@ def _refuse_taken_run_id(
             f"{receipt.admission_key!r} (plan {receipt.plan_digest}), not {admission_key!r}; "
             "choose another run id, or leave it out to derive one from the admission key"
         )
-    if has_events:
+    if first.heads[run_stream(run_id)] > 0:
         raise AdmissionCollision(f"run id {run_id!r} already has events; choose another run id")
-    removed = retained.tombstone(tx, run_id)
+    removed = first.tombstone
     if removed is not None:
         raise AdmissionCollision(
             f"run id {run_id!r} was admitted under admission key {removed['admission_key']!r} "

@@ -6,6 +6,12 @@ A published revision never changes (the publication's id names its digest), so
 nothing here can go stale: what may change — the publication's status, its
 publisher's trust, which publication is the head — is read again by every start.
 Bounded: the least recently used Workflow leaves past `capacity`.
+
+It also keeps, per package or installation name, the publisher the name last
+resolved to: admission locks that publisher and reads the name under the lock in its
+first round trip, and checks the guess there (a name now resolving to another
+publisher is locked and read again), so a stale guess costs a round trip, never a
+wrong answer.
 """
 
 from __future__ import annotations
@@ -24,7 +30,21 @@ class PlannedWorkflows:
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
         self._held: OrderedDict[tuple[str, str], PlannedWorkflow] = OrderedDict()
+        self._publishers: OrderedDict[str, str] = OrderedDict()  # name -> publisher
         self._lock = threading.Lock()
+
+    def publisher_of(self, name: str) -> str | None:
+        """The publisher `name` last resolved to in this process, if held."""
+        with self._lock:
+            return self._publishers.get(name)
+
+    def resolved(self, name: str, publisher: str) -> None:
+        """`name` resolved to a publication of `publisher`, under its lock."""
+        with self._lock:
+            self._publishers[name] = publisher
+            self._publishers.move_to_end(name)
+            while len(self._publishers) > self.capacity:
+                self._publishers.popitem(last=False)
 
     def get(self, publication_id: str, workflow_key: str) -> PlannedWorkflow | None:
         """The held PlannedWorkflow, if any."""

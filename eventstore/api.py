@@ -175,6 +175,12 @@ class Transaction(Reads, Protocol):
         the store can; the function returned answers as that would."""
         ...
 
+    def stream_versions_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int]]:
+        """`stream_versions(stream_ids)`, sent with the next statement where the store
+        can (before it, after the locks queued by `lock_ahead`); the function returned
+        answers as that would."""
+        ...
+
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Queries a `query_all` of exactly these asks for next, before anything but an
         append is written: a store may send them with the next statement and answer

@@ -96,6 +96,7 @@ _TRY_LOCK_SQL = (
     f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
     "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
 )
+_HEADS_SQL = "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)"
 _LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
 
 
@@ -251,6 +252,19 @@ class PostgresTransaction(BaseTransaction):
             if any(queued is cursor for _sql, _params, queued in self._answered):
                 self._flush()  # asked before the next statement took it along
             return self._heads_locked(stream_ids, cursor.fetchall(), wait=False)
+
+        return answer
+
+    def _heads_ahead(self, stream_ids: list[str]) -> Callable[[], list[tuple[str, int]]]:
+        if not self._defers:
+            return super()._heads_ahead(stream_ids)
+        cursor = self._conn.cursor()
+        self._answered.append((_HEADS_SQL, (stream_ids,), cursor))
+
+        def answer() -> list[tuple[str, int]]:
+            if any(queued is cursor for _sql, _params, queued in self._answered):
+                self._flush()  # asked before the next statement took it along
+            return [(stream_id, int(version)) for stream_id, version in cursor.fetchall()]
 
         return answer
 
@@ -429,7 +443,7 @@ class PostgresTransaction(BaseTransaction):
     def _heads(self, stream_ids: Sequence[str]) -> list[tuple[str, int]]:
         return self._send(
             self._cursor,
-            "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)",
+            _HEADS_SQL,
             (list(stream_ids),),
             prepared=True,
         ).fetchall()

@@ -498,6 +498,33 @@ class BaseTransaction(ABC):
         found = self._lock_heads(stream_ids, False)
         return lambda: found
 
+    def stream_versions_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int]]:
+        """`stream_versions(stream_ids)` sent with this transaction's next statement
+        where the store can (after the locks `lock_ahead` queued, before that
+        statement); the function returned answers as `stream_versions` would (asked
+        before that statement, it sends it alone)."""
+        self._check_usable()
+        if isinstance(stream_ids, str):
+            raise InvalidInput("stream_ids", "sequence", "stream_versions_ahead takes a sequence")
+        wanted = list(stream_ids)
+        if not wanted:
+            return dict
+        answer = self._heads_ahead(sorted(set(wanted)))
+        answers: list[dict[str, int]] = []
+
+        def versions() -> dict[str, int]:
+            if not answers:
+                found = dict(answer())
+                answers.append({stream_id: found.get(stream_id, 0) for stream_id in wanted})
+            return answers[0]
+
+        return versions
+
+    def _heads_ahead(self, stream_ids: list[str]) -> Callable[[], list[tuple[str, int]]]:
+        """Read them now (an adapter may send it with the next statement)."""
+        found = self._heads(stream_ids)
+        return lambda: found
+
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Independent queries a `query_all` of exactly these will ask for next, before
         this transaction writes anything but an append: a store may send them with the

@@ -263,15 +263,29 @@ def installation_head(reader: Reads, project: str, installation: str) -> Publica
 def heads_named(reader: Reads, name: str) -> list[Publication]:
     """Heads whose installation is `name`; if there are none, heads of package `name`.
     Sorted by project and installation."""
-    for column in ("installation", "package"):
-        rows = reader.query(
+    by_installation, by_package = heads_named_queries(name)
+    found = heads_named_from(reader.query(*by_installation), [])
+    return found or heads_named_from([], reader.query(*by_package))
+
+
+def heads_named_queries(name: str) -> list[tuple[str, list[Any]]]:
+    """The two queries of `heads_named` (by installation, by package), to send at once
+    (`Transaction.read_ahead`); `heads_named_from` answers from their rows."""
+    return [
+        (
             f"""SELECT {PUBLICATION_COLUMNS} FROM publications
                 WHERE {column} = ? AND head = 1 ORDER BY project, installation""",
-            (name,),
+            [name],
         )
-        if rows:
-            return [publication_from_row(row) for row in rows]
-    return []
+        for column in ("installation", "package")
+    ]
+
+
+def heads_named_from(
+    by_installation: Sequence[Sequence[Any]], by_package: Sequence[Sequence[Any]]
+) -> list[Publication]:
+    """`heads_named` from the rows of its two queries: by installation if any."""
+    return [publication_from_row(row) for row in by_installation or by_package]
 
 
 def publications(reader: Reads, package: str | None = None) -> list[Publication]:
@@ -303,7 +317,13 @@ def admission_checks(
 ) -> tuple[str | None, str | None]:
     """(`receipt_stream_of_run(run_id)`, `publisher_status(publisher)` — None without
     a publisher) in one round trip."""
-    found = reader.query_all(admission_check_queries(run_id, publisher))
+    return admission_checks_from(reader.query_all(admission_check_queries(run_id, publisher)))
+
+
+def admission_checks_from(
+    found: Sequence[Sequence[Sequence[Any]]],
+) -> tuple[str | None, str | None]:
+    """`admission_checks` from the rows of its queries (`admission_check_queries`)."""
     stream = found[0][0][0] if found[0] else None
     status = found[1][0][0] if len(found) > 1 and found[1] else None
     return stream, status

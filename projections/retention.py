@@ -128,9 +128,37 @@ def removed_receipt(
         "AND receipt_plan_digest IS NOT NULL ORDER BY removed_at_ms DESC LIMIT 1",
         (value,),
     )
-    if not rows:
-        return None
-    found = dict(zip(_COLUMNS, rows[0], strict=True))
+    return _receipt_kept(dict(zip(_COLUMNS, rows[0], strict=True))) if rows else None
+
+
+def admission_tombstones_query(run_id: str, admission_key: str) -> tuple[str, list[Any]]:
+    """The one query of `admission_tombstones` (to read it ahead:
+    `Transaction.read_ahead`)."""
+    return (
+        f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE run_id = ? "
+        "OR (admission_key = ? AND receipt_plan_digest IS NOT NULL)",
+        [run_id, admission_key],
+    )
+
+
+def admission_tombstones(
+    rows: Sequence[Sequence[Any]], run_id: str, admission_key: str
+) -> tuple[dict[str, Any] | None, AdmissionReceipt | None]:
+    """From the rows of `admission_tombstones_query`: (`tombstone(run_id)`,
+    `removed_receipt(admission_key=admission_key)`) — what admission asks of
+    retention, in one query."""
+    found = [dict(zip(_COLUMNS, row, strict=True)) for row in rows]
+    of_run = next((row for row in found if row["run_id"] == run_id), None)
+    kept = [
+        row
+        for row in found
+        if row["admission_key"] == admission_key and row["receipt_plan_digest"] is not None
+    ]
+    latest = max(kept, key=lambda row: row["removed_at_ms"], default=None)
+    return of_run, _receipt_kept(latest) if latest is not None else None
+
+
+def _receipt_kept(found: dict[str, Any]) -> AdmissionReceipt:
     kept = {name: found[f"receipt_{name}"] for name in RECEIPT_FIELDS}
     return AdmissionReceipt(
         run_id=found["run_id"],

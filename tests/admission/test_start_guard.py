@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from actors import publishing
+from actors import admission, publishing
+from actors.planned_workflows import PlannedWorkflows
 from domain.errors import PlanError, StartGuardError
 from domain.ids import PUBLICATION_EVENT, derive_id
 from domain.publication import publication_digest, publication_for, publication_to_json
 from domain.records import NewEvent, StreamAppend
 from domain.revision import revision_to_json
+from domain.values import AdmissionReceipt
 from projections import registry
 from qlflow.packages import load
 from tests.admission.support import (
@@ -208,3 +210,33 @@ def test_a_new_generation_after_withdrawal_starts_again(store) -> None:
     assert republished.generation == 2
     receipt = admit(store, "demo", "flow", "k")
     assert receipt.publication_id == republished.publication_id
+
+
+def test_a_publisher_known_from_an_earlier_start_is_checked_under_its_lock(store) -> None:
+    # a process keeps the publisher each name resolved to and reads the name under
+    # that publisher's lock (docs/DESIGN.md "Durable admission"): a name that now
+    # resolves to another publisher, or a publisher revoked since, answers as if the
+    # process had never started it
+    workflows = PlannedWorkflows()
+
+    def start(key: str) -> AdmissionReceipt:
+        with store.transaction() as tx:
+            return admission.admit_in_tx(
+                tx, "demo", "flow", key, None, None, T0 + 9, workflows=workflows
+            )
+
+    first = publish(store, manifest())
+    assert start("first").publication_id == first.publication_id
+    assert workflows.publisher_of("demo") == "acme"
+    moved = publish(store, manifest(publisher="globex", command=("echo",)), T0 + 1)
+    assert moved.publisher == "globex" and moved.generation == 2
+    assert start("moved").publication_id == moved.publication_id
+    assert workflows.publisher_of("demo") == "globex"
+    with store.transaction() as tx:
+        publishing.revoke_publisher_in_tx(tx, "globex", T0 + 2)
+    before = census(store), store.head_position()
+    with pytest.raises(StartGuardError, match="its publisher 'globex' is revoked"):
+        start("revoked")
+    assert (census(store), store.head_position()) == before
+    replayed = start("moved")  # an exact replay is answered before the guard
+    assert (replayed.status, replayed.publication_id) == ("existing", moved.publication_id)

@@ -254,6 +254,20 @@ def test_lock_heads_ahead_answers_as_lock_heads(store):
         tx.append([stream("run-a", 2, event("a3"))])
 
 
+def test_stream_versions_ahead_answers_as_stream_versions(store):
+    store.append([stream("run-a", 0, event("a1"), event("a2"))])
+    with store.transaction() as tx:
+        versions = tx.stream_versions_ahead(["run-missing", "run-a", "run-a"])
+        assert tx.stream_versions_ahead([])() == {}
+        assert tx.function_comment("qlflow_no_such_function(text)") is None
+        assert versions() == {"run-missing": 0, "run-a": 2} and versions() is versions()
+        assert list(versions()) == ["run-missing", "run-a"]  # in the order asked
+        asked_first = tx.stream_versions_ahead(["run-a"])
+        assert asked_first() == {"run-a": 2}  # asked before any statement took it along
+        tx.append([stream("run-a", 2, event("a3"))])
+        assert tx.stream_versions_ahead(["run-a"])() == {"run-a": 3}
+
+
 def test_read_ahead_answers_the_query_all_that_follows_an_append(store):
     store.append([stream("run-a", 0, event("a1"))])
     queries = [
