@@ -90,6 +90,7 @@ def bench_store(
     removed_runs = 0
     batch_ms: list[float] = []
     batch_runs: list[int] = []
+    reclaim_ms: list[float] = []  # ticks that reclaimed (VACUUM on PostgreSQL), whole
     sizes: list[int] = []
     by_relation: dict[int, dict[str, int]] = {}  # bytes per table and index, days keep and end
     tick_ms: dict[int, list[float]] = {}
@@ -109,7 +110,7 @@ def bench_store(
                 started, cpu_started = time.perf_counter(), time.process_time()
                 rt.cycle(now_ms=at)
                 _run_due(rt, at)
-                ticked = time.perf_counter()
+                ticked, reclaimed = time.perf_counter(), policy.reclaimed_at
                 report = policy.tick(rt, at)
                 done = time.perf_counter()
                 times.append((done - started) * 1000)
@@ -117,6 +118,9 @@ def bench_store(
                 if report is not None and report.runs:
                     removed_runs += report.runs
                     batch_runs.append(report.runs)
+                if policy.reclaimed_at != reclaimed:
+                    reclaim_ms.append((done - ticked) * 1000)
+                elif report is not None and report.runs:
                     batch_ms.append((done - ticked) * 1000 / report.runs)
                 now += step
             sizes.append(size(rt))
@@ -147,6 +151,9 @@ def bench_store(
         "batch_runs_median": statistics.median(batch_runs) if batch_runs else None,
         "runs_removed": removed_runs,
         "batch_ms_per_run_median": round(statistics.median(batch_ms), 3) if batch_ms else None,
+        "reclaims": len(reclaim_ms),
+        "reclaim_tick_ms_median": round(statistics.median(reclaim_ms), 1) if reclaim_ms else None,
+        "reclaim_tick_ms_max": round(max(reclaim_ms), 1) if reclaim_ms else None,
         "runs_left": runs_left,
         "events_left": events_left,
         "verify_ok": verified,
