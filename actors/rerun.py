@@ -14,8 +14,8 @@ from typing import Any
 from actors.admission import REPLAY_ONCE, Rerun, _admit, admission_identity, receipt_of_key
 from actors.authority import Units
 from actors.loading import RunStreams, read_run_streams
-from domain.errors import InvalidInput, NotFound
-from domain.rerun import PLAN_SAME, check_mode, check_rerunnable
+from domain.errors import AdmissionCollision, InvalidInput, NotFound
+from domain.rerun import PLAN_SAME, check_mode, check_rerunnable, is_rerun_of
 from domain.run_state import RunAggregate
 from domain.streams import run_stream
 from domain.values import AdmissionReceipt
@@ -67,7 +67,11 @@ def rerun(
     admission_key, new_run_id = admission_identity(admission_key, None)
 
     def unit(tx: Transaction) -> tuple[AdmissionReceipt, RunAggregate | None]:
-        source = _locked_source(tx, run_id)
+        try:
+            source = _locked_source(tx, run_id)
+        except NotFound:
+            # the key wins over a source retention removed, as over one still here
+            return _answer_of_key(tx, run_id, admission_key, mode), None
         check_rerunnable(source)
         source_plan = source.plan
         bound = dict(source_plan.param_values)
@@ -108,6 +112,36 @@ def _locked_source(tx: Transaction, run_id: str) -> RunAggregate:
     source) or waits and finds the source gone (docs/DESIGN.md, "Retention")."""
     tx.lock_heads([run_stream(run_id)], wait=True)
     return _source(tx, run_id).fold()
+
+
+def _answer_of_key(tx: Reads, run_id: str, admission_key: str, mode: str) -> AdmissionReceipt:
+    """The answer to a rerun of `run_id`, which is not in the store, under a key: the
+    key's Run ("existing") when it is a rerun of that source, which retention removed
+    after admitting it (docs/DESIGN.md, "Retention"). No plan can be made again
+    without the source, so what is compared is the key's Run's `rerun_of` record (or,
+    when retention removed that Run too, the Workflow both tombstones name); a key
+    that admitted something else is an AdmissionCollision, and one that admitted
+    nothing leaves the source's NotFound."""
+    missing = retained.run_not_found(tx, run_id)
+    receipt = receipt_of_key(tx, admission_key)
+    if receipt is None:
+        raise missing
+    records = tx.read_stream(run_stream(receipt.run_id), after_version=0)
+    if records:
+        same = is_rerun_of(records[0].data.get("rerun_of"), run_id, mode)
+    else:  # both removed: the source's tombstone names its Workflow, if it kept a receipt
+        source = retained.removed_receipt(tx, run_id=run_id)
+        same = source is not None and (source.package, source.workflow_key) == (
+            receipt.package,
+            receipt.workflow_key,
+        )
+    if not same:
+        raise AdmissionCollision(
+            f"admission key {admission_key!r} already admitted run {receipt.run_id!r}, "
+            f"which is not a rerun of run {run_id!r} ({missing}). Use a new admission key, "
+            "or inspect_admission(admission_key=...) to read the admitted Run"
+        )
+    return receipt
 
 
 def _source(tx: Reads, run_id: str) -> RunStreams:

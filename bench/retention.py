@@ -80,12 +80,19 @@ def _run_due(rt: qlflow.Runtime, now: int) -> None:
 
 
 def bench_store(
-    url: str, days: int, keep_days: int, every: int, size: Callable[[qlflow.Runtime], int]
+    url: str,
+    days: int,
+    keep_days: int,
+    every: int,
+    size: Callable[[qlflow.Runtime], int],
+    relations: Callable[[qlflow.Runtime], dict[str, int]],
 ) -> dict[str, Any]:
     removed_runs = 0
     batch_ms: list[float] = []
     batch_runs: list[int] = []
+    reclaim_ms: list[float] = []  # ticks that reclaimed (VACUUM on PostgreSQL), whole
     sizes: list[int] = []
+    by_relation: dict[int, dict[str, int]] = {}  # bytes per table and index, days keep and end
     tick_ms: dict[int, list[float]] = {}
     cpu_ms: dict[int, list[float]] = {}  # this process's CPU (SQLite's work is in it)
     with qlflow.open(url) as rt:
@@ -103,7 +110,7 @@ def bench_store(
                 started, cpu_started = time.perf_counter(), time.process_time()
                 rt.cycle(now_ms=at)
                 _run_due(rt, at)
-                ticked = time.perf_counter()
+                ticked, reclaimed = time.perf_counter(), policy.reclaimed_at
                 report = policy.tick(rt, at)
                 done = time.perf_counter()
                 times.append((done - started) * 1000)
@@ -111,9 +118,14 @@ def bench_store(
                 if report is not None and report.runs:
                     removed_runs += report.runs
                     batch_runs.append(report.runs)
+                if policy.reclaimed_at != reclaimed:
+                    reclaim_ms.append((done - ticked) * 1000)
+                elif report is not None and report.runs:
                     batch_ms.append((done - ticked) * 1000 / report.runs)
                 now += step
             sizes.append(size(rt))
+            if day in (keep_days, days):
+                by_relation[day] = relations(rt)
         runs_left = rt.store.query("SELECT COUNT(*) FROM runs")[0][0]
         events_left = rt.store.query("SELECT COUNT(*) FROM events")[0][0]
         verified = rt.verify_projections().ok
@@ -139,10 +151,24 @@ def bench_store(
         "batch_runs_median": statistics.median(batch_runs) if batch_runs else None,
         "runs_removed": removed_runs,
         "batch_ms_per_run_median": round(statistics.median(batch_ms), 3) if batch_ms else None,
+        "reclaims": len(reclaim_ms),
+        "reclaim_tick_ms_median": round(statistics.median(reclaim_ms), 1) if reclaim_ms else None,
+        "reclaim_tick_ms_max": round(max(reclaim_ms), 1) if reclaim_ms else None,
         "runs_left": runs_left,
         "events_left": events_left,
         "verify_ok": verified,
+        "relations": relation_growth(by_relation[keep_days], by_relation[days]),
     }
+
+
+def relation_growth(keep: dict[str, int], end: dict[str, int]) -> list[dict[str, Any]]:
+    """Each relation's bytes at day keep and at the end, the largest growth first."""
+    rows = [
+        {"relation": name, "keep": keep.get(name, 0), "end": end.get(name, 0)}
+        for name in sorted(set(keep) | set(end))
+    ]
+    rows.sort(key=lambda row: row["end"] - row["keep"], reverse=True)
+    return rows
 
 
 def sqlite_size(path: Path) -> Callable[[qlflow.Runtime], int]:
@@ -154,6 +180,38 @@ def sqlite_size(path: Path) -> Callable[[qlflow.Runtime], int]:
         return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
     return size
+
+
+def sqlite_relations(path: Path) -> Callable[[qlflow.Runtime], dict[str, int]]:
+    def relations(rt: qlflow.Runtime) -> dict[str, int]:
+        with closing(sqlite3.connect(path)) as conn:
+            try:
+                rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+            except sqlite3.OperationalError:  # built without SQLITE_ENABLE_DBSTAT_VTAB
+                rows = []
+            page = conn.execute("PRAGMA page_size").fetchone()[0]
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return {**{str(name): int(total) for name, total in rows}, "(freelist)": free * page}
+
+    return relations
+
+
+def pg_relations(base: str, schema: str) -> Callable[[qlflow.Runtime], dict[str, int]]:
+    def relations(rt: qlflow.Runtime) -> dict[str, int]:
+        # every table, index and TOAST relation of the schema, after size()'s VACUUM
+        with psycopg.connect(base, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                "AND c.relkind IN ('r', 'i') UNION ALL "
+                "SELECT 'toast:' || c.relname, pg_total_relation_size(c.reltoastrelid) "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r' AND c.reltoastrelid <> 0",
+                (schema, schema),
+            ).fetchall()
+        return {str(name): int(total) for name, total in rows}
+
+    return relations
 
 
 def pg_size(base: str, schema: str) -> Callable[[qlflow.Runtime], int]:
@@ -211,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--every-minutes", type=int, default=1)
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
     parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
     parser.add_argument("--smoke", action="store_true", help="3 days, keep 1, hourly")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -226,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as scratch:
             path = Path(scratch) / "retention.db"
             results["dialects"]["sqlite"] = bench_store(
-                f"sqlite:///{path}", *shape, sqlite_size(path)
+                f"sqlite:///{path}", *shape, sqlite_size(path), sqlite_relations(path)
             )
     if args.pg:
         schema = f"bench_retention_{uuid.uuid4().hex[:8]}"
@@ -234,13 +293,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             conn.execute(f'CREATE SCHEMA "{schema}"')
         try:
             results["dialects"]["postgresql"] = bench_store(
-                _pg_schema_url(args.pg, schema), *shape, pg_size(args.pg, schema)
+                _pg_schema_url(args.pg, schema),
+                *shape,
+                pg_size(args.pg, schema),
+                pg_relations(args.pg, schema),
             )
         finally:
             with psycopg.connect(args.pg, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     render(results, Console())
     return results
 

@@ -62,6 +62,16 @@ def check_rerunnable(source: RunAggregate) -> None:
         )
 
 
+def is_rerun_of(rerun_of: Mapping[str, Any] | None, source_run_id: str, mode: str) -> bool:
+    """Whether a Run whose `workflow.admitted` names `rerun_of` is a rerun of
+    `source_run_id` in plan `mode`: what a rerun under a taken admission key is
+    compared with once retention removed its source and no plan can be made again
+    (docs/DESIGN.md "Retention")."""
+    if not isinstance(rerun_of, Mapping):
+        return False
+    return rerun_of.get("run_id") == source_run_id and rerun_of.get("plan", PLAN_SAME) == mode
+
+
 def runs_again_by_default(status: str) -> bool:
     """Whether a finished step with `status` runs again in a rerun without
     `from_steps` (it did not succeed); for a Run, whether such a rerun has work."""

@@ -711,6 +711,23 @@ class PostgresStore(BaseStore):
             if fresh:
                 session.execute(f"ANALYZE {', '.join(quote_ident(name) for (name,) in fresh)}")
 
+    def _reclaim(self) -> list[str]:
+        # VACUUM runs outside a transaction: a read session's connection is in
+        # autocommit and sends no BEGIN; a table another role owns would be skipped
+        # with a warning, so only the owned ones are named
+        with self._reading() as session:
+            owned = [
+                str(name)
+                for (name,) in session.query(
+                    "SELECT c.relname FROM pg_class c WHERE c.relnamespace = "
+                    "current_schema()::regnamespace AND c.relkind = 'r' "
+                    "AND pg_has_role(c.relowner, 'USAGE') ORDER BY 1"
+                )
+            ]
+            if owned:
+                session.execute(f"VACUUM {', '.join(quote_ident(name) for name in owned)}")
+        return owned
+
     def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
         if session.query("SELECT to_regclass('schema_versions')")[0][0] is None:
             return None

@@ -263,6 +263,21 @@ class BaseStore(ABC):
         """After a migration committed (an adapter may gather the new tables'
         statistics: docs/DESIGN.md "A fresh store")."""
 
+    def reclaim(self) -> list[str]:
+        """Make the space that deleted rows held reusable by the next inserts, after
+        retention removed Runs (docs/DESIGN.md, "Retention"): on PostgreSQL a VACUUM of
+        the store's tables this role owns, which autovacuum would otherwise do only
+        once a fifth of a table is dead; nothing on SQLite, whose freed pages go to its
+        freelist at COMMIT. The tables reclaimed."""
+        self._check_usable("store.reclaim()")
+        if self.read_only:
+            raise StoreUsageError("this store was opened read-only: it reclaims no space")
+        with self._typed_errors():
+            return self._reclaim()
+
+    def _reclaim(self) -> list[str]:
+        return []
+
     def _migrate_own_schema(self) -> None:
         self.migrate(EVENTSTORE_COMPONENT, EVENTSTORE_STEPS)
         self.migrate(logs.COMPONENT, logs.MIGRATIONS)

@@ -71,6 +71,7 @@ class AsyncRuntime:
     renew = _on_a_thread(Runtime.renew)
     rerun = _on_a_thread(Runtime.rerun)
     retain = _on_a_thread(Runtime.retain)
+    reclaim = _on_a_thread(Runtime.reclaim)
     resolve_attempt_id = _on_a_thread(Runtime.resolve_attempt_id)
     resolve_run_id = _on_a_thread(Runtime.resolve_run_id)
     resume_schedule = _on_a_thread(Runtime.resume_schedule)

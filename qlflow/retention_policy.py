@@ -1,8 +1,9 @@
 """A retention policy a host runs by itself (docs/DESIGN.md, "Retention"): after a
 cycle, at most one bounded batch of Runs that finished longer ago than
 `finished_runs_ms` (every cycle while batches come full, else every
-RETAIN_EVERY_MS), and now and then the step logs last written longer ago than
-`logs_ms`, so a cycle's time stays flat however much is old.
+RETAIN_EVERY_MS), the space they held reclaimed at most every RECLAIM_EVERY_MS, and
+now and then the step logs last written longer ago than `logs_ms`, so a cycle's time
+stays flat however much is old.
 
 Read from a host config's `[retention]` table (`finished_runs = "30d"`, `logs =
 "7d"`) or given as `qlflow serve --retain-finished 30d --retain-logs 7d`.
@@ -30,6 +31,10 @@ LOG_PRUNE_EVERY_MS = 600_000  # step logs are pruned at most this often
 # cost about as much as a Run's tombstone); a full batch means a backlog, and the
 # next tick takes the next batch at once
 RETAIN_EVERY_MS = 600_000
+# after a batch removed Runs, the store's freed space is reclaimed at most this often
+# (Runtime.reclaim: VACUUM on PostgreSQL): what autovacuum leaves dead until a fifth
+# of a table is, an hour's removals at most stay unusable
+RECLAIM_EVERY_MS = 3_600_000
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
@@ -41,8 +46,10 @@ class RetentionPolicy:
     logs_ms: int | None = None
     batch: int = retention.DEFAULT_BATCH
     on_removed: Callable[[list[str]], object] | None = None  # the Runs a batch removed
+    reclaimed_at: int | None = None  # when the store last reclaimed removed Runs' space
     _logs_pruned_at: int | None = None
     _retained_at: int | None = None  # when the last batch was not full
+    _unreclaimed: bool = False  # Runs removed since the last reclaim
 
     def __post_init__(self) -> None:
         for name in ("finished_runs_ms", "logs_ms"):
@@ -69,8 +76,14 @@ class RetentionPolicy:
             self._retained_at = None if report.runs >= self.batch else now_ms
             if report.runs:
                 log.info("retention removed %d run(s), %d event(s)", report.runs, report.events)
+                self._unreclaimed = True
                 if self.on_removed is not None:
                     self.on_removed(report.run_ids)
+        if self._unreclaimed and (
+            self.reclaimed_at is None or now_ms - self.reclaimed_at >= RECLAIM_EVERY_MS
+        ):
+            rt.reclaim()
+            self.reclaimed_at, self._unreclaimed = now_ms, False
         if self.logs_ms is not None and now_ms > self.logs_ms:
             due = (
                 self._logs_pruned_at is None or now_ms - self._logs_pruned_at >= LOG_PRUNE_EVERY_MS

@@ -569,6 +569,12 @@ class Runtime(Inspection, Scheduling, FlowControl):
             archiver=None if dry_run else archiver,
         )
 
+    def reclaim(self) -> list[str]:
+        """Make the space of what retention removed reusable now (docs/DESIGN.md,
+        "Retention"): VACUUM of the store's tables on PostgreSQL, nothing on SQLite;
+        the tables reclaimed. Not in a transaction; takes the tables' owner."""
+        return self.store.reclaim()
+
     def close(self) -> None:
         """Stop the runtime's actors and close the store. Idempotent."""
         # a process that never calls it still exits: the atexit hook closes the store

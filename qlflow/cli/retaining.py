@@ -80,6 +80,8 @@ def retain(
             progress=progress,
             archive=archive,
         )
+        if report.runs and not dry_run:
+            rt.reclaim()  # the removed Runs' space, reusable now (VACUUM on PostgreSQL)
         folder = log_dir or default_log_dir(rt.url)
     files = 0 if dry_run else remove_local_logs(folder, report.run_ids)
     if as_json:

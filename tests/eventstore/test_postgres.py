@@ -63,3 +63,28 @@ def test_an_unreachable_server_fails_fast_as_store_unavailable():
     with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL") as caught:
         open_store("postgresql://postgres@127.0.0.1:9/none", connect_timeout_s=0.5)
     assert caught.value.reason == "unreachable"
+
+
+def test_reclaim_vacuums_every_table_of_the_store_outside_a_transaction(pg_url):
+    # VACUUM is what makes deleted rows' space reusable (whether a row is dead to every
+    # snapshot depends on the server's other sessions, so the count is what is checked)
+    store = open_store(pg_url)
+    try:
+        store.append([stream(f"run-{n}", 0, event(f"e{n}")) for n in range(20)])
+        with store.transaction() as tx:
+            tx.execute("DELETE FROM events WHERE stream_id LIKE 'run-1%'")
+
+        def vacuums() -> dict[str, int]:
+            rows = store.query(
+                "SELECT relname, vacuum_count FROM pg_stat_user_tables "
+                "WHERE schemaname = current_schema()"
+            )
+            return {name: count for name, count in rows}
+
+        before = vacuums()
+        reclaimed = store.reclaim()
+
+        assert sorted(reclaimed) == sorted(before)  # every table, the role owns them all
+        assert vacuums() == {name: count + 1 for name, count in before.items()}
+    finally:
+        store.close()

@@ -12,6 +12,7 @@ from domain import streams
 from domain.errors import InvalidInput
 from eventstore import logs
 from qlflow.retention_policy import (
+    RECLAIM_EVERY_MS,
     RETAIN_EVERY_MS,
     RetentionPolicy,
     from_config,
@@ -55,6 +56,26 @@ def test_after_a_batch_that_was_not_full_the_next_waits_ten_minutes(rt):
     assert policy.tick(rt, first + RETAIN_EVERY_MS).run_ids == run_ids[3:]
     assert policy.tick(rt, first + RETAIN_EVERY_MS + 1) is None
     assert len(rt.store.read_stream(streams.retention_stream())) == 3
+
+
+def test_the_space_removed_runs_held_is_reclaimed_at_most_every_hour(rt):
+    run_ids = finished_runs(rt, 4)
+    policy = RetentionPolicy(finished_runs_ms=DAY, batch=1)
+    first = T0 + 2 * DAY
+
+    assert policy.tick(rt, first).run_ids == run_ids[:1]
+    assert policy.reclaimed_at == first  # the first removal reclaims at once
+    # within the hour the next batches remove Runs and reclaim nothing
+    assert policy.tick(rt, first + 1).run_ids == run_ids[1:2]
+    assert policy.tick(rt, first + RECLAIM_EVERY_MS - 1).run_ids == run_ids[2:3]
+    assert policy.reclaimed_at == first
+    # an hour on, the tick reclaims what the batches since freed
+    assert policy.tick(rt, first + RECLAIM_EVERY_MS).run_ids == run_ids[3:]
+    assert policy.reclaimed_at == first + RECLAIM_EVERY_MS
+    # nothing removed since: nothing to reclaim, however long after
+    assert policy.tick(rt, first + 5 * RECLAIM_EVERY_MS).run_ids == []
+    assert policy.reclaimed_at == first + RECLAIM_EVERY_MS
+    assert rt.verify_projections().ok
 
 
 def test_nothing_finished_long_enough_ago_stays(rt):

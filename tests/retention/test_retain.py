@@ -346,3 +346,35 @@ def test_a_runs_notification_outbox_goes_with_it_and_the_log_still_verifies(rt):
     assert rt.verify_projections().ok
     rt.rebuild_projections()
     assert rt.verify_projections().ok
+
+
+def test_a_rerun_again_under_its_key_answers_existing_after_its_source_is_removed(rt):
+    (source, other) = finished_runs(rt, 2, fail=frozenset({"right"}))
+    admitted = rt.rerun(source, admission_key="again", now_ms=T0 + 5000)
+    drive(rt, admitted.run_id, T0 + 6000)
+    rt.start("daily", "nightly", admission_key="unrelated", now_ms=T0 + 7000)
+    assert rt.retain(T0 + 5500, now_ms=T0 + 10_000).run_ids == [source, other]
+    head = rt.store.head_position()
+
+    # the key wins: its Run is the answer, though the source it was a rerun of is gone
+    again = rt.rerun(source, admission_key="again", now_ms=T0 + 20_000)
+    assert (again.status, again.run_id, again.removed) == ("existing", admitted.run_id, None)
+    assert again.receipt_digest == admitted.receipt_digest
+    # a key whose Run is no rerun of this source is a collision, as with a live source
+    with pytest.raises(AdmissionCollision, match="unrelated"):
+        rt.rerun(source, admission_key="unrelated", now_ms=T0 + 20_000)
+    with pytest.raises(AdmissionCollision, match="again"):
+        rt.rerun(other, admission_key="again", now_ms=T0 + 20_000)
+    # a key that admitted nothing has no Run to answer with: the source is gone
+    with pytest.raises(NotFound, match="pruned by retention"):
+        rt.rerun(source, admission_key="fresh", now_ms=T0 + 20_000)
+    with pytest.raises(NotFound, match="pruned by retention"):
+        rt.rerun(source, now_ms=T0 + 20_000)
+    assert rt.store.head_position() == head  # nothing written by any of them
+
+    # and once retention removed the rerun too, its tombstone answers for the key
+    assert admitted.run_id in rt.retain(T0 + 9000, now_ms=T0 + 30_000).run_ids
+    removed = rt.rerun(source, admission_key="again", now_ms=T0 + 40_000)
+    assert (removed.status, removed.run_id) == ("existing", admitted.run_id)
+    assert removed.removed is not None and removed.removed.startswith("removed by retention")
+    assert rt.verify_projections().ok
