@@ -174,7 +174,8 @@ class ReplayCopy:
         with store.replay_session() as session:
             copy = cls(session)
             for module in registry.modules():
-                session.copy_tables(module.COMPONENT, module.MIGRATIONS)
+                keyed_only = getattr(module.Replay, "keyed_only", ())
+                session.copy_tables(module.COMPONENT, module.MIGRATIONS, keyed_only)
             yield copy
 
     def live(self, table: str) -> str:

@@ -95,6 +95,8 @@ class Replay:
     capacity = REPLAY_RUNS
     # handed every record of a batch: its one pass skips those of other categories
     takes_whole_batch = True
+    # its copies are read and written by key alone: no non-unique index is kept up
+    keyed_only = (RUNS.name, STEP_RUNS.name, ATTEMPTS.name)
 
     def __init__(self, tx: Transaction, insert: Insert) -> None:
         self._tx = tx
