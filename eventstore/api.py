@@ -27,7 +27,7 @@ Every lock is released when the transaction ends.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -212,8 +212,11 @@ class ReplaySession(Protocol):
         """The transaction folds write the copied tables through."""
         ...
 
-    def copy_tables(self, component: str, steps: Sequence[MigrationStep]) -> None:
-        """Create the copy of every table that the schema steps create."""
+    def copy_tables(
+        self, component: str, steps: Sequence[MigrationStep], keyed_only: Collection[str] = ()
+    ) -> None:
+        """Create the copy of every table that the schema steps create; the copies of
+        the `keyed_only` tables without their non-unique indexes."""
         ...
 
     def live(self, table: str) -> str:

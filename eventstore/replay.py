@@ -26,7 +26,7 @@ import queue
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
@@ -42,6 +42,12 @@ _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+", re.IGNORECASE)
 _UNSAFE_DDL = re.compile(r"^\s*CREATE\s+(VIEW|MATERIALIZED)\b", re.IGNORECASE)
 # A live table's triggers (and their functions) are not copied: the copy's rows enter
 # the live table through `swap_in`, which fires them there.
+# A non-unique index (its name, its table) and the drop of one, as schema steps write them.
+_CREATE_INDEX = re.compile(
+    r"^\s*CREATE\s+INDEX\s+(IF\s+NOT\s+EXISTS\s+)?(?P<name>\w+)\s+ON\s+(?P<table>\w+)\b",
+    re.IGNORECASE,
+)
+_DROP_INDEX = re.compile(r"^\s*DROP\s+INDEX\s+(IF\s+EXISTS\s+)?(?P<name>\w+)\s*$", re.IGNORECASE)
 _LIVE_ONLY_DDL = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TRIGGER|FUNCTION)\b", re.IGNORECASE)
 
 
@@ -144,12 +150,26 @@ class BaseReplaySession(ABC):
         """The qualified name of the copy of `table`."""
         return f'"{self.temp_schema}"."{table}"'
 
-    def copy_tables(self, component: str, steps: Sequence[MigrationStep]) -> None:
+    def copy_tables(
+        self, component: str, steps: Sequence[MigrationStep], keyed_only: Collection[str] = ()
+    ) -> None:
         """Create an empty copy of every table (and its indexes) the schema steps of
-        `component` create, in a short transaction of its own."""
+        `component` create, in a short transaction of its own. The copies of the
+        `keyed_only` tables get no non-unique index: their replay reads and writes
+        them by key alone, and the swap compares by key, so such an index would only
+        be upkeep on every row written (the live tables keep theirs; docs/DESIGN.md,
+        "Rebuild")."""
+        skipped: set[str] = set()  # the indexes left out, whose later DROPs go too
         with self.reading():
             for number, step in enumerate(steps, start=1):
                 for statement in statements_for(step, self.tx.dialect, component, number):
+                    index = _CREATE_INDEX.match(statement)
+                    if index is not None and index["table"] in keyed_only:
+                        skipped.add(index["name"])
+                        continue
+                    dropped = _DROP_INDEX.match(statement)
+                    if dropped is not None and dropped["name"] in skipped:
+                        continue
                     if not _LIVE_ONLY_DDL.match(statement):
                         self.tx.execute(_temporary(statement, component, number))
 

@@ -260,6 +260,9 @@ class SqliteReplaySession(BaseReplaySession):
         # memory does not grow with the read models (docs/DESIGN.md, "Rebuild")
         self._conn.execute("PRAGMA temp_store=FILE")
         self._conn.execute(f"PRAGMA temp.cache_size=-{REPLAY_CACHE_KIB}")
+        # the copies' undo log in memory, not in a second temp file: the copies die
+        # with the connection anyway, and a transaction's undo is one batch's pages
+        self._conn.execute("PRAGMA temp.journal_mode=MEMORY")
         self.tx = SqliteTransaction(self._conn)
 
     def columns(self, table: str) -> list[str]:

@@ -142,19 +142,30 @@ class ReplayCopy:
         self._total = 0  # the log's head as last seen (progress)
         self.check: LogCheck | None = None  # verify's: the log checked as it is read
         self.failure: Exception | None = None  # what stopped the folds, under a check
-        self._folds = [
+        folds = [
             (module.STREAM_PREFIXES, fold)
             for module in registry.modules()
             if not getattr(
                 fold := _replayer(module, session.tx, session.insert), "folds_nothing", False
             )
         ]
-        # category prefix -> the folds its streams go to (every prefix is a category's)
-        self._routes: dict[str, tuple[int, ...]] = {}
-        for prefixes, _fold in self._folds:
+        for prefixes, _fold in folds:
             for found in prefixes:
                 if found != streams.prefix(streams.category(found)):
                     raise SchemaError(f"stream prefix {found!r} is not a whole category's")
+        # (fold, whether it takes whole batches), in the modules' order: a fold that
+        # `takes_whole_batch` passes over the records outside its categories itself
+        # (in the pass it makes anyway), so the batch is not sorted out for it
+        self._folds = [(fold, getattr(fold, "takes_whole_batch", False)) for _p, fold in folds]
+        self._sorted = {
+            number: prefixes
+            for number, (prefixes, fold) in enumerate(folds)
+            if not self._folds[number][1]
+        }
+        # every category some fold wants the batch sorted out for (a cheap first test)
+        self._sorted_prefixes = tuple(p for prefixes in self._sorted.values() for p in prefixes)
+        # category prefix -> the sorted-out folds its streams go to
+        self._routes: dict[str, tuple[int, ...]] = {}
 
     @classmethod
     @contextmanager
@@ -163,7 +174,8 @@ class ReplayCopy:
         with store.replay_session() as session:
             copy = cls(session)
             for module in registry.modules():
-                session.copy_tables(module.COMPONENT, module.MIGRATIONS)
+                keyed_only = getattr(module.Replay, "keyed_only", ())
+                session.copy_tables(module.COMPONENT, module.MIGRATIONS, keyed_only)
             yield copy
 
     def live(self, table: str) -> str:
@@ -277,23 +289,28 @@ class ReplayCopy:
             self.failure = exc
 
     def _route(self, records: list[Any]) -> None:
-        """Hand each module its records of the batch, in log order, sorted out in one
-        pass: a stream's category decides which modules fold it."""
-        mine: list[list[Any]] = [[] for _ in self._folds]
-        routes = self._routes
-        for record in records:
-            stream = record.stream_id
-            category = stream[: stream.find("-") + 1]
-            route = routes.get(category)
-            if route is None:
-                route = routes[category] = tuple(
-                    number
-                    for number, (prefixes, _fold) in enumerate(self._folds)
-                    if stream.startswith(prefixes)
-                )
-            for number in route:
-                mine[number].append(record)
-        for (_prefixes, fold), found in zip(self._folds, mine, strict=True):
+        """Hand each fold its records of the batch, in log order: the whole batch to a
+        fold that takes it, the others theirs, sorted out in one pass by stream
+        category (docs/DESIGN.md, "Rebuild")."""
+        mine: dict[int, list[Any]] = {number: [] for number in self._sorted}
+        wanted, routes = self._sorted_prefixes, self._routes
+        if wanted:
+            for record in records:
+                stream = record.stream_id
+                if not stream.startswith(wanted):
+                    continue
+                category = stream[: stream.find("-") + 1]
+                route = routes.get(category)
+                if route is None:
+                    route = routes[category] = tuple(
+                        number
+                        for number, prefixes in self._sorted.items()
+                        if stream.startswith(prefixes)
+                    )
+                for number in route:
+                    mine[number].append(record)
+        for number, (fold, whole) in enumerate(self._folds):
+            found = records if whole else mine[number]
             if found:
                 fold.apply(found)
 
@@ -301,7 +318,7 @@ class ReplayCopy:
         if self.check is not None and self.failure is not None:
             return
         try:
-            for _prefixes, fold in self._folds:
+            for fold, _whole in self._folds:
                 fold.flush()
         except Exception as exc:
             if self.check is None:

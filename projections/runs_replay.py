@@ -34,7 +34,9 @@ from eventstore.api import Transaction
 from projections.contract import Insert
 from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
-    _fold_family,
+    _fold_lease_event,
+    _fold_run_event,
+    _fold_steps_event,
     _query_in,
     _Rows,
     _select_steps_with_live_attempts,
@@ -55,7 +57,7 @@ class _Held:
     records since, per stream, in log order. `whole`: every record of the Run since its
     admission went through this replay (False: earlier ones are read back at its end)."""
 
-    __slots__ = ("aggregate", "flow", "leases", "named", "records", "run", "steps", "whole")
+    __slots__ = ("aggregate", "flow", "leases", "named", "run", "steps", "whole")
 
     def __init__(self, whole: bool) -> None:
         self.whole = whole
@@ -65,7 +67,10 @@ class _Held:
         self.run: list[Record] = []
         self.steps: list[Record] = []
         self.leases: dict[str, list[Record]] = {}
-        self.records = 0
+
+    def count(self) -> int:
+        """How many records it holds."""
+        return len(self.run) + len(self.steps) + sum(map(len, self.leases.values()))
 
     def folded(self) -> RunAggregate:
         """The aggregate after every held record (CorruptionError if they do not fold,
@@ -75,7 +80,7 @@ class _Held:
         else:
             aggregate = extend(self.aggregate, self.run, self.steps, self.leases)
         self.aggregate = aggregate
-        self.run, self.steps, self.leases, self.records = [], [], {}, 0
+        self.run, self.steps, self.leases = [], [], {}
         return aggregate
 
 
@@ -88,6 +93,10 @@ class Replay:
     not in memory has its newest values in the table."""
 
     capacity = REPLAY_RUNS
+    # handed every record of a batch: its one pass skips those of other categories
+    takes_whole_batch = True
+    # its copies are read and written by key alone: no non-unique index is kept up
+    keyed_only = (RUNS.name, STEP_RUNS.name, ATTEMPTS.name)
 
     def __init__(self, tx: Transaction, insert: Insert) -> None:
         self._tx = tx
@@ -97,59 +106,110 @@ class Replay:
         self._batch = 0  # batches folded
         self._ending: set[str] = set()  # ended Runs waiting for the rest of their last append
         self._last = 0  # the position of the last record folded
+        self._held_records = 0  # how many records the held Runs hold
 
     def apply(self, records: Sequence[Record]) -> None:
         """Fold one batch, in log order; then let go of the Runs that ended in it and,
-        past capacity, of the older half."""
+        past capacity, of the older half.
+
+        The batch is folded in one pass while every record names rows in memory (the
+        common case: a Run held whole, one this batch admits, an Attempt held). The
+        first record that names one not in memory has the rows the rest of the batch
+        names loaded (`_load_missing`, in a few queries), and the pass goes on from it
+        with the check off: what is still missing then is in no table either, and its
+        record changes nothing, as in `apply`."""
         if not records:
             return
         rows, held, ending = self._rows, self._held, self._ending
+        attempts = rows.attempts
+        held_get, attempts_get = held.get, attempts.get
+        fold_run, fold_steps, fold_lease = _fold_run_event, _fold_steps_event, _fold_lease_event
         self._batch = batch = self._batch + 1
-        self._load_missing(records)
-        for record in records:
+        added = 0  # records added to held streams
+        loaded = False  # `_load_missing` ran for the rest of this batch
+        for number, record in enumerate(records):
             family, _, entity_id = record.stream_id.partition("-")
-            _fold_family(rows, family, entity_id, record)
             if family == _RUN:
-                streams = held[entity_id]
+                kind = record.type
+                streams = held_get(entity_id)
+                if streams is None or not streams.whole:
+                    if not loaded and self._missing_for(entity_id, kind, record, streams):
+                        self._load_missing(records[number:])
+                        loaded = True
+                    streams = held_get(entity_id)
+                    if streams is None:  # admitted by this very record
+                        streams = held[entity_id] = _Held(kind == _WORKFLOW_ADMITTED)
+                fold_run(rows, entity_id, record)
                 streams.named = batch
                 if streams.whole:
                     streams.run.append(record)
-                    streams.records += 1
-                    if record.type == _WORKFLOW_ADMITTED:
+                    added += 1
+                    if kind == _WORKFLOW_ADMITTED:
                         streams.flow = flow_from_data(record.data["plan"], record)
-                if record.type in _RUN_ENDED:
+                if kind in _RUN_ENDED:
                     ending.add(entity_id)
             elif family == _STEPS:
-                streams = held[entity_id]
+                streams = held_get(entity_id)
+                if streams is None:
+                    if not loaded:
+                        self._load_missing(records[number:])
+                        loaded = True
+                    streams = held[entity_id]
+                fold_steps(rows, entity_id, record)
                 streams.named = batch
                 if streams.whole:
                     streams.steps.append(record)
-                    streams.records += 1
+                    added += 1
             elif family == _LEASE:
-                attempt = rows.attempts.get(entity_id)
+                attempt = attempts_get(entity_id)
+                if attempt is None and not loaded:
+                    self._load_missing(records[number:])
+                    loaded = True
+                    attempt = attempts_get(entity_id)
+                fold_lease(rows, entity_id, record)
                 if attempt is not None:
                     streams = held[attempt["run_id"]]
                     streams.named = batch
                     if streams.whole:
                         streams.leases.setdefault(entity_id, []).append(record)
-                        streams.records += 1
+                        added += 1
+        self._held_records += added
         self._last = records[-1].global_position
         leaving = list(ending)
         if len(held) > self.capacity:
             by_age = sorted(held, key=lambda run_id: held[run_id].named)  # stable: oldest first
             leaving += [run_id for run_id in by_age[: len(held) // 2] if run_id not in ending]
         self._leave(leaving, strict=False)
-        total = sum(streams.records for streams in held.values())
-        if total > HELD_RECORDS:
-            for streams in sorted(held.values(), key=lambda s: s.records, reverse=True):
-                if total <= HELD_RECORDS // 2:
-                    break
-                count = streams.records
-                try:
-                    streams.folded()
-                except CorruptionError:
-                    continue  # mid-append: folded once the rest arrives
-                total -= count
+        if self._held_records > HELD_RECORDS:
+            self._fold_longest()
+
+    def _missing_for(self, run_id: str, kind: str, record: Record, streams: _Held | None) -> bool:
+        """Whether a RunEvent of a Run not held whole names rows not in memory: its
+        Run's (unless this record admits it) or, an Attempt's event, its Attempt's
+        (unless this record claims it)."""
+        if streams is None and kind != _WORKFLOW_ADMITTED:
+            return True
+        if kind.startswith(_ATTEMPT_EVENT) and kind != _ATTEMPT_CLAIMED:
+            return record.data["attempt_id"] not in self._rows.attempts
+        return False
+
+    def _fold_longest(self) -> None:
+        """Fold the Runs holding the most records into their aggregates until the held
+        records are half of `HELD_RECORDS` (a Run cut off inside an append waits)."""
+        held = self._held.values()
+        total = sum(streams.count() for streams in held)
+        for streams in (
+            sorted(held, key=lambda s: s.count(), reverse=True) if total > HELD_RECORDS else ()
+        ):
+            if total <= HELD_RECORDS // 2:
+                break
+            count = streams.count()
+            try:
+                streams.folded()
+            except CorruptionError:
+                continue  # mid-append: folded once the rest arrives
+            total -= count
+        self._held_records = total
 
     def flush(self) -> None:
         """Write out every Run held in memory, and forget them (CorruptionError if the
@@ -180,7 +240,9 @@ class Replay:
             streams = held[run_id]
             try:
                 if streams.whole:
+                    count = streams.count()
                     aggregate: RunAggregate | None = streams.folded()
+                    self._held_records -= count
                 else:
                     read = found.get(run_id)
                     aggregate = None if read is None else fold(*read)
@@ -244,7 +306,7 @@ class Replay:
         if not leaving:
             return
         for run_id in leaving:
-            del self._held[run_id]
+            self._held_records -= self._held.pop(run_id).count()
             self._ending.discard(run_id)
         runs = [rows.runs.pop(run_id) for run_id in sorted(leaving) if run_id in rows.runs]
         steps = [row for run_id in sorted(leaving) for row in rows.steps.pop(run_id, {}).values()]

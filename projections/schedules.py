@@ -42,7 +42,7 @@ from domain.streams import PUBLICATION, RETENTION, RUN, SCHEDULE, entity_id, pre
 from domain.transitions import RUN_TERMINAL
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, PUBLISHER, READ, RUNTIME
-from projections.contract import Folded
+from projections.contract import Folded, Insert
 
 COMPONENT = "projections.schedules"
 PUBLISHED = EventType.PUBLICATION_PUBLISHED
@@ -52,6 +52,8 @@ STREAM_PREFIXES = (prefix(SCHEDULE), prefix(PUBLICATION), prefix(RUN), prefix(RE
 _RUN_ENDS = frozenset(str(of(Family.WORKFLOW, status)) for status in RUN_TERMINAL)
 _PUBLISHED = PUBLISHED.value
 _RETENTION_REMOVED = EventType.RETENTION_REMOVED.value
+# the types `apply` acts on outside a schedule's own stream
+_TYPES_FOLDED = frozenset((_PUBLISHED, _RETENTION_REMOVED, *_RUN_ENDS))
 
 MIGRATIONS: list[dict[str, Any]] = [
     {
@@ -105,7 +107,6 @@ for _step in MIGRATIONS:
 
 TABLES = {"schedules": ("schedule_id",)}
 # the runtime moves cursors; a publisher's publish re-declares its installation's rows
-Replay = None  # the rebuild calls `apply` batch by batch
 reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {"schedules": {RUNTIME: MOVE, PUBLISHER: MOVE, AUDIT: READ}}
 
@@ -163,6 +164,33 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
                WHERE last_run_id = ? AND last_run_ended_at_ms IS NULL""",
             ended,
         )
+
+
+class Replay:
+    """`apply` for a rebuild, handed every record of a batch (`takes_whole_batch`): it
+    keeps the records `apply` would act on among those of `STREAM_PREFIXES` (a set
+    lookup of the type first, as most records are Run records it passes over) and
+    applies them, so the rebuild does not sort the batch out for it."""
+
+    takes_whole_batch = True
+
+    def __init__(self, tx: Transaction, insert: Insert) -> None:
+        del insert
+        self._tx = tx
+
+    def apply(self, records: Sequence[Record]) -> None:
+        types, schedule = _TYPES_FOLDED, STREAM_PREFIXES[0]
+        mine = [
+            record
+            for record in records
+            if (record.type in types and record.stream_id.startswith(STREAM_PREFIXES))
+            or record.stream_id.startswith(schedule)
+        ]
+        if mine:
+            apply(self._tx, mine)
+
+    def flush(self) -> None:
+        """Nothing is held back."""
 
 
 def _published(tx: Transaction, record: Record) -> None:
