@@ -26,6 +26,7 @@ import argparse
 import os
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -86,6 +87,7 @@ def bench_store(
     every: int,
     size: Callable[[qlflow.Runtime], int],
     relations: Callable[[qlflow.Runtime], dict[str, int]],
+    reclaim: bool = True,
 ) -> dict[str, Any]:
     removed_runs = 0
     batch_ms: list[float] = []
@@ -99,6 +101,8 @@ def bench_store(
         rt.publish(manifest(every), now_ms=DAY0 - MINUTE)
         rt.cycle(now_ms=DAY0 - MINUTE)  # armed at the first occurrence
         policy = RetentionPolicy(finished_runs_ms=keep_days * DAY, batch=100)
+        if not reclaim:  # as before the policy reclaimed: the daily VACUUM alone
+            policy.reclaim_every_ms = None
         step = every * MINUTE
         now = DAY0
         for day in range(1, days + 1):
@@ -124,6 +128,12 @@ def bench_store(
                     batch_ms.append((done - ticked) * 1000 / report.runs)
                 now += step
             sizes.append(size(rt))
+            print(  # a long run's progress: the day, its size and its cycle's median
+                f"day {day}: {sizes[-1]} bytes, cycle median {statistics.median(times):.1f} ms, "
+                f"{removed_runs} Runs removed",
+                file=sys.stderr,
+                flush=True,
+            )
             if day in (keep_days, days):
                 by_relation[day] = relations(rt)
         runs_left = rt.store.query("SELECT COUNT(*) FROM runs")[0][0]
@@ -230,6 +240,13 @@ def pg_size(base: str, schema: str) -> Callable[[qlflow.Runtime], int]:
                 "tablename))), 0) FROM pg_tables WHERE schemaname = %s",
                 (schema,),
             ).fetchone()
+            # rows VACUUM could not remove: another session's snapshot still sees them
+            dead = conn.execute(
+                "SELECT COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables "
+                "WHERE schemaname = %s",
+                (schema,),
+            ).fetchone()
+        print(f"dead rows left by VACUUM: {dead[0] if dead else 0}", file=sys.stderr)
         return int(row[0]) if row else 0
 
     return size
@@ -270,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--pg", default=os.environ.get("QLFLOW_TEST_PG_URL"))
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    parser.add_argument(
+        "--no-reclaim", action="store_true", help="the policy never reclaims (VACUUM)"
+    )
     parser.add_argument("--smoke", action="store_true", help="3 days, keep 1, hourly")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -285,7 +305,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as scratch:
             path = Path(scratch) / "retention.db"
             results["dialects"]["sqlite"] = bench_store(
-                f"sqlite:///{path}", *shape, sqlite_size(path), sqlite_relations(path)
+                f"sqlite:///{path}",
+                *shape,
+                sqlite_size(path),
+                sqlite_relations(path),
+                not args.no_reclaim,
             )
     if args.pg:
         schema = f"bench_retention_{uuid.uuid4().hex[:8]}"
@@ -297,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 *shape,
                 pg_size(args.pg, schema),
                 pg_relations(args.pg, schema),
+                not args.no_reclaim,
             )
         finally:
             with psycopg.connect(args.pg, autocommit=True) as conn:

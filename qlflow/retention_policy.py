@@ -46,13 +46,14 @@ class RetentionPolicy:
     logs_ms: int | None = None
     batch: int = retention.DEFAULT_BATCH
     on_removed: Callable[[list[str]], object] | None = None  # the Runs a batch removed
+    reclaim_every_ms: int | None = RECLAIM_EVERY_MS  # None: autovacuum's alone
     reclaimed_at: int | None = None  # when the store last reclaimed removed Runs' space
     _logs_pruned_at: int | None = None
     _retained_at: int | None = None  # when the last batch was not full
     _unreclaimed: bool = False  # Runs removed since the last reclaim
 
     def __post_init__(self) -> None:
-        for name in ("finished_runs_ms", "logs_ms"):
+        for name in ("finished_runs_ms", "logs_ms", "reclaim_every_ms"):
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
@@ -79,8 +80,11 @@ class RetentionPolicy:
                 self._unreclaimed = True
                 if self.on_removed is not None:
                     self.on_removed(report.run_ids)
-        if self._unreclaimed and (
-            self.reclaimed_at is None or now_ms - self.reclaimed_at >= RECLAIM_EVERY_MS
+        every = self.reclaim_every_ms
+        if (
+            every is not None
+            and self._unreclaimed
+            and (self.reclaimed_at is None or now_ms - self.reclaimed_at >= every)
         ):
             rt.reclaim()
             self.reclaimed_at, self._unreclaimed = now_ms, False

@@ -78,6 +78,13 @@ def test_the_space_removed_runs_held_is_reclaimed_at_most_every_hour(rt):
     assert rt.verify_projections().ok
 
 
+def test_a_policy_told_not_to_reclaim_leaves_it_to_autovacuum(rt):
+    run_ids = finished_runs(rt, 2)
+    policy = RetentionPolicy(finished_runs_ms=DAY, reclaim_every_ms=None)
+    assert policy.tick(rt, T0 + 2 * DAY).run_ids == run_ids
+    assert policy.reclaimed_at is None
+
+
 def test_nothing_finished_long_enough_ago_stays(rt):
     finished_runs(rt, 2)
     policy = RetentionPolicy(finished_runs_ms=30 * DAY)
@@ -126,3 +133,9 @@ def test_a_bad_config_is_a_typed_error(tmp_path):
         from_config(tmp_path / "missing.toml")
     with pytest.raises(InvalidInput):
         RetentionPolicy(finished_runs_ms=0)
+
+
+@pytest.mark.parametrize("every", [0, -1, True, "1h"])
+def test_a_bad_reclaim_interval_is_a_typed_error(every):
+    with pytest.raises(InvalidInput, match="reclaim_every_ms"):
+        RetentionPolicy(finished_runs_ms=DAY, reclaim_every_ms=every)
