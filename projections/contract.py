@@ -27,7 +27,13 @@ ReadsAhead = Callable[[Sequence[Record]], Sequence[tuple[str, Sequence[Any]]]]
 
 
 class Replayer(Protocol):
-    """A module's fold of the whole log in a rebuild: batch after batch, then `flush`."""
+    """A module's fold of the whole log in a rebuild: batch after batch, then `flush`.
+
+    Optional class attributes the rebuild reads (`projections.rebuild`): `folds_nothing`
+    (True: handed no records), `takes_whole_batch` (True: handed every record of a
+    batch, it passes over those outside its `STREAM_PREFIXES` itself), `keyed_only`
+    (the tables whose copies it reads and writes by key alone: made without their
+    non-unique indexes)."""
 
     def apply(self, records: Sequence[Record]) -> None: ...
 

@@ -13,8 +13,8 @@ A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`
 rows in memory between batches as long as it writes them all by `flush()`; `insert`
 adds new rows to a copy in bulk (the session's `insert`). The log is read once and
 each document decoded once: a batch reaches the folds with `data` decoded and
-`metadata` decoded on first use, sorted out to them in one pass (docs/DESIGN.md,
-"Rebuild").
+`metadata` decoded on first use, whole to a fold that `takes_whole_batch`, sorted
+out in one pass to the others (docs/DESIGN.md, "Rebuild").
 
 Replay runs in batches, one short read transaction each, holding no write lock, so
 the runtime keeps working meanwhile. A failure or a kill at any point before the swap

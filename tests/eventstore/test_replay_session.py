@@ -59,6 +59,52 @@ def test_the_log_is_read_in_position_order_and_decoded_lazily(notes_store):
             assert [r.event_id for r in after] == ["e2"]
 
 
+# schema steps after NOTES: a non-unique index, then a unique one, another non-unique
+# one and the drop of the first
+NOTE_INDEXES = [
+    "CREATE INDEX notes_by_n ON notes (n)",
+    [
+        "CREATE UNIQUE INDEX notes_one_body ON notes (body)",
+        "CREATE INDEX notes_by_body ON notes (body, n)",
+        "DROP INDEX notes_by_n",
+    ],
+]
+
+
+def _copy_indexes(session) -> set[str]:
+    """Names of the indexes on the session's copy of `notes` (not its primary key's)."""
+    if session.tx.dialect == "sqlite":
+        rows = session.tx.query(
+            "SELECT name FROM sqlite_temp_master WHERE type = 'index' AND tbl_name = 'notes'"
+            " AND sql IS NOT NULL"
+        )
+    else:
+        rows = session.tx.query(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'notes' AND schemaname = "
+            "(SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema())"
+            " AND indexname <> 'notes_pkey'"
+        )
+    return {row[0] for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("keyed_only", "indexes"),
+    [((), {"notes_one_body", "notes_by_body"}), (("notes",), {"notes_one_body"})],
+    ids=["every index", "keyed only"],
+)
+def test_a_keyed_only_copy_keeps_its_unique_indexes_alone(notes_store, keyed_only, indexes):
+    """A copy read and written by key alone is made without its non-unique indexes (nor
+    the later drop of one); its unique indexes still hold."""
+    steps = [NOTES, *({"sqlite": step, "postgresql": step} for step in NOTE_INDEXES)]
+    notes_store.migrate("test-notes", steps)  # the live table has them all
+    with notes_store.replay_session() as session:
+        session.copy_tables("test-notes", steps, keyed_only)
+        with session.reading():
+            assert _copy_indexes(session) == indexes
+        with pytest.raises(Exception, match=r"(?i)unique"), session.reading():
+            session.insert("notes", ("note_id", "body", "n"), [("a", "x", 1), ("b", "x", 2)])
+
+
 def test_a_snapshot_rolls_back_what_it_did_to_the_copy(notes_store):
     with notes_store.replay_session() as session:
         session.copy_tables("test-notes", [NOTES])
