@@ -57,6 +57,7 @@ from domain.errors import (
     PlanError,
     SchemaError,
     StartGuardError,
+    VersionConflict,
 )
 from domain.event_types import EventType
 from domain.fields import ID_PATTERN
@@ -651,6 +652,11 @@ def _refuse_taken_run_id(
     tx: Transaction, run_id: str, admission_key: str, reads: PublicationReads, first: FirstReads
 ) -> None:
     stream = reads.receipt_stream_of_run(run_id)
+    if stream is not None and stream == receipt_stream_id(admission_key):
+        # this very key, admitted by a concurrent start that committed between the
+        # pipeline's reads (each statement reads what was committed before it): not
+        # a refusal; the next try's exact replay answers with that Run
+        raise VersionConflict(stream, 0, 1)  # a receipt stream holds one receipt
     if stream is not None:
         receipt = receipt_from_document(tx.read_stream(stream)[0].data, EXISTING)
         raise AdmissionCollision(
