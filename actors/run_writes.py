@@ -243,6 +243,7 @@ class Prepared:
     aggregate: RunAggregate
     decision: Decision
     batch: EncodedBatch  # the decision's appends, validated and encoded
+    after: RunAggregate  # the Run as the decision leaves it (`applied`), made before the lock
 
 
 def commit_prepared(
@@ -274,7 +275,7 @@ def commit_prepared(
             continue
         fates.append("written")
         batches.append(turn.batch)
-        after[turn.aggregate.run_id] = applied(turn.aggregate, turn.decision)
+        after[turn.aggregate.run_id] = turn.after
     if batches:
         commit_encoded(tx, joined_batch(batches), folded=after)
     return fates, after

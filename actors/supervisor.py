@@ -3,10 +3,11 @@
 A cycle walks the phases in order — recovery, cancellation, schedule, frontier
 (with terminal aggregation), attempt admission — and for each takes up to
 `pages_per_phase` bounded pages of candidates from the projection indexes. For
-a page of Runs the supervisor spawns one Workflow actor per candidate Run,
-collects every decided turn, commits them together in one transaction (each
-Run's records checked and appended as its own, `actors.run_writes`), and stops
-every actor before it returns. A page of due
+a page of Runs the supervisor reads the page's Runs' streams together (one read,
+a few queries: `actors.loading.read_runs`), spawns one Workflow actor per
+candidate Run with its streams, collects every decided turn, commits them
+together in one transaction (each Run's records checked and appended as its own,
+`actors.run_writes`), and stops every actor before it returns. A page of due
 schedules is turned one schedule after another (`actors.schedules`), each its own
 transaction: a turn is short and admission serializes on the publisher anyway.
 """
@@ -22,6 +23,7 @@ import pykka
 
 from actors import schedules, slot_queue
 from actors.authority import Units
+from actors.loading import read_runs
 from actors.run_writes import commit_prepared
 from actors.workflow import Turn, WorkflowActor, WorkflowOutcome
 from domain.phases import PHASES, QUEUE, RUN_PHASES, SCHEDULE
@@ -118,14 +120,20 @@ class CycleResult:
 def run_page(
     authority: Units, run_ids: list[str], phase: str, now_ms: int
 ) -> list[WorkflowOutcome]:
-    """Converge one page: an actor per Run decides its turn, the page commits the
-    turns together, every actor is stopped."""
+    """Converge one page: the page's Runs are read together, an actor per Run decides
+    its turn, the page commits the turns together, every actor is stopped."""
+    cache = authority.aggregates
+    try:
+        streams = authority.read(lambda tx: read_runs(tx, run_ids, cache))
+    except Exception as error:
+        failed = f"the page's read failed: {type(error).__name__}: {error}"
+        return [WorkflowOutcome(run_id, error=failed) for run_id in run_ids]
     actors = []
     try:
         # started inside the try: if a thread cannot start, the ones that did are stopped
         # (a live actor thread would keep the process from ever exiting)
         for run_id in run_ids:
-            actors.append(WorkflowActor.start(authority, run_id, phase, now_ms))
+            actors.append(WorkflowActor.start(run_id, streams.get(run_id), phase, now_ms))
         turns: list[Turn] = list(
             pykka.get_all([actor.ask("turn", block=False) for actor in actors])
         )

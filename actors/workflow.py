@@ -2,20 +2,20 @@
 actor that takes it; its page commits the turns together (`actors.supervisor`).
 
 The turn is optimistic, as an event store is meant to be used: the Run's streams
-are read without any lock (from the Run's base, `actors.loading`), folded and
-decided. Only the page's write takes the lock, and it first checks that every
-stream each turn read is still at the version read — the Run, StepRun and every
-lease stream, including the ones the decision does not append to — so each
-decision is exactly what it would have been inside one long transaction; a turn
-whose stream moved is a conflict, and its Run is left for the next cycle
-(`actors.run_writes.commit_prepared`). The write lock is thus held for the checks,
-the append, the read-model update and COMMIT only.
+are read without any lock (from the Run's base, `actors.loading`; the supervisor
+reads its page's Runs together, a few queries for the page), folded and decided.
+Only the page's write takes the lock, and it first checks that every stream each
+turn read is still at the version read — the Run, StepRun and every lease stream,
+including the ones the decision does not append to — so each decision is exactly
+what it would have been inside one long transaction; a turn whose stream moved is
+a conflict, and its Run is left for the next cycle
+(`actors.run_writes.commit_prepared`). The fold of the decision's records onto the
+Run (what the commit leaves) is made here too, so the write lock is held for the
+checks, the append, the read-model update and COMMIT only.
 
-On a single-writer store (SQLite) the turn runs on the operation authority, in turn
-with every other call (one hand-over between threads per Workflow; the read needs
-no write lock, so another process's writers are not held up by a fold). On
-PostgreSQL it runs on the actor's thread and its read takes a pooled connection of
-its own.
+The actor folds and decides on its own thread from the streams its supervisor read
+for it: a Workflow's turn costs no hand-over to the operation authority and no
+connection of its own (docs/DESIGN.md "Pages, the supervisor and Workflow actors").
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import pykka
 
 from actors.authority import Units
-from actors.loading import read_run_streams
+from actors.loading import RunStreams, not_found, read_run_streams
 from actors.run_writes import Prepared
+from domain.run_path import applied
 from domain.work import DECISIONS
 from eventstore.validation import encode_appends
 
@@ -56,6 +57,12 @@ def prepare(units: Units, run_id: str, phase: str, now_ms: int) -> Turn:
     """Read and fold one Run and decide `phase` on it; nothing is written here."""
     cache = units.aggregates
     streams = units.read(lambda tx: read_run_streams(tx, run_id, cache))
+    return decide_turn(streams, phase, now_ms)
+
+
+def decide_turn(streams: RunStreams, phase: str, now_ms: int) -> Turn:
+    """Fold one Run's streams as read and decide `phase` on it; nothing is written here."""
+    run_id = streams.run_id
     aggregate = streams.fold()
     decision = DECISIONS[phase](aggregate, now_ms)
     outcome = WorkflowOutcome(
@@ -68,16 +75,18 @@ def prepare(units: Units, run_id: str, phase: str, now_ms: int) -> Turn:
     if not decision.appends:
         return Turn(outcome)
     batch = encode_appends(decision.appends)  # validated before the lock is taken
-    return Turn(outcome, Prepared(streams, aggregate, decision, batch))
+    after = applied(aggregate, decision)
+    return Turn(outcome, Prepared(streams, aggregate, decision, batch, after))
 
 
 class WorkflowActor(pykka.ThreadingActor):
-    """Lives for one page: decides one Run's turn for one phase and reports it."""
+    """Lives for one page: decides one Run's turn for one phase, from the streams its
+    supervisor read for it (None: the Run does not exist), and reports it."""
 
-    def __init__(self, units: Units, run_id: str, phase: str, now_ms: int) -> None:
+    def __init__(self, run_id: str, streams: RunStreams | None, phase: str, now_ms: int) -> None:
         super().__init__()
-        self._units = units
         self._run_id = run_id
+        self._streams = streams
         self._phase = phase
         self._now_ms = now_ms
 
@@ -85,9 +94,8 @@ class WorkflowActor(pykka.ThreadingActor):
         # Every failure is reported, never raised: a pykka actor dies silently on
         # an exception from a `tell`, and one Workflow must not sink its page.
         try:
-            run_id, phase, now_ms = self._run_id, self._phase, self._now_ms
-            # on a single-writer store the whole turn runs on the operation authority:
-            # one hand-over, and no page of threads contending to fold and decide
-            return self._units.run(lambda units: prepare(units, run_id, phase, now_ms))
+            if self._streams is None:
+                raise not_found(self._run_id)
+            return decide_turn(self._streams, self._phase, self._now_ms)
         except Exception as error:
             return Turn(WorkflowOutcome(self._run_id, error=f"{type(error).__name__}: {error}"))

@@ -58,9 +58,10 @@ import orjson
 import qlflow
 from actors import supervisor, workers
 from actors.authority import LocalUnits
+from actors.loading import read_runs
 from actors.run_writes import RunWrite, write_runs
 from actors.supervisor import commit_page
-from actors.workflow import WorkflowOutcome, prepare
+from actors.workflow import WorkflowOutcome, decide_turn, prepare
 from bench.output import results_path
 from bench.units import InTransaction
 from domain.cancellation import request_cancel
@@ -351,20 +352,25 @@ class PgSchemas:
 # --- measuring ----------------------------------------------------------------------
 
 
-def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
-    """The page without actors: each Run's turn decided through the authority in
-    turn, then the page committed as the actors' page is."""
+def _loop_page(units, run_ids: list[str], phase: str, now_ms: int):
+    """The page read as the supervisor reads it, each Run's turn decided in turn on the
+    calling thread, then committed as the actors' page is."""
+    streams = units.read(lambda tx: read_runs(tx, run_ids, units.aggregates))
     turns = [
-        authority.run(lambda units, run_id=run_id: prepare(units, run_id, phase, now_ms))
-        for run_id in run_ids
+        decide_turn(streams[r], phase, now_ms) if r in streams else prepare(units, r, phase, now_ms)
+        for r in run_ids
     ]
-    return commit_page(authority, turns, phase)
+    return commit_page(units, turns, phase)
+
+
+def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
+    """The page without actors, through the authority."""
+    return _loop_page(authority, run_ids, phase, now_ms)
 
 
 def _inline_page(authority, run_ids: list[str], phase: str, now_ms: int):
     """The page on the calling thread, no authority (profiling only)."""
-    inline = LocalUnits(authority.store)
-    return commit_page(inline, [prepare(inline, r, phase, now_ms) for r in run_ids], phase)
+    return _loop_page(LocalUnits(authority.store), run_ids, phase, now_ms)
 
 
 @contextlib.contextmanager
@@ -489,9 +495,13 @@ class _NoWork:
     """An authority that answers every unit at once: what is left is the actors."""
 
     store = None
+    aggregates = None
 
     def execute(self, fn: Callable, name: str = "unit") -> WorkflowOutcome:
         return WorkflowOutcome("noop")
+
+    def read(self, fn: Callable) -> dict:
+        return {}
 
 
 def actor_machinery(page_size: int = 32, pages: int = 30) -> dict:
