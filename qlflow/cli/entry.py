@@ -26,6 +26,7 @@ from qlflow.cli.exits import (
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the command line and exit with its status."""
     command = typer.main.get_command(app)
+    one_line_summaries(command)
     try:
         code = command.main(args=argv, prog_name="qlflow", standalone_mode=False)
     except typer.Abort:
@@ -52,3 +53,13 @@ def main(argv: list[str] | None = None) -> None:
             )
             code = EXIT_FAILED
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def one_line_summaries(command: Any) -> None:
+    """Give every command a one-line summary for its group's command table: the first
+    paragraph of its help with the docstring's line breaks joined (typer's rich mode
+    prints them as they are, so a summary wrapped in the source broke mid-sentence)."""
+    for sub in getattr(command, "commands", {}).values():  # a group's (typer's own click)
+        one_line_summaries(sub)
+    if command.short_help is None and command.help:
+        command.short_help = " ".join(command.help.split("\n\n")[0].split())
