@@ -458,9 +458,10 @@ def _best_cpu(rounds: list[dict]) -> float:
     return max((r.get("events_per_cpu_s", 0.0) for r in rounds), default=0.0)
 
 
-def _pg_schema_url(url: str, schema: str) -> str:
+def _pg_schema_url(url: str, schema: str, *, async_commit: bool = False) -> str:
     separator = "&" if "?" in url else "?"
-    return f"{url}{separator}options={quote(f'-c search_path={schema}')}"
+    options = f"-c search_path={schema}" + (" -c synchronous_commit=off" if async_commit else "")
+    return f"{url}{separator}options={quote(options)}"
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
