@@ -166,13 +166,17 @@ def show(
 @app.command(
     rich_help_panel=INSPECT,
     epilog=(
-        "Examples: [bold]qlflow events --run 0b1c2d3e[/bold]; "
+        "Examples: [bold]qlflow events 0b1c2d3e[/bold] (one Run's); "
         "[bold]qlflow events --type attempt.failed --type attempt.lost --since 2h[/bold]; "
         "[bold]qlflow events --follow --json[/bold] (JSON lines until Ctrl-C)"
     ),
 )
 def events(
     ctx: typer.Context,
+    run: Annotated[
+        str | None,
+        typer.Argument(metavar="[RUN]", help="One Run (id or unique prefix): the same as --run."),
+    ] = None,
     run_id: Annotated[
         str | None, typer.Option("--run", metavar="RUN", help="One Run (id or unique prefix).")
     ] = None,
@@ -204,6 +208,10 @@ def events(
     json_out: JsonOption = False,
 ) -> None:
     """Events of the log, newest first, filtered by Run, type, time and position."""
+    if run is not None:
+        if run_id is not None and run_id != run:
+            raise CliError(f"two Runs given: {run!r} and --run {run_id!r}; give one")
+        run_id = run
     at_least("--limit", limit)
     at_least("--after", after, 0)
     at_least("--before", before)
@@ -211,7 +219,7 @@ def events(
     as_json = wants_json(ctx, json_out)
     if archive is not None:
         if run_id is None:
-            raise CliError("--archive reads one Run's events: give --run RUN")
+            raise CliError("--archive reads one Run's events: give the Run (RUN or --run RUN)")
         archived = archiving.resolve_archived_run(archive, run_id)
         records = archiving.archived_records(archive, archived)[::-1]
         shown = records if every else records[:limit]

@@ -75,6 +75,10 @@ def test_an_archive_written_by_retain_is_read_by_show_and_events(store_url, tmp_
         "events", "--archive", "old.db", "--run", run["short_id"], "--all", db=None, cwd=tmp_path
     )
     assert [e["event_id"] for e in archived] == [e["event_id"] for e in before]
+    by_argument = qlflow_json(  # the Run as an argument, as `show` takes it
+        "events", "--archive", "old.db", run["short_id"], "--all", db=None, cwd=tmp_path
+    )
+    assert by_argument == archived
     shown = qlflow_json("show", "--archive", "old.db", run["short_id"], db=None, cwd=tmp_path)
     assert (shown["run_id"], shown["status"]) == (run["run_id"], "failed")
     table = qlflow("show", "--archive", "old.db", run["short_id"], db=None, cwd=tmp_path)
