@@ -171,6 +171,70 @@ class RemovedRun:
         return found
 
 
+# A record names its Runs as a table (docs/EVENTS.md, `retention-runs`): the field
+# names once (`run_fields`), a row of values per Run, and the receipts' publication
+# fields, which every Run of one Workflow and publication shares, once per distinct
+# value (`sources`, a row's `source` its index; null: no receipt kept). A record outlives
+# its Runs, so its size is most of what a removed Run leaves: about 250 bytes per Run
+# less than a document per Run, which records before this format hold (both read).
+SOURCE_FIELDS = ("package", "installation", "workflow_key", "publication_id", "publication_digest")
+RUN_ROW_FIELDS = (
+    "run_id",
+    "status",
+    "admission_key",
+    "terminal_at_ms",
+    "last_version",
+    "steps_version",
+    "source",
+    *(name for name in RECEIPT_FIELDS if name not in SOURCE_FIELDS),
+)
+
+
+def _run_row(run: RemovedRun, sources: list[list[Any]]) -> list[Any]:
+    """`run` as a row of RUN_ROW_FIELDS, its receipt's source added to `sources`."""
+    values: dict[str, Any] = {**run.document(), "source": None}
+    if run.receipt is not None:
+        source = [run.receipt[name] for name in SOURCE_FIELDS]
+        if source not in sources:
+            sources.append(source)
+        values["source"] = sources.index(source)
+        values.update(run.receipt)
+    return [values.get(name) for name in RUN_ROW_FIELDS]
+
+
+def removed_runs(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The Runs a retention record's `data` names, each as `RemovedRun.document` gives
+    it, from either format (a row table, or a document per Run); what is malformed
+    is left out."""
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        return []
+    fields, sources = data.get("run_fields"), data.get("sources")
+    if not isinstance(fields, list):  # the format before the table: a document per Run
+        return [run for run in runs if isinstance(run, dict) and isinstance(run.get("run_id"), str)]
+    found = []
+    for row in runs:
+        if not isinstance(row, list) or len(row) != len(fields):
+            continue
+        named = dict(zip(fields, row, strict=True))
+        if not isinstance(named.get("run_id"), str):
+            continue
+        source = named.pop("source", None)
+        own = {name: named.pop(name, None) for name in RECEIPT_FIELDS if name not in SOURCE_FIELDS}
+        if (
+            isinstance(source, int)
+            and not isinstance(source, bool)
+            and isinstance(sources, list)
+            and 0 <= source < len(sources)
+            and isinstance(sources[source], list)
+            and len(sources[source]) == len(SOURCE_FIELDS)
+        ):
+            kept = {**own, **dict(zip(SOURCE_FIELDS, sources[source], strict=True))}
+            named["receipt"] = [kept[name] for name in RECEIPT_FIELDS]
+        found.append(named)
+    return found
+
+
 def receipt_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
     """The receipt fields a retention record's Run keeps (`RemovedRun.document`), by
     name, or None when it keeps none (its receipt stream stayed) or they are malformed."""
@@ -192,8 +256,11 @@ def record(
     archive's digest where one was written), appended at `expected_version` + 1."""
     positions = ranges(row[0] for row in rows)
     digest = events_digest(rows)
+    sources: list[list[Any]] = []
     data: dict[str, Any] = {
-        "runs": [run.document() for run in runs],
+        "run_fields": list(RUN_ROW_FIELDS),
+        "runs": [_run_row(run, sources) for run in runs],
+        "sources": sources,
         "positions": [list(r) for r in positions],
         "events": len(rows),
         "digest": digest,

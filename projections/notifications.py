@@ -20,6 +20,7 @@ from domain import streams
 from domain.event_types import EventType
 from domain.notify import Delivery, next_delivery
 from domain.records import Record
+from domain.retention import removed_runs
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
 from projections.contract import Folded
@@ -126,7 +127,7 @@ def listed(reads: Reads, *, delivered: bool) -> list[Delivery]:
 
 
 def _removed(tx: Transaction, record: Record) -> None:
-    run_ids = sorted(run["run_id"] for run in record.data.get("runs", ()) if isinstance(run, dict))
+    run_ids = sorted(run["run_id"] for run in removed_runs(record.data))
     for start in range(0, len(run_ids), _IN_CHUNK):
         chunk = run_ids[start : start + _IN_CHUNK]
         tx.execute(f"DELETE FROM {TABLE} WHERE run_id IN ({', '.join('?' * len(chunk))})", chunk)

@@ -18,7 +18,7 @@ from domain import streams
 from domain.errors import NotFound
 from domain.event_types import EventType
 from domain.records import Record
-from domain.retention import RECEIPT_FIELDS, receipt_of
+from domain.retention import RECEIPT_FIELDS, receipt_of, removed_runs
 from domain.values import EXISTING, AdmissionReceipt, utc_text
 from eventstore.api import Transaction
 from eventstore.grants import ADMISSION, AUDIT, READ, RUNTIME
@@ -75,7 +75,7 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
     for record in records:
         if record.type != EventType.RETENTION_REMOVED:
             continue
-        runs = [run for run in record.data.get("runs", ()) if isinstance(run, dict)]
+        runs = removed_runs(record.data)
         rows = [
             (
                 run["run_id"],

@@ -34,6 +34,7 @@ from domain.errors import CorruptionError, PlanError
 from domain.event_types import EventType, Family, of
 from domain.publication import publication_from_json
 from domain.records import Record
+from domain.retention import removed_runs
 from domain.revision import revision_from_json
 from domain.schedule_heads import Declaration, declarations, work_pair
 from domain.schedule_spec import STORED_OVERLAP, ScheduleSpec
@@ -153,9 +154,7 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
             ended.append((record.metadata.get("at_ms", 0), entity_id(record.stream_id)))
         elif kind == _RETENTION_REMOVED:
             ended += [
-                (run.get("terminal_at_ms") or 0, run["run_id"])
-                for run in record.data.get("runs", ())
-                if isinstance(run, dict) and isinstance(run.get("run_id"), str)
+                (run.get("terminal_at_ms") or 0, run["run_id"]) for run in removed_runs(record.data)
             ]
     if ended:
         # a Run's end is a schedule's news only if it was the last one the schedule
