@@ -26,7 +26,7 @@ import queue
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
@@ -53,7 +53,8 @@ _LIVE_ONLY_DDL = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TRIGGER|FUNCTION)\
 
 class LazyRecord:
     """A Record as a replay reads it: `data` decoded as it is read (every fold reads
-    it), `metadata` on first use (most records' folds never do)."""
+    it), `metadata` on first use (most records' folds never do). A replay makes one
+    only for a row some fold reads as a record (docs/DESIGN.md, "Rebuild")."""
 
     __slots__ = (
         "_metadata",
@@ -89,6 +90,32 @@ class LazyRecord:
         if isinstance(self._metadata, str):
             self._metadata = orjson.loads(self._metadata)
         return self._metadata
+
+
+class DecodedRecord(LazyRecord):
+    """A LazyRecord of a row whose data and metadata are decoded already (the rows
+    `verify`'s log check hands on: it decodes every document to check it)."""
+
+    __slots__ = ()
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        (
+            self.global_position,
+            self.event_id,
+            self.stream_id,
+            self.stream_version,
+            self.type,
+            self.data,
+            self._metadata,
+        ) = row
+
+
+def decoded_rows(records: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """Records as rows with their documents decoded (what a `DecodedRecord` reads)."""
+    return [
+        (r.global_position, r.event_id, r.stream_id, r.stream_version, r.type, r.data, r.metadata)
+        for r in records
+    ]
 
 
 class BaseReplaySession(ABC):

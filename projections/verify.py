@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -204,8 +205,8 @@ def _rows(
     """Every row of `table` (qualified), ordered by its key."""
     select = ", ".join(f'"{column}"' for column in columns)
     rows = copy.tx.query(f"SELECT {select} FROM {table}")
-    positions = [columns.index(k) for k in key]
-    return sorted(rows, key=lambda row: tuple(row[p] for p in positions))
+    # one column's value or a tuple of them: the same order as a tuple of one
+    return sorted(rows, key=itemgetter(*(columns.index(k) for k in key)))
 
 
 def _encode(row: tuple[Any, ...]) -> bytes:
@@ -213,11 +214,15 @@ def _encode(row: tuple[Any, ...]) -> bytes:
 
 
 def _checksum(rows: list[tuple[Any, ...]]) -> str:
+    """The SHA-256 of every row's encoding, each followed by a newline (fed to the
+    digest `_CHECKSUM_ROWS` rows at a time)."""
     digest = hashlib.sha256()
-    for row in rows:
-        digest.update(_encode(row))
-        digest.update(b"\n")
+    for start in range(0, len(rows), _CHECKSUM_ROWS):
+        digest.update(b"\n".join(map(_encode, rows[start : start + _CHECKSUM_ROWS])) + b"\n")
     return digest.hexdigest()
+
+
+_CHECKSUM_ROWS = 1000
 
 
 def _differences(
