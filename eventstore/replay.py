@@ -291,12 +291,8 @@ class BaseReplaySession(ABC):
         (see the module docstring); returns the rows it then has."""
         columns = self.columns(table)
         live, copy = self.live(table), self.copy(table)
-        same_key = " AND ".join(f'c."{k}" = l."{k}"' for k in key)
-        same_row = f"({_listed('c', columns)}) {self.null_safe_equal} ({_listed('l', columns)})"
-        self.tx.execute(
-            f"DELETE FROM {live} AS l WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {copy} AS c WHERE {same_key} AND {same_row})"
-        )
+        same_key, equal = self._equal(table, key, columns)
+        self.tx.execute(f"DELETE FROM {live} AS l WHERE NOT EXISTS ({equal})")
         self.tx.execute(
             f"INSERT INTO {live} ({_listed('', columns)}) "
             f"SELECT {_listed('c', columns)} FROM {copy} AS c "
@@ -304,6 +300,30 @@ class BaseReplaySession(ABC):
         )
         count: int = self.tx.query(f"SELECT COUNT(*) FROM {live}")[0][0]
         return count
+
+    def same_rows(self, table: str, key: Sequence[str]) -> bool:
+        """Whether the live `table` and its copy hold the same rows: no row of either
+        lacks an equal row of the same key on the other (as `swap_in` compares them).
+        The keys are unique on both sides, so the rows then pair one to one."""
+        live, copy, columns = self.live(table), self.copy(table), self.columns(table)
+        _same_key, equal = self._equal(table, key, columns)
+        _same_key, equal_live = self._equal(table, key, columns, from_copy=False)
+        found = self.tx.query(
+            f"SELECT 1 FROM {live} AS l WHERE NOT EXISTS ({equal}) "
+            f"UNION ALL SELECT 1 FROM {copy} AS c WHERE NOT EXISTS ({equal_live}) LIMIT 1"
+        )
+        return not found
+
+    def _equal(
+        self, table: str, key: Sequence[str], columns: Sequence[str], *, from_copy: bool = True
+    ) -> tuple[str, str]:
+        """The condition that a copy row `c` and a live row `l` have the same key, and a
+        query for the row equal to the outer one (`l`; not `from_copy`: `c`) on the
+        other side, null-safe column by column."""
+        same_key = " AND ".join(f'c."{k}" = l."{k}"' for k in key)
+        same_row = f"({_listed('c', columns)}) {self.null_safe_equal} ({_listed('l', columns)})"
+        inner = f"{self.copy(table)} AS c" if from_copy else f"{self.live(table)} AS l"
+        return same_key, f"SELECT 1 FROM {inner} WHERE {same_key} AND {same_row}"
 
 
 def _read_rows(tx: Any, table: str, after_position: int, limit: int | None) -> list[Row]:

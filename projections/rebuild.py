@@ -262,6 +262,11 @@ class ReplayCopy:
         to it are deleted, then the copy's rows the live table lacks are inserted."""
         return {table: self._session.swap_in(table, key) for table, key in self.tables.items()}
 
+    def same_rows(self, table: str) -> bool:
+        """Whether the live `table` and its copy hold the same rows (compared by the
+        database, as the swap compares them)."""
+        return self._session.same_rows(table, self.tables[table])
+
     def columns(self, table: str) -> list[str]:
         """Column names of the live table, in table order."""
         return self._session.columns(table)
