@@ -66,9 +66,8 @@ class LazyRecord:
         "type",
     )
 
-    def __init__(self, row: Sequence[Any], decoded: tuple[Any, Any] | None = None) -> None:
-        """`row`: the EVENT_COLUMNS of one event; `decoded`: its data and metadata where
-        the caller has decoded them already."""
+    def __init__(self, row: Sequence[Any]) -> None:
+        """`row`: the EVENT_COLUMNS of one event, as stored."""
         (
             self.global_position,
             self.event_id,
@@ -76,13 +75,9 @@ class LazyRecord:
             self.stream_version,
             self.type,
             data,
-            metadata,
+            self._metadata,
         ) = row
-        if decoded is None:
-            self.data = orjson.loads(data)
-            self._metadata = metadata
-        else:
-            self.data, self._metadata = decoded
+        self.data = orjson.loads(data)
 
     @property
     def metadata(self) -> Any:
