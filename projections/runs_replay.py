@@ -244,20 +244,22 @@ class Replay:
         """Fold these Runs, store their windows and rows, and let them go. Not `strict`:
         a Run whose records do not fold yet (the batch ended inside its append) stays."""
         held, rows = self._held, self._rows
+        if not run_ids:
+            return
+        # the Attempts of these Runs, in one pass over those in memory
+        attempts: dict[str, list[Row]] = {run_id: [] for run_id in run_ids}
+        for attempt in rows.attempts.values():
+            found_attempts = attempts.get(attempt["run_id"])
+            if found_attempts is not None:
+                found_attempts.append(attempt)
         done, resting = [], {}
         for run_id in run_ids:
             streams, run = held[run_id], rows.runs.get(run_id)
             if streams.whole and streams.flow is not None and run and at_rest(run["status"]):
                 resting[run_id] = (run, streams.flow)  # the domain needs no fold of it
-        if resting:
-            attempts: dict[str, list[Row]] = {run_id: [] for run_id in resting}
-            for attempt in rows.attempts.values():
-                found_attempts = attempts.get(attempt["run_id"])
-                if found_attempts is not None:
-                    found_attempts.append(attempt)
-            for run_id, (run, flow) in resting.items():
-                _refresh_at_rest(run, attempts[run_id], flow)
-                done.append(run_id)
+        for run_id, (run, flow) in resting.items():
+            _refresh_at_rest(run, attempts[run_id], flow)
+            done.append(run_id)
         run_ids = [run_id for run_id in run_ids if run_id not in resting]
         found = read_whole_runs(self._tx, [r for r in run_ids if not held[r].whole], self._last)
         for run_id in run_ids:
@@ -277,7 +279,7 @@ class Replay:
             if aggregate is not None:
                 _refresh_work(self._rows, aggregate)
             done.append(run_id)
-        self._write(done)
+        self._write(done, attempts)
 
     def _load_missing(self, found: Sequence[StoredRow]) -> None:
         """What `_load` loads, but only rows that are neither in memory nor created by
@@ -322,9 +324,9 @@ class Replay:
             if run_id not in held:
                 held[run_id] = _Held(run_id in created_runs)
 
-    def _write(self, run_ids: Iterable[str]) -> None:
+    def _write(self, run_ids: Iterable[str], attempts_of: dict[str, list[Row]]) -> None:
         """Store the rows of these Runs (new ones inserted, changed ones upserted) and
-        drop them from memory."""
+        drop them from memory (`attempts_of`: each one's Attempts in memory)."""
         rows = self._rows
         leaving = set(run_ids)
         if not leaving:
@@ -334,8 +336,11 @@ class Replay:
             self._ending.discard(run_id)
         runs = [rows.runs.pop(run_id) for run_id in sorted(leaving) if run_id in rows.runs]
         steps = [row for run_id in sorted(leaving) for row in rows.steps.pop(run_id, {}).values()]
-        attempt_ids = [a for a, row in rows.attempts.items() if row["run_id"] in leaving]
-        attempts = [rows.attempts.pop(attempt_id) for attempt_id in attempt_ids]
+        attempts = [
+            rows.attempts.pop(attempt["attempt_id"])
+            for run_id in leaving
+            for attempt in attempts_of[run_id]
+        ]
         for table, gone in ((RUNS, runs), (STEP_RUNS, steps), (ATTEMPTS, attempts)):
             loaded = rows._loaded[table.name]
             found = table.differing(gone, loaded)
