@@ -44,7 +44,7 @@ from domain import streams
 from domain.errors import CorruptionError, InvalidInput, SchemaError
 from domain.records import Record
 from eventstore.api import EventStore, ReplaySession, Row, Transaction
-from eventstore.replay import DecodedRecord, LazyRecord
+from eventstore.replay import LazyRecord
 from projections import registry, snapshots
 from projections.contract import Insert, Projection, Replayer
 from projections.log_check import DOCUMENT, LogCheck, check_log
@@ -170,9 +170,6 @@ class ReplayCopy:
         self._sorted_prefixes = tuple(p for prefixes in self._sorted.values() for p in prefixes)
         # category prefix -> the sorted-out folds its streams go to
         self._routes: dict[str, tuple[int, ...]] = {}
-        # a record of a row as the folds are handed it: a stored row's (`LazyRecord`),
-        # or under a check, a checked row's, its documents decoded by the check
-        self._record_of: Callable[[Row], Any] = LazyRecord
 
     @classmethod
     @contextmanager
@@ -272,16 +269,16 @@ class ReplayCopy:
         return self._session.columns(table)
 
     def checked(self) -> LogCheck:
-        """Check the log as the replay reads it (verify): each event read and decoded
-        once for both. A fold that fails, or the first undecodable document, stops the
+        """Check the log as the replay reads it (verify): each event read once for
+        both (the check decodes each document; a fold decodes again the data of the
+        records it makes). A fold that fails, or the first undecodable document, stops the
         folds (`failure`; `check.broken_at`) but not the reading or the check."""
         self.check = LogCheck()
-        self._record_of = DecodedRecord
         return self.check
 
     def _read(self, limit: int | None = None) -> Sequence[Row]:
-        """The stored rows after the copy's position, in order (under a check, checked:
-        their documents decoded)."""
+        """The stored rows after the copy's position, in order (under a check,
+        checked)."""
         rows = self._session.read_rows(self.position, limit)
         return rows if self.check is None else self.check.rows(rows)
 
@@ -308,7 +305,7 @@ class ReplayCopy:
         if not rows:
             return
         mine: dict[int, list[Any]] = {number: [] for number in self._sorted}
-        wanted, routes, record_of = self._sorted_prefixes, self._routes, self._record_of
+        wanted, routes, record_of = self._sorted_prefixes, self._routes, LazyRecord
         if wanted:
             for row in rows:
                 stream = row[2]

@@ -17,10 +17,12 @@ it, or changed (with the columns that differ, live value beside replayed value).
 
 The log itself is checked on the same read (`projections.log_check.LogCheck`:
 contiguous versions, heads, positions, decodable documents): each event is read once
-and decoded once, for the check and the folds alike, and each problem is named by
-stream, version and position. The folds stop at the first undecodable document (a
-replay could only stop there) and nothing is compared; a fold that fails on a broken
-log is a problem in the report, never a crash. The stream heads are compared in the
+for the check and the folds alike (the check decodes each document and drops it; the
+folds decode again the data of the records they make, which costs less than holding
+decoded documents did), and each problem is named by stream, version and position.
+The folds stop at the first undecodable document (a replay could only stop there) and
+nothing is compared; a fold that fails on a broken log is a problem in the report,
+never a crash. The stream heads are compared in the
 final snapshot, with the log's tail.
 """
 
