@@ -115,6 +115,9 @@ def _shapes() -> dict[str, EventShape]:
 
 
 SHAPES: Mapping[str, EventShape] = _shapes()
+# per type (a plain str: a StrEnum key's lookup costs several times a str's), its shape
+# and its fields as a set: `verify` asks `shape_problem` of every event in the log
+_CHECKED = {str(kind): (shape, frozenset(shape.fields)) for kind, shape in SHAPES.items()}
 
 
 def stream_problem(stream_id: str) -> str | None:
@@ -130,19 +133,20 @@ def stream_problem(stream_id: str) -> str | None:
 def shape_problem(stream_id: str, event_type: str, data: Mapping[str, Any]) -> str | None:
     """Why an event of `event_type` with `data` cannot be folded from `stream_id`, or
     None (also None for a type not named here: see the module docstring)."""
-    shape = SHAPES.get(event_type)
-    if shape is None:
+    checked = _CHECKED.get(event_type)
+    if checked is None:
         return None
+    shape, fields = checked
     name, _, entity = stream_id.partition("-")
     if name != shape.category:
         return f"{event_type} is written to {shape.category}- streams, not to {stream_id!r}"
-    missing = [field for field in shape.fields if field not in data]
-    if missing:
+    if not data.keys() >= fields:
+        missing = [field for field in shape.fields if field not in data]
         return f"{event_type} data lacks {', '.join(missing)}"
     if shape.entity_field:
         value: Any = data
         for part in shape.entity_field:
-            value = value.get(part) if isinstance(value, Mapping) else None
+            value = value.get(part) if type(value) is dict or isinstance(value, Mapping) else None
         if value != entity:
             path = ".".join(shape.entity_field)
             return f"{event_type} {path} {value!r} is not the entity of stream {stream_id!r}"

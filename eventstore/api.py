@@ -262,6 +262,12 @@ class ReplaySession(Protocol):
         its rows. Run inside `exclusive()`."""
         ...
 
+    def same_rows(self, table: str, key: Sequence[str]) -> bool:
+        """Whether the live `table` and its copy hold the same rows: each row of either
+        has an equal row (null-safe, column by column) of the same key on the other,
+        as `swap_in` compares them (it would write nothing)."""
+        ...
+
     def reading(self) -> AbstractContextManager[None]:
         """A short transaction that reads the log and writes only the copies."""
         ...

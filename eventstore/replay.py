@@ -26,7 +26,7 @@ import queue
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar
 
@@ -53,7 +53,8 @@ _LIVE_ONLY_DDL = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(TRIGGER|FUNCTION)\
 
 class LazyRecord:
     """A Record as a replay reads it: `data` decoded as it is read (every fold reads
-    it), `metadata` on first use (most records' folds never do)."""
+    it), `metadata` on first use (most records' folds never do). A replay makes one
+    only for a row some fold reads as a record (docs/DESIGN.md, "Rebuild")."""
 
     __slots__ = (
         "_metadata",
@@ -65,9 +66,8 @@ class LazyRecord:
         "type",
     )
 
-    def __init__(self, row: Sequence[Any], decoded: tuple[Any, Any] | None = None) -> None:
-        """`row`: the EVENT_COLUMNS of one event; `decoded`: its data and metadata where
-        the caller has decoded them already."""
+    def __init__(self, row: Sequence[Any]) -> None:
+        """`row`: the EVENT_COLUMNS of one event, as stored."""
         (
             self.global_position,
             self.event_id,
@@ -75,13 +75,9 @@ class LazyRecord:
             self.stream_version,
             self.type,
             data,
-            metadata,
+            self._metadata,
         ) = row
-        if decoded is None:
-            self.data = orjson.loads(data)
-            self._metadata = metadata
-        else:
-            self.data, self._metadata = decoded
+        self.data = orjson.loads(data)
 
     @property
     def metadata(self) -> Any:
@@ -89,6 +85,32 @@ class LazyRecord:
         if isinstance(self._metadata, str):
             self._metadata = orjson.loads(self._metadata)
         return self._metadata
+
+
+class DecodedRecord(LazyRecord):
+    """A LazyRecord of a row whose data and metadata are decoded already (the rows
+    `verify`'s log check hands on: it decodes every document to check it)."""
+
+    __slots__ = ()
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        (
+            self.global_position,
+            self.event_id,
+            self.stream_id,
+            self.stream_version,
+            self.type,
+            self.data,
+            self._metadata,
+        ) = row
+
+
+def decoded_rows(records: Iterable[Any]) -> list[tuple[Any, ...]]:
+    """Records as rows with their documents decoded (what a `DecodedRecord` reads)."""
+    return [
+        (r.global_position, r.event_id, r.stream_id, r.stream_version, r.type, r.data, r.metadata)
+        for r in records
+    ]
 
 
 class BaseReplaySession(ABC):
@@ -264,19 +286,51 @@ class BaseReplaySession(ABC):
         (see the module docstring); returns the rows it then has."""
         columns = self.columns(table)
         live, copy = self.live(table), self.copy(table)
+        same_key, equal = self._equal(table, key, columns)
+        self.tx.execute(f"DELETE FROM {live} AS l WHERE NOT EXISTS ({equal})")
+        # each live row left has an equal copy row of its key, and keys are unique: as
+        # many rows as the copy means none is missing (the common case: nothing to
+        # insert), and afterwards the live table has exactly the copy's rows
+        kept, rows = self.tx.query(
+            f"SELECT (SELECT COUNT(*) FROM {live}), (SELECT COUNT(*) FROM {copy})"
+        )[0]
+        if kept < rows:
+            # into an empty live table (a first fill) every copy row goes, with no
+            # test: the test against a table its statistics say is empty was planned
+            # as a scan of it per copy row, each scan passing the rows the statement
+            # had inserted so far (PostgreSQL: 3.6 s of a 5.3 s rebuild at 213,222
+            # events, 136 s at 1,006,031; docs/DESIGN.md, "Rebuild")
+            missing = f"WHERE NOT EXISTS (SELECT 1 FROM {live} AS l WHERE {same_key})"
+            self.tx.execute(
+                f"INSERT INTO {live} ({_listed('', columns)}) "
+                f"SELECT {_listed('c', columns)} FROM {copy} AS c {missing if kept else ''}"
+            )
+        count: int = rows
+        return count
+
+    def same_rows(self, table: str, key: Sequence[str]) -> bool:
+        """Whether the live `table` and its copy hold the same rows: no row of either
+        lacks an equal row of the same key on the other (as `swap_in` compares them).
+        The keys are unique on both sides, so the rows then pair one to one."""
+        live, copy, columns = self.live(table), self.copy(table), self.columns(table)
+        _same_key, equal = self._equal(table, key, columns)
+        _same_key, equal_live = self._equal(table, key, columns, from_copy=False)
+        found = self.tx.query(
+            f"SELECT 1 FROM {live} AS l WHERE NOT EXISTS ({equal}) "
+            f"UNION ALL SELECT 1 FROM {copy} AS c WHERE NOT EXISTS ({equal_live}) LIMIT 1"
+        )
+        return not found
+
+    def _equal(
+        self, table: str, key: Sequence[str], columns: Sequence[str], *, from_copy: bool = True
+    ) -> tuple[str, str]:
+        """The condition that a copy row `c` and a live row `l` have the same key, and a
+        query for the row equal to the outer one (`l`; not `from_copy`: `c`) on the
+        other side, null-safe column by column."""
         same_key = " AND ".join(f'c."{k}" = l."{k}"' for k in key)
         same_row = f"({_listed('c', columns)}) {self.null_safe_equal} ({_listed('l', columns)})"
-        self.tx.execute(
-            f"DELETE FROM {live} AS l WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {copy} AS c WHERE {same_key} AND {same_row})"
-        )
-        self.tx.execute(
-            f"INSERT INTO {live} ({_listed('', columns)}) "
-            f"SELECT {_listed('c', columns)} FROM {copy} AS c "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {live} AS l WHERE {same_key})"
-        )
-        count: int = self.tx.query(f"SELECT COUNT(*) FROM {live}")[0][0]
-        return count
+        inner = f"{self.copy(table)} AS c" if from_copy else f"{self.live(table)} AS l"
+        return same_key, f"SELECT 1 FROM {inner} WHERE {same_key} AND {same_row}"
 
 
 def _read_rows(tx: Any, table: str, after_position: int, limit: int | None) -> list[Row]:

@@ -29,11 +29,12 @@ ReadsAhead = Callable[[Sequence[Record]], Sequence[tuple[str, Sequence[Any]]]]
 class Replayer(Protocol):
     """A module's fold of the whole log in a rebuild: batch after batch, then `flush`.
 
-    Optional class attributes the rebuild reads (`projections.rebuild`): `folds_nothing`
-    (True: handed no records), `takes_whole_batch` (True: handed every record of a
-    batch, it passes over those outside its `STREAM_PREFIXES` itself), `keyed_only`
-    (the tables whose copies it reads and writes by key alone: made without their
-    non-unique indexes)."""
+    Optional attributes the rebuild reads (`projections.rebuild`): `folds_nothing`
+    (True: handed no records), `apply_rows(rows, record_of)` (handed the stored rows
+    of every record of a batch instead of `apply`: it passes over those outside its
+    `STREAM_PREFIXES` itself and makes records, `record_of(row)`, only of the rows it
+    reads as records), `keyed_only` (the tables whose copies it reads and writes by key
+    alone: made without their non-unique indexes)."""
 
     def apply(self, records: Sequence[Record]) -> None: ...
 

@@ -16,15 +16,15 @@ is named by stream, version and position:
   the missing positions are exactly the ranges the retention records name
   (`domain.retention.uncovered`; docs/DESIGN.md, "Retention").
 
-`LogCheck` looks at the events batch by batch as the replay reads them, and decodes
-each document once for both (`records`); `check_log` reads the log on its own, in
+`LogCheck` looks at the events batch by batch as the replay reads them (`rows`),
+decoding each document to check it; `check_log` reads the log on its own, in
 one snapshot the caller holds. Neither raises for what it finds: a broken row is a
 problem in the list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,6 @@ import orjson
 from domain import retention
 from domain.event_shapes import SHAPES, shape_problem, stream_problem
 from domain.streams import retention_stream
-from eventstore.replay import LazyRecord
 from eventstore.transaction import EVENT_COLUMNS
 
 DOCUMENT = "document"  # the kind of a problem with an event's own fields
@@ -65,7 +64,7 @@ _REMOVED = retention.REMOVED.value  # a plain str compares faster than the StrEn
 
 
 class LogCheck:
-    """The log check over events handed in position order, batch by batch (`records`),
+    """The log check over events handed in position order, batch by batch (`rows`),
     then the stream heads (`finish`). It holds each stream's last version and position."""
 
     def __init__(self) -> None:
@@ -77,10 +76,11 @@ class LogCheck:
         self._removed: list[retention.Range] = []  # positions retention records name
         self._bad_streams: set[str] = set()  # stream ids `stream_problem` names
 
-    def records(self, rows: Iterable[Sequence[Any]]) -> list[LazyRecord]:
-        """Check stored rows (EVENT_COLUMNS); each as a record with its documents
-        decoded here (a document that does not decode is None)."""
-        found = []
+    def rows(self, rows: Sequence[tuple[Any, ...]]) -> Sequence[tuple[Any, ...]]:
+        """Check stored rows (EVENT_COLUMNS), handed back as they are: each document
+        is decoded here to check it, and dropped (a fold that reads a record decodes
+        its data again: cheaper than holding the decoded documents of every held
+        record, docs/DESIGN.md "Rebuild")."""
         last, problems, bad_streams = self._last, self.problems, self._bad_streams
         loads, removed = orjson.loads, _REMOVED
         for row in rows:
@@ -115,9 +115,8 @@ class LogCheck:
                 problems.append(_backwards(stream, version, position, previous))
             if previous is None or version > previous[0]:
                 last[stream] = (version, position)
-            found.append(LazyRecord(row, decoded))
         del problems[MAX_PROBLEMS:]
-        return found
+        return rows
 
     def finish(self, tx: Any, streams: str) -> list[LogProblem]:
         """Every problem, the stream heads in the table `streams` (a qualified name)
@@ -220,7 +219,7 @@ def check_log(tx: Any, events: str, streams: str) -> list[LogProblem]:
     read through `tx` inside one snapshot the caller holds."""
     check = LogCheck()
     for rows in _events(tx, events):
-        check.records(rows)
+        check.rows(rows)
     return check.finish(tx, streams)
 
 

@@ -12,9 +12,11 @@ A module's fold here is its `Replay(tx, insert)` if it has one, else its `apply`
 `Replay` folds batch after batch (`apply(records)`) like `apply` does, but may hold
 rows in memory between batches as long as it writes them all by `flush()`; `insert`
 adds new rows to a copy in bulk (the session's `insert`). The log is read once and
-each document decoded once: a batch reaches the folds with `data` decoded and
-`metadata` decoded on first use, whole to a fold that `takes_whole_batch`, sorted
-out in one pass to the others (docs/DESIGN.md, "Rebuild").
+each document decoded at most once: a fold with `apply_rows` is handed the batch's
+stored rows whole, with the function that makes a record of one (`record_of`), and
+makes records only of the rows it reads as records; the others are handed records of
+their categories' rows, sorted out in one pass, with `data` decoded and `metadata`
+decoded on first use (docs/DESIGN.md, "Rebuild").
 
 Replay runs in batches, one short read transaction each, holding no write lock, so
 the runtime keeps working meanwhile. A failure or a kill at any point before the swap
@@ -41,7 +43,8 @@ from typing import Any
 from domain import streams
 from domain.errors import CorruptionError, InvalidInput, SchemaError
 from domain.records import Record
-from eventstore.api import EventStore, ReplaySession, Transaction
+from eventstore.api import EventStore, ReplaySession, Row, Transaction
+from eventstore.replay import LazyRecord
 from projections import registry, snapshots
 from projections.contract import Insert, Projection, Replayer
 from projections.log_check import DOCUMENT, LogCheck, check_log
@@ -153,14 +156,15 @@ class ReplayCopy:
             for found in prefixes:
                 if found != streams.prefix(streams.category(found)):
                     raise SchemaError(f"stream prefix {found!r} is not a whole category's")
-        # (fold, whether it takes whole batches), in the modules' order: a fold that
-        # `takes_whole_batch` passes over the records outside its categories itself
-        # (in the pass it makes anyway), so the batch is not sorted out for it
-        self._folds = [(fold, getattr(fold, "takes_whole_batch", False)) for _p, fold in folds]
+        # (fold, its `apply_rows` or None), in the modules' order: a fold with
+        # `apply_rows` is handed the batch's rows and passes over those outside its
+        # categories itself (in the pass it makes anyway), making records only of the
+        # rows it reads as records, so the batch is not sorted out for it
+        self._folds = [(fold, getattr(fold, "apply_rows", None)) for _p, fold in folds]
         self._sorted = {
             number: prefixes
             for number, (prefixes, fold) in enumerate(folds)
-            if not self._folds[number][1]
+            if self._folds[number][1] is None
         }
         # every category some fold wants the batch sorted out for (a cheap first test)
         self._sorted_prefixes = tuple(p for prefixes in self._sorted.values() for p in prefixes)
@@ -196,30 +200,30 @@ class ReplayCopy:
         ran is in it, not left to the swap's tail."""
         self._total = self._session.head_position()
         check = self.check
-        read_ahead = self._session.read_ahead(self.position, batch, decode=check is None)
+        read_ahead = self._session.read_ahead(self.position, batch, decode=False)
         with _fewer_collections():
             with read_ahead as batches:
                 for found in batches:
                     with self._session.reading():
-                        records = found if check is None else check.records(found)
-                        self._apply(records)
+                        rows: Sequence[Row] = found if check is None else check.rows(found)
+                        self._apply(rows)
                     # the last progress is the one after the replay's last read
-                    self._done(records, progress if len(records) == batch else None)
+                    self._done(rows, progress if len(rows) == batch else None)
             while True:
                 with self._session.reading():
-                    records = self._read(batch)
-                    self._apply(records)
-                    if len(records) < batch:
+                    rows = self._read(batch)
+                    self._apply(rows)
+                    if len(rows) < batch:
                         self._flush()
-                self._done(records, progress)
-                if len(records) < batch:
+                self._done(rows, progress)
+                if len(rows) < batch:
                     return
 
-    def _done(self, records: list[Any], progress: Progress | None) -> None:
-        """Move the copy's position past `records` (folded) and report progress."""
-        if records:
-            self.position = records[-1].global_position
-            self.events += len(records)
+    def _done(self, rows: Sequence[Row], progress: Progress | None) -> None:
+        """Move the copy's position past `rows` (folded) and report progress."""
+        if rows:
+            self.position = rows[-1][0]
+            self.events += len(rows)
         if progress is not None:
             self._total = max(self._total, self.events)
             progress(self.events, self._total)
@@ -227,13 +231,13 @@ class ReplayCopy:
     def catch_up(self) -> int:
         """Fold every event after the copy's position, inside the current transaction
         (exclusive or snapshot); returns how many there were."""
-        records = self._read()
-        self._apply(records)
+        rows = self._read()
+        self._apply(rows)
         self._flush()
-        if records:
-            self.position = records[-1].global_position
-            self.events += len(records)
-        return len(records)
+        if rows:
+            self.position = rows[-1][0]
+            self.events += len(rows)
+        return len(rows)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -255,48 +259,56 @@ class ReplayCopy:
         to it are deleted, then the copy's rows the live table lacks are inserted."""
         return {table: self._session.swap_in(table, key) for table, key in self.tables.items()}
 
+    def same_rows(self, table: str) -> bool:
+        """Whether the live `table` and its copy hold the same rows (compared by the
+        database, as the swap compares them)."""
+        return self._session.same_rows(table, self.tables[table])
+
     def columns(self, table: str) -> list[str]:
         """Column names of the live table, in table order."""
         return self._session.columns(table)
 
     def checked(self) -> LogCheck:
-        """Check the log as the replay reads it (verify): each event read and decoded
-        once for both. A fold that fails, or the first undecodable document, stops the
+        """Check the log as the replay reads it (verify): each event read once for
+        both (the check decodes each document; a fold decodes again the data of the
+        records it makes). A fold that fails, or the first undecodable document, stops the
         folds (`failure`; `check.broken_at`) but not the reading or the check."""
         self.check = LogCheck()
         return self.check
 
-    def _read(self, limit: int | None = None) -> list[Any]:
-        """The events after the copy's position, in order (see LazyRecord)."""
-        if self.check is None:
-            return self._session.read_log(self.position, limit)
-        return self.check.records(self._session.read_rows(self.position, limit))
+    def _read(self, limit: int | None = None) -> Sequence[Row]:
+        """The stored rows after the copy's position, in order (under a check,
+        checked)."""
+        rows = self._session.read_rows(self.position, limit)
+        return rows if self.check is None else self.check.rows(rows)
 
-    def _apply(self, records: list[Any]) -> None:
+    def _apply(self, rows: Sequence[Row]) -> None:
         check = self.check
         if check is None:
-            self._route(records)
+            self._route(rows)
             return
         if self.failure is not None:
             return
         if check.broken_at is not None:
-            records = [r for r in records if r.global_position < check.broken_at]
+            rows = [row for row in rows if row[0] < check.broken_at]
         try:
-            self._route(records)
+            self._route(rows)
             if check.broken_at is not None:
                 self.failure = CorruptionError("the log has a document no replay can read")
         except Exception as exc:  # the report names it beside the log's problems
             self.failure = exc
 
-    def _route(self, records: list[Any]) -> None:
-        """Hand each fold its records of the batch, in log order: the whole batch to a
-        fold that takes it, the others theirs, sorted out in one pass by stream
-        category (docs/DESIGN.md, "Rebuild")."""
+    def _route(self, rows: Sequence[Row]) -> None:
+        """Hand each fold its part of the batch, in log order: the rows whole to a fold
+        with `apply_rows`, to the others the records of their categories' rows, sorted
+        out in one pass by stream category (docs/DESIGN.md, "Rebuild")."""
+        if not rows:
+            return
         mine: dict[int, list[Any]] = {number: [] for number in self._sorted}
-        wanted, routes = self._sorted_prefixes, self._routes
+        wanted, routes, record_of = self._sorted_prefixes, self._routes, LazyRecord
         if wanted:
-            for record in records:
-                stream = record.stream_id
+            for row in rows:
+                stream = row[2]
                 if not stream.startswith(wanted):
                     continue
                 category = stream[: stream.find("-") + 1]
@@ -307,12 +319,14 @@ class ReplayCopy:
                         for number, prefixes in self._sorted.items()
                         if stream.startswith(prefixes)
                     )
+                record = record_of(row)
                 for number in route:
                     mine[number].append(record)
-        for number, (fold, whole) in enumerate(self._folds):
-            found = records if whole else mine[number]
-            if found:
-                fold.apply(found)
+        for number, (fold, apply_rows) in enumerate(self._folds):
+            if apply_rows is not None:
+                apply_rows(rows, record_of)
+            elif mine[number]:
+                fold.apply(mine[number])
 
     def _flush(self) -> None:
         if self.check is not None and self.failure is not None:

@@ -221,18 +221,21 @@ def _fold_family(rows: _Rows, family: str, entity_id: str, record: Record) -> st
         _fold_run_event(rows, entity_id, record)
         return entity_id
     if family == _STEPS:
-        _fold_steps_event(rows, entity_id, record)
+        run = rows.runs.get(entity_id)
+        if run is not None:
+            _fold_steps_version(run, record.stream_version)
         return None
     if family == _LEASE:
         return _fold_lease_event(rows, entity_id, record)
     return None
 
 
-def _fold_steps_event(rows: _Rows, run_id: str, record: Record) -> None:
-    """A StepRunMutation moves only its Run's steps version."""
-    run = rows.runs.get(run_id)
-    if run is not None and run["steps_version"] < record.stream_version:
-        run["steps_version"] = record.stream_version
+def _fold_steps_version(run: Row, version: int) -> None:
+    """A StepRunMutation (at `version` of its stream) moves only its Run's steps
+    version: all it reads of the record (a rebuild reads it from the stored row,
+    without decoding its data)."""
+    if run["steps_version"] < version:
+        run["steps_version"] = version
 
 
 def _fold_run_event(rows: _Rows, run_id: str, record: Record) -> None:

@@ -12,15 +12,18 @@ Runs, however long the log.
 A Run whose earlier records are no longer held (it left memory, then the log names it
 again: a Run dormant for a long while, a lease record after its end) has its rows
 loaded back from the copy, and at its end its streams are read back from the log: the
-one case that reads records twice. When the Runs held have more than `HELD_RECORDS`
-records in all, those with the most are folded into their aggregates at the end of
-the batch, so a Run whose records span the whole log holds an aggregate and a few
-records, never its whole history.
+one case that reads records twice. The Run's streams are held as the stored rows the
+rebuild read (no more objects than the read made): records are made of them again
+only if the domain folds them, which a Run at rest at its end never needs. When the
+Runs held have more than `HELD_RECORDS` records in all, those with the most are
+folded into their aggregates at the end of the batch, so a Run whose records span the
+whole log holds an aggregate and a few records, never its whole history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from domain.aggregate import RunAggregate, extend, fold
 from domain.errors import CorruptionError
@@ -30,13 +33,15 @@ from domain.plan_record import flow_from_data
 from domain.records import Record
 from domain.transitions import RUN_TERMINAL
 from domain.work import at_rest
+from eventstore.api import Row as StoredRow
 from eventstore.api import Transaction
+from eventstore.replay import DecodedRecord, LazyRecord, decoded_rows
 from projections.contract import Insert
 from projections.run_streams import read_whole_runs
 from projections.runs_fold import (
     _fold_lease_event,
     _fold_run_event,
-    _fold_steps_event,
+    _fold_steps_version,
     _query_in,
     _Rows,
     _select_steps_with_live_attempts,
@@ -52,10 +57,14 @@ _ATTEMPT_CLAIMED = EventType.ATTEMPT_CLAIMED.value
 _ATTEMPT_EVENT = f"{Family.ATTEMPT}."  # the prefix of every Attempt RunEvent type
 
 
+RecordOf = Callable[[StoredRow], Any]  # a record of a stored row (`ReplayCopy`'s `record_of`)
+
+
 class _Held:
     """A Run in memory: its aggregate folded so far (None: nothing folded yet) and its
-    records since, per stream, in log order. `whole`: every record of the Run since its
-    admission went through this replay (False: earlier ones are read back at its end)."""
+    records since, per stream, in log order, as the stored rows they were read as.
+    `whole`: every record of the Run since its admission went through this replay
+    (False: earlier ones are read back at its end)."""
 
     __slots__ = ("aggregate", "flow", "leases", "named", "run", "steps", "whole")
 
@@ -64,21 +73,25 @@ class _Held:
         self.aggregate: RunAggregate | None = None
         self.flow: PlanFlow | None = None  # what its plan binds of flow control
         self.named = 0  # the last batch that named it (the least recently named leave first)
-        self.run: list[Record] = []
-        self.steps: list[Record] = []
-        self.leases: dict[str, list[Record]] = {}
+        self.run: list[StoredRow] = []
+        self.steps: list[StoredRow] = []
+        self.leases: dict[str, list[StoredRow]] = {}
 
     def count(self) -> int:
         """How many records it holds."""
         return len(self.run) + len(self.steps) + sum(map(len, self.leases.values()))
 
-    def folded(self) -> RunAggregate:
-        """The aggregate after every held record (CorruptionError if they do not fold,
-        e.g. a batch ended inside an append); the records are then let go."""
+    def folded(self, record_of: RecordOf) -> RunAggregate:
+        """The aggregate after every held record, made records by `record_of`
+        (CorruptionError if they do not fold, e.g. a batch ended inside an append);
+        the records are then let go."""
+        run = [record_of(row) for row in self.run]
+        steps = [record_of(row) for row in self.steps]
+        leases = {a: [record_of(row) for row in rows] for a, rows in self.leases.items()}
         if self.aggregate is None:
-            aggregate = fold(self.run, self.steps, self.leases)
+            aggregate = fold(run, steps, leases)
         else:
-            aggregate = extend(self.aggregate, self.run, self.steps, self.leases)
+            aggregate = extend(self.aggregate, run, steps, leases)
         self.aggregate = aggregate
         self.run, self.steps, self.leases = [], [], {}
         return aggregate
@@ -93,8 +106,6 @@ class Replay:
     not in memory has its newest values in the table."""
 
     capacity = REPLAY_RUNS
-    # handed every record of a batch: its one pass skips those of other categories
-    takes_whole_batch = True
     # its copies are read and written by key alone: no non-unique index is kept up
     keyed_only = (RUNS.name, STEP_RUNS.name, ATTEMPTS.name)
 
@@ -107,34 +118,45 @@ class Replay:
         self._ending: set[str] = set()  # ended Runs waiting for the rest of their last append
         self._last = 0  # the position of the last record folded
         self._held_records = 0  # how many records the held Runs hold
+        self._record_of: RecordOf = LazyRecord
 
     def apply(self, records: Sequence[Record]) -> None:
-        """Fold one batch, in log order; then let go of the Runs that ended in it and,
-        past capacity, of the older half.
+        """`apply_rows` of records (their documents decoded already)."""
+        self.apply_rows(decoded_rows(records), DecodedRecord)
 
+    def apply_rows(self, found: Sequence[StoredRow], record_of: RecordOf) -> None:
+        """Fold one batch of stored rows (the rebuild's whole batch: the pass skips
+        those of other categories), in log order; then let go of the Runs that ended
+        in it and, past capacity, of the older half.
+
+        A record is made (`record_of`) of each row of a RunEvent or a lease record,
+        whose fold reads its data; a StepRunMutation moves only the steps version, read
+        from its row, and its data is never decoded unless the domain folds the Run.
         The batch is folded in one pass while every record names rows in memory (the
         common case: a Run held whole, one this batch admits, an Attempt held). The
         first record that names one not in memory has the rows the rest of the batch
         names loaded (`_load_missing`, in a few queries), and the pass goes on from it
         with the check off: what is still missing then is in no table either, and its
         record changes nothing, as in `apply`."""
-        if not records:
+        if not found:
             return
+        self._record_of = record_of
         rows, held, ending = self._rows, self._held, self._ending
-        attempts = rows.attempts
-        held_get, attempts_get = held.get, attempts.get
-        fold_run, fold_steps, fold_lease = _fold_run_event, _fold_steps_event, _fold_lease_event
+        attempts, runs = rows.attempts, rows.runs
+        held_get, attempts_get, runs_get = held.get, attempts.get, runs.get
+        fold_run, fold_steps, fold_lease = _fold_run_event, _fold_steps_version, _fold_lease_event
         self._batch = batch = self._batch + 1
         added = 0  # records added to held streams
         loaded = False  # `_load_missing` ran for the rest of this batch
-        for number, record in enumerate(records):
-            family, _, entity_id = record.stream_id.partition("-")
+        for number, row in enumerate(found):
+            family, _, entity_id = row[2].partition("-")
             if family == _RUN:
+                record = record_of(row)
                 kind = record.type
                 streams = held_get(entity_id)
                 if streams is None or not streams.whole:
                     if not loaded and self._missing_for(entity_id, kind, record, streams):
-                        self._load_missing(records[number:])
+                        self._load_missing(found[number:])
                         loaded = True
                     streams = held_get(entity_id)
                     if streams is None:  # admitted by this very record
@@ -142,7 +164,7 @@ class Replay:
                 fold_run(rows, entity_id, record)
                 streams.named = batch
                 if streams.whole:
-                    streams.run.append(record)
+                    streams.run.append(row)
                     added += 1
                     if kind == _WORKFLOW_ADMITTED:
                         streams.flow = flow_from_data(record.data["plan"], record)
@@ -152,29 +174,31 @@ class Replay:
                 streams = held_get(entity_id)
                 if streams is None:
                     if not loaded:
-                        self._load_missing(records[number:])
+                        self._load_missing(found[number:])
                         loaded = True
                     streams = held[entity_id]
-                fold_steps(rows, entity_id, record)
+                run = runs_get(entity_id)
+                if run is not None:
+                    fold_steps(run, row[3])
                 streams.named = batch
                 if streams.whole:
-                    streams.steps.append(record)
+                    streams.steps.append(row)
                     added += 1
             elif family == _LEASE:
                 attempt = attempts_get(entity_id)
                 if attempt is None and not loaded:
-                    self._load_missing(records[number:])
+                    self._load_missing(found[number:])
                     loaded = True
                     attempt = attempts_get(entity_id)
-                fold_lease(rows, entity_id, record)
+                fold_lease(rows, entity_id, record_of(row))
                 if attempt is not None:
                     streams = held[attempt["run_id"]]
                     streams.named = batch
                     if streams.whole:
-                        streams.leases.setdefault(entity_id, []).append(record)
+                        streams.leases.setdefault(entity_id, []).append(row)
                         added += 1
         self._held_records += added
-        self._last = records[-1].global_position
+        self._last = found[-1][0]
         leaving = list(ending)
         if len(held) > self.capacity:
             by_age = sorted(held, key=lambda run_id: held[run_id].named)  # stable: oldest first
@@ -205,7 +229,7 @@ class Replay:
                 break
             count = streams.count()
             try:
-                streams.folded()
+                streams.folded(self._record_of)
             except CorruptionError:
                 continue  # mid-append: folded once the rest arrives
             total -= count
@@ -220,20 +244,22 @@ class Replay:
         """Fold these Runs, store their windows and rows, and let them go. Not `strict`:
         a Run whose records do not fold yet (the batch ended inside its append) stays."""
         held, rows = self._held, self._rows
+        if not run_ids:
+            return
+        # the Attempts of these Runs, in one pass over those in memory
+        attempts: dict[str, list[Row]] = {run_id: [] for run_id in run_ids}
+        for attempt in rows.attempts.values():
+            found_attempts = attempts.get(attempt["run_id"])
+            if found_attempts is not None:
+                found_attempts.append(attempt)
         done, resting = [], {}
         for run_id in run_ids:
             streams, run = held[run_id], rows.runs.get(run_id)
             if streams.whole and streams.flow is not None and run and at_rest(run["status"]):
                 resting[run_id] = (run, streams.flow)  # the domain needs no fold of it
-        if resting:
-            attempts: dict[str, list[Row]] = {run_id: [] for run_id in resting}
-            for attempt in rows.attempts.values():
-                found_attempts = attempts.get(attempt["run_id"])
-                if found_attempts is not None:
-                    found_attempts.append(attempt)
-            for run_id, (run, flow) in resting.items():
-                _refresh_at_rest(run, attempts[run_id], flow)
-                done.append(run_id)
+        for run_id, (run, flow) in resting.items():
+            _refresh_at_rest(run, attempts[run_id], flow)
+            done.append(run_id)
         run_ids = [run_id for run_id in run_ids if run_id not in resting]
         found = read_whole_runs(self._tx, [r for r in run_ids if not held[r].whole], self._last)
         for run_id in run_ids:
@@ -241,7 +267,7 @@ class Replay:
             try:
                 if streams.whole:
                     count = streams.count()
-                    aggregate: RunAggregate | None = streams.folded()
+                    aggregate: RunAggregate | None = streams.folded(self._record_of)
                     self._held_records -= count
                 else:
                     read = found.get(run_id)
@@ -253,35 +279,35 @@ class Replay:
             if aggregate is not None:
                 _refresh_work(self._rows, aggregate)
             done.append(run_id)
-        self._write(done)
+        self._write(done, attempts)
 
-    def _load_missing(self, records: Sequence[Record]) -> None:
+    def _load_missing(self, found: Sequence[StoredRow]) -> None:
         """What `_load` loads, but only rows that are neither in memory nor created by
         these records (in a log that is not corrupt, such a row is not stored yet). A
         Run held whole has every row its records can name in memory: its records are
         only looked at for the Attempts they claim."""
-        tx, rows, held = self._tx, self._rows, self._held
+        tx, rows, held, record_of = self._tx, self._rows, self._held, self._record_of
         attempts = rows.attempts
         run_ids: set[str] = set()  # named, and not held whole
         attempt_ids: set[str] = set()  # named, and not in memory
         created_runs: set[str] = set()
         created_attempts: set[str] = set()
-        for record in records:
-            family, _, entity_id = record.stream_id.partition("-")
+        for row in found:
+            family, _, entity_id = row[2].partition("-")
             if family == _LEASE:
                 if entity_id not in attempts:
                     attempt_ids.add(entity_id)
             elif family == _RUN:
-                kind = record.type
+                kind = row[4]
                 if kind == _WORKFLOW_ADMITTED:
                     created_runs.add(entity_id)
                 elif kind == _ATTEMPT_CLAIMED:
-                    created_attempts.add(record.data["attempt_id"])
+                    created_attempts.add(record_of(row).data["attempt_id"])
                 streams = held.get(entity_id)
                 if streams is None or not streams.whole:
                     run_ids.add(entity_id)
                     if kind.startswith(_ATTEMPT_EVENT):
-                        attempt_id = record.data["attempt_id"]
+                        attempt_id = record_of(row).data["attempt_id"]
                         if attempt_id not in attempts:
                             attempt_ids.add(attempt_id)
             elif family == _STEPS and entity_id not in held:
@@ -298,9 +324,9 @@ class Replay:
             if run_id not in held:
                 held[run_id] = _Held(run_id in created_runs)
 
-    def _write(self, run_ids: Iterable[str]) -> None:
+    def _write(self, run_ids: Iterable[str], attempts_of: dict[str, list[Row]]) -> None:
         """Store the rows of these Runs (new ones inserted, changed ones upserted) and
-        drop them from memory."""
+        drop them from memory (`attempts_of`: each one's Attempts in memory)."""
         rows = self._rows
         leaving = set(run_ids)
         if not leaving:
@@ -310,8 +336,11 @@ class Replay:
             self._ending.discard(run_id)
         runs = [rows.runs.pop(run_id) for run_id in sorted(leaving) if run_id in rows.runs]
         steps = [row for run_id in sorted(leaving) for row in rows.steps.pop(run_id, {}).values()]
-        attempt_ids = [a for a, row in rows.attempts.items() if row["run_id"] in leaving]
-        attempts = [rows.attempts.pop(attempt_id) for attempt_id in attempt_ids]
+        attempts = [
+            rows.attempts.pop(attempt["attempt_id"])
+            for run_id in leaving
+            for attempt in attempts_of[run_id]
+        ]
         for table, gone in ((RUNS, runs), (STEP_RUNS, steps), (ATTEMPTS, attempts)):
             loaded = rows._loaded[table.name]
             found = table.differing(gone, loaded)

@@ -24,7 +24,7 @@ statement, so a Run ending concurrently is never overwritten by a stale answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +41,9 @@ from domain.schedule_spec import STORED_OVERLAP, ScheduleSpec
 from domain.schedules import ScheduleState, fold_schedule
 from domain.streams import PUBLICATION, RETENTION, RUN, SCHEDULE, entity_id, prefix
 from domain.transitions import RUN_TERMINAL
-from eventstore.api import Reads, Transaction
+from eventstore.api import Reads, Row, Transaction
 from eventstore.grants import AUDIT, MOVE, PUBLISHER, READ, RUNTIME
+from eventstore.replay import DecodedRecord, decoded_rows
 from projections.contract import Folded, Insert
 
 COMPONENT = "projections.schedules"
@@ -167,27 +168,36 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
 
 
 class Replay:
-    """`apply` for a rebuild, handed every record of a batch (`takes_whole_batch`): it
-    keeps the records `apply` would act on among those of `STREAM_PREFIXES` (a set
-    lookup of the type first, as most records are Run records it passes over) and
-    applies them, so the rebuild does not sort the batch out for it."""
-
-    takes_whole_batch = True
+    """`apply` for a rebuild, handed the stored rows of every record of a batch
+    (`apply_rows`): it keeps those `apply` would act on among those of
+    `STREAM_PREFIXES` (a set lookup of the type first, as most records are Run records
+    it passes over), makes records of them and applies them, so the rebuild does not
+    sort the batch out for it."""
 
     def __init__(self, tx: Transaction, insert: Insert) -> None:
         del insert
         self._tx = tx
 
-    def apply(self, records: Sequence[Record]) -> None:
+    def apply_rows(self, rows: Sequence[Row], record_of: Callable[[Row], Any]) -> None:
         types, schedule = _TYPES_FOLDED, STREAM_PREFIXES[0]
-        mine = [
-            record
-            for record in records
-            if (record.type in types and record.stream_id.startswith(STREAM_PREFIXES))
-            or record.stream_id.startswith(schedule)
-        ]
+        self._apply(
+            [
+                record_of(row)
+                for row in rows
+                if (row[4] in types and row[2].startswith(STREAM_PREFIXES))
+                or row[2].startswith(schedule)
+            ]
+        )
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """`apply_rows` of records (their documents decoded already)."""
+        self.apply_rows(decoded_rows(records), DecodedRecord)
+
+    def _apply(self, mine: Sequence[Record]) -> None:
+        """Apply the records `apply` acts on, unless they change no row."""
         if not mine:
             return
+        schedule = STREAM_PREFIXES[0]
         # a batch of Run ends alone changes a row only if some schedule's last fired
         # Run is still running: asked once (the partial index answers), not once per
         # Run as the UPDATE would (a log of unscheduled Runs asks for nothing)
