@@ -726,6 +726,8 @@ class PostgresStore(BaseStore):
             ]
             if owned:
                 session.execute(f"VACUUM {', '.join(quote_ident(name) for name in owned)}")
+            if "events" in owned:
+                _rebuild_sparse_positions(session)
         return owned
 
     def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
@@ -860,3 +862,36 @@ def _describe(url: str) -> str:
     return ", ".join(
         f"{key}={info[key]}" for key in ("host", "port", "dbname", "user") if key in info
     )
+
+
+# The events' primary key: positions only increase, so a leaf page whose positions
+# retention removed is never filled again, and the few events kept on it (a schedule's
+# fires, retention records) keep it from being freed (docs/DESIGN.md, "Retention").
+# A fresh leaf page holds about 366 of its entries (20 bytes each with the line
+# pointer, filled to the default fillfactor of 90): the index is rebuilt once it holds
+# under half that per page, and is at least SPARSE_MIN_PAGES big.
+FRESH_POSITIONS_PER_PAGE = 366
+SPARSE_MIN_PAGES = 128
+
+
+def sparse_primary_key(pages: int, entries: float) -> bool:
+    """Whether an events primary key of `pages` pages holding `entries` positions is
+    sparse enough to be rebuilt."""
+    return pages >= SPARSE_MIN_PAGES and entries < pages * FRESH_POSITIONS_PER_PAGE / 2
+
+
+def _rebuild_sparse_positions(session: Any) -> None:
+    # after the VACUUM, which counted the index's pages and entries; CONCURRENTLY, so
+    # appends go on meanwhile; one that failed leaves its new copy invalid (and kept
+    # up to date by every insert): dropped before another is made
+    indexes = session.query(
+        "SELECT c.relname, c.relpages, c.reltuples, i.indisprimary, i.indisvalid "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = to_regclass('events')"
+    )
+    for name, pages, entries, primary, valid in indexes:
+        if primary and valid and sparse_primary_key(pages, entries):
+            for stale, _pages, _entries, _primary, stale_valid in indexes:
+                if not stale_valid and stale.startswith(f"{name}_ccnew"):
+                    session.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote_ident(stale)}")
+            session.execute(f"REINDEX INDEX CONCURRENTLY {quote_ident(name)}")

@@ -6,6 +6,11 @@ import pytest
 
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from eventstore import open_store
+from eventstore.postgres_store import (
+    FRESH_POSITIONS_PER_PAGE,
+    SPARSE_MIN_PAGES,
+    sparse_primary_key,
+)
 from eventstore.url import with_search_path
 from tests.eventstore.builders import event, stream
 
@@ -88,3 +93,44 @@ def test_reclaim_vacuums_every_table_of_the_store_outside_a_transaction(pg_url):
         assert vacuums() == {name: count + 1 for name, count in before.items()}
     finally:
         store.close()
+
+
+def _primary_key_pages(store) -> tuple[str, int]:
+    [(name, pages)] = store.query(
+        "SELECT c.relname, pg_relation_size(c.oid) / current_setting('block_size')::int "
+        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = to_regclass('events') AND i.indisprimary"
+    )
+    return name, pages
+
+
+def test_reclaim_rebuilds_a_primary_key_that_removals_left_sparse(pg_url):
+    # positions only increase: a leaf page of removed positions is never refilled, and
+    # one kept event on it keeps it (retention keeps a schedule's fires, its records)
+    store = open_store(pg_url)
+    try:
+        events = 60_000
+        store.append([stream(f"run-{n}", 0, event(f"e{n}")) for n in range(events)])
+        name, full = _primary_key_pages(store)
+        assert full >= SPARSE_MIN_PAGES
+        assert store.reclaim() and _primary_key_pages(store) == (name, full)  # dense: kept
+        with store.transaction() as tx:  # all but every 28th position, as a removed Run
+            tx.execute("DELETE FROM events WHERE global_position % 28 <> 0")
+        assert _primary_key_pages(store) == (name, full)  # VACUUM alone frees no leaf
+
+        store.reclaim()
+
+        _name, rebuilt = _primary_key_pages(store)
+        assert rebuilt * 10 < full  # a 28th of the entries in about a 28th of the pages
+        kept = store.read_all()
+        assert [r.global_position for r in kept] == list(range(28, events + 1, 28))
+        store.append([stream("run-after", 0, event("after"))])  # the key still keys
+        assert store.read_all(after_position=kept[-1].global_position)[0].event_id == "after"
+    finally:
+        store.close()
+
+
+def test_a_primary_key_is_sparse_under_half_a_fresh_page_and_past_a_minimum_size():
+    assert not sparse_primary_key(SPARSE_MIN_PAGES - 1, 0)  # small: never worth it
+    assert sparse_primary_key(1000, 1000 * FRESH_POSITIONS_PER_PAGE / 2 - 1)
+    assert not sparse_primary_key(1000, 1000 * FRESH_POSITIONS_PER_PAGE / 2)
