@@ -881,17 +881,22 @@ def sparse_primary_key(pages: int, entries: float) -> bool:
 
 
 def _rebuild_sparse_positions(session: Any) -> None:
-    # after the VACUUM, which counted the index's pages and entries; CONCURRENTLY, so
-    # appends go on meanwhile; one that failed leaves its new copy invalid (and kept
-    # up to date by every insert): dropped before another is made
+    # after the VACUUM, which counted the index's pages and entries; the table's other
+    # indexes go with it (their keys are ids and stream ids at random places, whose
+    # pages keep much of the room removals freed: docs/DESIGN.md, "Retention");
+    # CONCURRENTLY, so appends go on meanwhile; one that failed leaves its new copies
+    # invalid (and kept up to date by every insert): dropped before another is made
     indexes = session.query(
         "SELECT c.relname, c.relpages, c.reltuples, i.indisprimary, i.indisvalid "
         "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "WHERE i.indrelid = to_regclass('events')"
     )
-    for name, pages, entries, primary, valid in indexes:
-        if primary and valid and sparse_primary_key(pages, entries):
-            for stale, _pages, _entries, _primary, stale_valid in indexes:
-                if not stale_valid and stale.startswith(f"{name}_ccnew"):
-                    session.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote_ident(stale)}")
-            session.execute(f"REINDEX INDEX CONCURRENTLY {quote_ident(name)}")
+    if not any(
+        primary and valid and sparse_primary_key(pages, entries)
+        for _name, pages, entries, primary, valid in indexes
+    ):
+        return
+    for name, _pages, _entries, _primary, valid in indexes:
+        if not valid and "_ccnew" in name:
+            session.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote_ident(name)}")
+    session.execute("REINDEX TABLE CONCURRENTLY events")

@@ -267,8 +267,8 @@ class BaseStore(ABC):
         """Make the space that deleted rows held reusable by the next inserts, after
         retention removed Runs (docs/DESIGN.md, "Retention"): on PostgreSQL a VACUUM of
         the store's tables this role owns, which autovacuum would otherwise do only
-        once a fifth of a table is dead, and a rebuild of the events' primary key once
-        removals left it sparse; nothing on SQLite, whose freed pages go to its
+        once a fifth of a table is dead, and a rebuild of the events' indexes once
+        removals left its primary key sparse; nothing on SQLite, whose freed pages go to its
         freelist at COMMIT. The tables reclaimed."""
         self._check_usable("store.reclaim()")
         if self.read_only:

@@ -117,11 +117,15 @@ def test_reclaim_rebuilds_a_primary_key_that_removals_left_sparse(pg_url):
         with store.transaction() as tx:  # all but every 28th position, as a removed Run
             tx.execute("DELETE FROM events WHERE global_position % 28 <> 0")
         assert _primary_key_pages(store) == (name, full)  # VACUUM alone frees no leaf
+        [(indexes,)] = store.query("SELECT pg_indexes_size(to_regclass('events'))")
 
         store.reclaim()
 
         _name, rebuilt = _primary_key_pages(store)
         assert rebuilt * 10 < full  # a 28th of the entries in about a 28th of the pages
+        # the table's other indexes (event ids, stream ids) are rebuilt with it
+        [(after,)] = store.query("SELECT pg_indexes_size(to_regclass('events'))")
+        assert after * 10 < indexes
         kept = store.read_all()
         assert [r.global_position for r in kept] == list(range(28, events + 1, 28))
         store.append([stream("run-after", 0, event("after"))])  # the key still keys
