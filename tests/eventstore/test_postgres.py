@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
@@ -119,9 +121,14 @@ def test_reclaim_rebuilds_a_primary_key_that_removals_left_sparse(pg_url):
         assert _primary_key_pages(store) == (name, full)  # VACUUM alone frees no leaf
         [(indexes,)] = store.query("SELECT pg_indexes_size(to_regclass('events'))")
 
-        store.reclaim()
-
-        _name, rebuilt = _primary_key_pages(store)
+        # a row another session's snapshot may still see keeps its entries (the suite's
+        # other tests share the server), so the next reclaim makes the rebuild again
+        deadline = time.monotonic() + 60
+        while True:
+            store.reclaim()
+            _name, rebuilt = _primary_key_pages(store)
+            if rebuilt * 10 < full or time.monotonic() > deadline:
+                break
         assert rebuilt * 10 < full  # a 28th of the entries in about a 28th of the pages
         # the table's other indexes (event ids, stream ids) are rebuilt with it
         [(after,)] = store.query("SELECT pg_indexes_size(to_regclass('events'))")
