@@ -881,14 +881,14 @@ def sparse_primary_key(pages: int, entries: float) -> bool:
 
 
 def _rebuild_sparse_positions(session: Any) -> None:
-    # after the VACUUM, which counted the index's pages and the table's rows; the other
-    # indexes go with it (their keys are ids and stream ids at random places, whose
-    # pages keep much of the room removals freed: docs/DESIGN.md, "Retention");
-    # CONCURRENTLY, so appends go on meanwhile; one that failed leaves its new copies
-    # invalid (and kept up to date by every insert): dropped before another is made
-    # the positions the key must hold are the table's live rows as the VACUUM counted
-    # them: the index's own count keeps the entries of rows another session's snapshot
-    # may still see, and a rebuild then, which keeps them too, is made again later
+    # Run after the VACUUM, which counted the index's pages and the table's live rows.
+    # The rows are what the key must hold: the index's own count keeps the entries of
+    # rows another session's snapshot may still see (a rebuild then keeps them too, and
+    # a later reclaim makes it again). The table's other indexes go with it: their keys
+    # (event ids, stream ids) fall at random places, and their pages keep much of the
+    # room removals freed (docs/DESIGN.md, "Retention"). CONCURRENTLY, so appends go
+    # on; one that failed leaves its new copies invalid (and kept up to date by every
+    # insert): they are dropped before another is made.
     indexes = session.query(
         "SELECT c.relname, c.relpages, t.reltuples, i.indisprimary, i.indisvalid "
         "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
