@@ -366,6 +366,8 @@ class Completion:
     result_code: str | None = None
     output: Mapping[str, Any] | None = None
     execution: Mapping[str, Any] | None = None  # how it ran: domain.execution
+    # what the worker takes next in the same commit (docs/DESIGN.md "The run path")
+    next_work: run_path.NextWork | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +379,7 @@ class Completed:
     lease: Lease
     status: str | None = None
     error: QlflowError | None = None
+    next_leases: tuple[Lease, ...] = ()  # granted with it (`Completion.next_work`), started
 
 
 def complete(
@@ -411,7 +414,20 @@ def complete_many(
     now = Now(now_ms)
 
     def decide_for(done: Completion) -> Callable[[RunAggregate], Decision]:
-        lease = done.lease
+        lease, next_work = done.lease, done.next_work
+        if next_work is not None:
+            return lambda agg: run_path.complete_and_lease_next(
+                agg,
+                lease.attempt_id,
+                lease.lease_id,
+                lease.version,
+                done.outcome,
+                done.result_code,
+                done.output,
+                now(),
+                execution=done.execution,
+                next_work=next_work,
+            )
         return lambda agg: run_path.complete_and_advance(
             agg,
             lease.attempt_id,
@@ -450,8 +466,21 @@ def complete_many(
             done.outcome,
             recorded,
         )
-        answers.append(Completed(done.lease, status=recorded))
+        next_leases = _next_leases(batch, written)
+        answers.append(Completed(done.lease, status=recorded, next_leases=next_leases))
     return answers
+
+
+def _next_leases(batch: Batch, written: Written) -> tuple[Lease, ...]:
+    """The started leases a completion granted its worker (`Completion.next_work`)."""
+    assert written.decision is not None and written.aggregate is not None
+    grants = written.decision.next_leases
+    if not grants:
+        return ()
+    after = batch.after.get(written.run_id, written.aggregate)
+    leases = tuple(_lease_value(after, grant, started=True) for grant in grants)
+    log.info("worker %s leased %d attempt(s) with its completion", grants[0].worker_id, len(leases))
+    return leases
 
 
 class GroupedCompletions:
@@ -469,13 +498,13 @@ class GroupedCompletions:
         """Commits made so far (fewer than completions when they were grouped)."""
         return self._group.batches
 
-    def complete(self, completion: Completion) -> str:
-        """Record `completion`; returns the recorded status or raises as `complete`."""
+    def complete(self, completion: Completion) -> Completed:
+        """Record `completion`; returns what was recorded or raises as `complete`."""
         done = self._group.submit(completion)
         if done.error is not None:
             raise done.error
         assert done.status is not None
-        return done.status
+        return done
 
 
 def _recorded(lease: Lease, written: Written) -> str:

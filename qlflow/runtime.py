@@ -25,6 +25,7 @@ from domain.errors import InvalidInput
 from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
+from domain.run_path import NextWork
 from domain.values import AdmissionReceipt, Publication
 from domain.worker import WorkerInfo
 from eventstore.api import StoreUsageError
@@ -390,9 +391,11 @@ class Runtime(Inspection, Scheduling, FlowControl):
         output = dict(output) if isinstance(output, Mapping) else output
         execution = dict(execution) if isinstance(execution, Mapping) else execution
         if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
-            return self._completions.complete(
+            done = self._completions.complete(
                 Completion(lease_of(lease), outcome, result_code, output, execution)
             )
+            assert done.status is not None
+            return done.status
         return workers.complete(
             self._authority,
             lease_of(lease),
@@ -402,6 +405,57 @@ class Runtime(Inspection, Scheduling, FlowControl):
             now_ms=_given(now_ms),
             execution=execution,
         )
+
+    def complete_and_lease(
+        self,
+        lease: Lease,
+        outcome: str,
+        *,
+        result_code: str | None = None,
+        output: Mapping[str, Any] | None = None,
+        execution: Mapping[str, Any] | None = None,
+        limit: int = 1,
+        ttl_ms: int = 30_000,
+        tasks: Iterable[str] | None = None,
+        slots: int | None = None,
+        host: str | None = None,
+        now_ms: int | None = None,
+    ) -> Completed:
+        """`complete`, and in the same commit lease to the same worker, with their
+        start barrier, up to `limit` of the Attempts the completion made ready (of
+        `tasks`, when given; not those of a Task with a limit, which
+        `lease_attempts` leases): the worker's next work without a lease commit of
+        its own. Returns the recorded status and those leases (`next_leases`,
+        started, as `lease_attempts(start=True)` grants them); raises as `complete`.
+        `ttl_ms`, `slots` and `host` are as `lease_attempts` takes them."""
+        if result_code is not None:
+            text("result_code", result_code)
+        lease = lease_of(lease)
+        positive("limit", limit, 1, 1024)
+        check_lease_ttl(ttl_ms)
+        lease_expiry(self._now(now_ms), ttl_ms)
+        said = None if slots is None and host is None else WorkerInfo(host=host, slots=slots)
+        next_work = NextWork(
+            lease.worker_id,
+            ttl_ms,
+            limit,
+            None if tasks is None else frozenset(texts("tasks", tasks)),
+            said,
+        )
+        completion = Completion(
+            lease,
+            outcome,
+            result_code,
+            dict(output) if isinstance(output, Mapping) else output,
+            dict(execution) if isinstance(execution, Mapping) else execution,
+            next_work,
+        )
+        if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
+            return self._completions.complete(completion)
+        (done,) = workers.complete_many(self._authority, [completion], _given(now_ms))
+        if done.error is not None:
+            raise done.error
+        return done
 
     def complete_many(
         self, completions: Iterable[Completion], now_ms: int | None = None

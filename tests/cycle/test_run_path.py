@@ -361,3 +361,107 @@ def test_cancel_many_refuses_an_unknown_run_or_reason_and_writes_nothing(rt):
         rt.cancel_many(run_id, now_ms=T0 + 1)
     assert rt.store.head_position() == before
     assert rt.cancel_many([], now_ms=T0 + 1) == []
+
+
+def test_completion_with_next_work_writes_what_a_lease_after_it_would(two_urls):
+    """Store A: `complete_and_lease` takes the worker's next work in its commit. Store
+    B: `complete`, then `lease_attempts(start=True)` at the same instant. The same
+    records at the same versions (but the actor), and the same leases handed back."""
+    logs, handed = [], []
+    for url, carried in zip(two_urls, (True, False), strict=True):
+        rt = qlflow.open(url)
+        try:
+            run_id = _start(rt, FAN)
+            queue = rt.lease_attempts("w1", limit=16, now_ms=T0, start=True)
+            got = []
+            while queue:
+                lease = queue.pop(0)
+                if carried:
+                    done = rt.complete_and_lease(lease, "succeeded", limit=16, now_ms=T0)
+                    assert done.status == "succeeded" and done.error is None
+                    more = list(done.next_leases)
+                else:
+                    rt.complete(lease, "succeeded", now_ms=T0)
+                    more = rt.lease_attempts("w1", limit=16, now_ms=T0, start=True)
+                assert all(m.started for m in more)
+                got.append(sorted((m.step_key, m.lease_id, m.version) for m in more))
+                queue += more
+            assert rt.get_run(run_id).status == "succeeded"
+            logs.append([(*entry[:5], {**entry[5], "actor": None}) for entry in _log(rt, run_id)])
+            handed.append(got)
+            assert rt.verify_projections().ok
+        finally:
+            rt.close()
+    assert logs[0] == logs[1]
+    assert handed[0] == handed[1]
+    assert [len(g) for g in handed[0]] == [6, 0, 0, 0, 0, 0, 1, 0]
+
+
+def test_next_work_costs_no_lease_commit(rt):
+    run_id = _start(rt, FAN)
+    units = _count_commits()
+    try:
+        queue = rt.lease_attempts("w1", limit=16, now_ms=T0, start=True)
+        while queue:
+            done = rt.complete_and_lease(queue.pop(0), "succeeded", limit=8, now_ms=T0)
+            queue += done.next_leases
+    finally:
+        faults.disarm()
+    assert rt.get_run(run_id).status == "succeeded"
+    # one lease for the root; b..g and h come with the completions that made them ready
+    assert units == {"lease_start": 1, "complete": len(FAN)}
+
+
+def test_next_work_takes_at_most_the_limit_of_the_tasks_asked_for(rt):
+    run_id = _start(rt, FAN)
+    (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
+    refs = [rt.get_run(run_id).steps[key].task_ref for key in "cef"]
+    done = rt.complete_and_lease(root, "succeeded", limit=2, tasks=refs, now_ms=T0 + 1)
+    assert [lease.step_key for lease in done.next_leases] == ["c", "e"]
+    assert all(lease.worker_id == "w1" and lease.started for lease in done.next_leases)
+    steps = rt.get_run(run_id).steps
+    assert {k for k, s in steps.items() if s.status == "running"} == {"c", "e"}
+    # what it did not take stays claimed for any worker
+    others = rt.lease_attempts("w2", limit=16, now_ms=T0 + 2, start=True)
+    assert sorted(lease.step_key for lease in others) == ["b", "d", "f", "g"]
+
+
+def test_next_work_leaves_a_limited_task_and_a_cancelled_run_to_the_lease(rt):
+    limited = manifest(FAN)
+    limited["tasks"]["c"]["concurrency"] = 1
+    rt.publish(limited, now_ms=T0)
+    run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
+    (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
+    done = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 1)
+    assert sorted(lease.step_key for lease in done.next_leases) == list("bdefg")
+    (c,) = rt.lease_attempts("w1", limit=16, now_ms=T0 + 2, start=True)
+    assert c.step_key == "c"  # through the limit's slots
+    # under cancel intent a completion leases nothing
+    second = rt.start("demo", "flow", admission_key="k2", now_ms=T0).run_id
+    (root,) = rt.lease_attempts("w1", run_id=second, now_ms=T0 + 3, start=True)
+    rt.cancel(second, now_ms=T0 + 4)
+    done = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 5)
+    assert (done.status, done.next_leases) == ("cancelled", ())
+    assert rt.get_run(run_id).status == "running"
+
+
+def test_next_work_of_a_replayed_completion_is_nothing_new(rt):
+    _start(rt, FAN)
+    (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
+    first = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 1)
+    assert len(first.next_leases) == 6
+    again = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 2)
+    assert (again.status, again.next_leases) == ("succeeded", ())
+
+
+def test_complete_and_lease_refuses_bad_values_and_writes_nothing(rt):
+    _start(rt, FAN)
+    (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
+    before = rt.store.head_position()
+    for bad in ({"limit": 0}, {"limit": 1025}, {"ttl_ms": 10}, {"tasks": "demo@1#b"},
+                {"tasks": [""]}, {"slots": -1}):  # fmt: skip
+        with pytest.raises(InvalidInput):
+            rt.complete_and_lease(root, "succeeded", now_ms=T0 + 1, **bad)
+    with pytest.raises(InvalidInput):
+        rt.complete_and_lease(root, "maybe", now_ms=T0 + 1)
+    assert rt.store.head_position() == before
