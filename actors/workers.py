@@ -139,58 +139,77 @@ def _grant(
 ) -> tuple[list[Lease], frozenset[str]]:
     """One lease transaction over the `offered` (attempt, run, slot) candidates: the
     leases granted, and the slots found full."""
-    rule = run_path.lease_and_start if start else worker_rules.grant_lease
     now = Now(now_ms)
     blocked: set[str] = set()
 
     def grant(tx: Transaction) -> Batch:
         now.bind(tx)
-        granted = 0
         blocked.clear()
-        book = SlotBook({}, {}, ())
-
-        def read_slots(tx: Transaction, locked: set[str]) -> None:
-            nonlocal book
-            if locked:  # only a lease with limits reads them: one statement
-                facts = limit_rows.attempt_slot_facts(
-                    tx, locked, {limit_of(slot) for slot in locked}, now()
-                )
-                book = SlotBook(facts.held, facts.overrides, locked)
-
-        def decide_for(attempt_id: str) -> Callable[[RunAggregate], Decision]:
-            def decide(aggregate: RunAggregate) -> Decision:
-                nonlocal granted
-                if granted >= limit:
-                    return EMPTY
-                ref = (
-                    attempt_slot(aggregate, attempt_id)
-                    if attempt_id in aggregate.attempts
-                    else None
-                )
-                if not book.free(ref):
-                    assert ref is not None
-                    blocked.add(ref.slot)
-                    return EMPTY
-                decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now(), worker=worker)
-                book.take(ref)
-                granted += 1
-                return decision
-
-            return decide
-
-        writes = [RunWrite(r, decide_for(a), a, slot=slot) for a, r, slot in offered]
-        return write_runs(tx, writes, authority.aggregates, wait=False, after_locks=read_slots)
+        return _grant_in(
+            tx, authority, worker_id, offered, limit, ttl_ms, now, start, worker, blocked
+        )
 
     try:
         batch = _with_retries(authority, grant, "lease_start" if start else "lease")
     except (VersionConflict, LockTimeout):
         return [], frozenset()  # Runs moved, or a lock stayed held: leave them for the next call
-    leases = [
-        _lease_value(batch.after.get(w.run_id, w.aggregate), w.decision.lease, started=start)
+    return _granted(batch, start), frozenset(blocked)
+
+
+def _grant_in(
+    tx: Transaction,
+    authority: Units,
+    worker_id: str,
+    offered: Sequence[tuple[str, str, str | None]],
+    limit: int,
+    ttl_ms: int,
+    now: Now,
+    start: bool,
+    worker: worker_rules.WorkerInfo | None,
+    blocked: set[str],
+) -> Batch:
+    """Grant up to `limit` of the `offered` candidates in `tx` (skipping what another
+    transaction holds and what a full limit slot blocks: added to `blocked`)."""
+    rule = run_path.lease_and_start if start else worker_rules.grant_lease
+    granted = 0
+    book = SlotBook({}, {}, ())
+
+    def read_slots(tx: Transaction, locked: set[str]) -> None:
+        nonlocal book
+        if locked:  # only a lease with limits reads them: one statement
+            facts = limit_rows.attempt_slot_facts(
+                tx, locked, {limit_of(slot) for slot in locked}, now()
+            )
+            book = SlotBook(facts.held, facts.overrides, locked)
+
+    def decide_for(attempt_id: str) -> Callable[[RunAggregate], Decision]:
+        def decide(aggregate: RunAggregate) -> Decision:
+            nonlocal granted
+            if granted >= limit:
+                return EMPTY
+            ref = attempt_slot(aggregate, attempt_id) if attempt_id in aggregate.attempts else None
+            if not book.free(ref):
+                assert ref is not None
+                blocked.add(ref.slot)
+                return EMPTY
+            decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now(), worker=worker)
+            book.take(ref)
+            granted += 1
+            return decision
+
+        return decide
+
+    writes = [RunWrite(r, decide_for(a), a, slot=slot) for a, r, slot in offered]
+    return write_runs(tx, writes, authority.aggregates, wait=False, after_locks=read_slots)
+
+
+def _granted(batch: Batch, started: bool) -> list[Lease]:
+    """The leases a grant batch wrote, in its order."""
+    return [
+        _lease_value(batch.after.get(w.run_id, w.aggregate), w.decision.lease, started=started)
         for w in batch.written
         if w.aggregate is not None and w.decision is not None and w.decision.lease is not None
     ]
-    return leases, frozenset(blocked)
 
 
 def _lease_value(
@@ -358,6 +377,20 @@ def renew(
 
 
 @dataclass(frozen=True, slots=True)
+class NextWork:
+    """What a completing worker leases next in its completion's commit: up to `limit`
+    claimable Attempts (of `tasks`; None: any), as `lease_attempts(start=True)` right
+    after the completion would (the same candidates, order, limit slots and records),
+    for `ttl_ms`, `worker` recorded on the grants."""
+
+    worker_id: str
+    ttl_ms: int
+    limit: int
+    tasks: frozenset[str] | None = None
+    worker: worker_rules.WorkerInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """One Attempt's outcome, as `complete` takes it, for `complete_many`."""
 
@@ -367,7 +400,7 @@ class Completion:
     output: Mapping[str, Any] | None = None
     execution: Mapping[str, Any] | None = None  # how it ran: domain.execution
     # what the worker takes next in the same commit (docs/DESIGN.md "The run path")
-    next_work: run_path.NextWork | None = None
+    next_work: NextWork | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +412,7 @@ class Completed:
     lease: Lease
     status: str | None = None
     error: QlflowError | None = None
-    next_leases: tuple[Lease, ...] = ()  # granted with it (`Completion.next_work`), started
+    next_leases: tuple[Lease, ...] = ()  # leased with it (`Completion.next_work`), started
 
 
 def complete(
@@ -414,20 +447,7 @@ def complete_many(
     now = Now(now_ms)
 
     def decide_for(done: Completion) -> Callable[[RunAggregate], Decision]:
-        lease, next_work = done.lease, done.next_work
-        if next_work is not None:
-            return lambda agg: run_path.complete_and_lease_next(
-                agg,
-                lease.attempt_id,
-                lease.lease_id,
-                lease.version,
-                done.outcome,
-                done.result_code,
-                done.output,
-                now(),
-                execution=done.execution,
-                next_work=next_work,
-            )
+        lease = done.lease
         return lambda agg: run_path.complete_and_advance(
             agg,
             lease.attempt_id,
@@ -442,6 +462,8 @@ def complete_many(
 
     writes = [RunWrite(c.lease.run_id, decide_for(c), c.lease.attempt_id) for c in completions]
 
+    next_leases: dict[int, tuple[Lease, ...]] = {}
+
     def unit(tx: Transaction) -> Batch:
         batch = write_runs(now.bind(tx), writes, authority.aggregates, wait=True)
         for index, written in enumerate(batch.written):
@@ -449,6 +471,8 @@ def complete_many(
             if isinstance(refusal, InvalidInput) and len(writes) > 1:
                 # a bad argument refuses the whole call: nothing is written
                 raise InvalidInput(refusal.field, refusal.rule, f"completions[{index}]: {refusal}")
+        next_leases.clear()
+        next_leases.update(_lease_next(tx, authority, completions, batch, now))
         return batch
 
     batch = _with_retries(authority, unit, "complete")
@@ -466,21 +490,47 @@ def complete_many(
             done.outcome,
             recorded,
         )
-        next_leases = _next_leases(batch, written)
-        answers.append(Completed(done.lease, status=recorded, next_leases=next_leases))
+        answers.append(
+            Completed(done.lease, status=recorded, next_leases=next_leases.get(len(answers), ()))
+        )
     return answers
 
 
-def _next_leases(batch: Batch, written: Written) -> tuple[Lease, ...]:
-    """The started leases a completion granted its worker (`Completion.next_work`)."""
-    assert written.decision is not None and written.aggregate is not None
-    grants = written.decision.next_leases
-    if not grants:
-        return ()
-    after = batch.after.get(written.run_id, written.aggregate)
-    leases = tuple(_lease_value(after, grant, started=True) for grant in grants)
-    log.info("worker %s leased %d attempt(s) with its completion", grants[0].worker_id, len(leases))
-    return leases
+def _lease_next(
+    tx: Transaction,
+    authority: Units,
+    completions: Sequence[Completion],
+    batch: Batch,
+    now: Now,
+) -> dict[int, tuple[Lease, ...]]:
+    """In the completions' transaction, after them: the leases each recorded
+    completion's `next_work` asks for, granted as `lease_attempts(start=True)` grants
+    them (the candidates read in this transaction see what the completions made
+    ready). Completions asking alike (one worker, its terms) share one grant, its
+    leases handed out in their order. `batch.after` takes the Runs the grants leave."""
+    asking: dict[NextWork, list[int]] = {}  # by the terms asked, the limit left out
+    for index, (done, written) in enumerate(zip(completions, batch.written, strict=True)):
+        if done.next_work is not None and written.refusal is None:
+            asking.setdefault(replace(done.next_work, limit=0), []).append(index)
+    handed: dict[int, tuple[Lease, ...]] = {}
+    for terms, indexes in asking.items():
+        limits = [completions[i].next_work.limit for i in indexes]  # type: ignore[union-attr]
+        offered = candidates.claimable_attempts(tx, now(), sum(limits) * 2, tasks=terms.tasks)
+        if not offered:
+            continue
+        granted = _grant_in(
+            tx, authority, terms.worker_id, offered, sum(limits), terms.ttl_ms, now, True,
+            terms.worker, set(),
+        )  # fmt: skip
+        batch.after.update(granted.after)
+        leases = _granted(granted, started=True)
+        if leases:
+            log.info(
+                "worker %s leased %d attempt(s) with its completion", terms.worker_id, len(leases)
+            )
+        for index, limit in zip(indexes, limits, strict=True):
+            handed[index], leases = tuple(leases[:limit]), leases[limit:]
+    return handed
 
 
 class GroupedCompletions:

@@ -48,8 +48,6 @@ class Decision:
     - `settled_attempts` / `settled_steps`: Attempts / StepRuns this decision ended.
     - `run_terminal`: the Run's terminal status when this decision ends it.
     - `lease`: the lease granted or renewed (worker decisions).
-    - `next_leases`: the leases a completion granted its worker on the Attempts it
-      claimed (`run_path.complete_and_lease_next`), in claim order.
     - `stop_requested`: on a renewal, the Run has cancel intent: stop the work.
     - `step_timed_out`: on a renewal, the Attempt ran past its step's timeout: stop it
       and complete it `timed_out` (docs/DESIGN.md, "Step timeouts").
@@ -64,7 +62,6 @@ class Decision:
     settled_steps: int = 0
     run_terminal: str | None = None
     lease: LeaseGrant | None = None
-    next_leases: tuple[LeaseGrant, ...] = ()
     stop_requested: bool = False
     step_timed_out: bool = False
     replayed: bool = False

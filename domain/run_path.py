@@ -5,9 +5,6 @@
   executor that spawns at once.
 - `complete_and_advance`: the completion, then what the frontier and attempt
   admission phases would decide next from it, in one decision.
-- `complete_and_lease_next`: that, then `lease_and_start` to the completing worker
-  for Attempts it claimed, up to the worker's free slots (its next work, without a
-  lease commit of its own).
 - `admit_and_claim`: a Run's admission, then the Attempts attempt admission would
   claim for its ready roots, in one decision.
 - `cancel_and_converge`: the cancel intent, then what cancellation convergence
@@ -24,18 +21,16 @@ metadata names the worker as the actor.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from domain.admission import ADMISSION_ACTOR
 from domain.aggregate import RunAggregate, extend, fold
 from domain.attempts import decide_attempt_claims
 from domain.cancellation import decide_cancellation, request_cancel
-from domain.decision import Decision, LeaseGrant
-from domain.errors import FenceError
+from domain.decision import Decision
 from domain.frontier import decide_frontier
 from domain.records import NewEvent, Record, StreamAppend
-from domain.slots import QUEUE_ACTOR, attempt_slot, dequeue
+from domain.slots import QUEUE_ACTOR, dequeue
 from domain.streams import LEASE, NOTIFICATION, category, entity_id, run_stream, steps_stream
 from domain.worker import WorkerInfo, complete, grant_lease, mark_starting
 
@@ -167,70 +162,6 @@ def complete_and_advance(
     advanced = applied(after, frontier)
     admission = decide_attempt_claims(advanced, now_ms, actor=actor)
     return chained(done, frontier, admission, after=applied(advanced, admission))
-
-
-@dataclass(frozen=True, slots=True)
-class NextWork:
-    """What a completing worker takes next in its completion's commit: up to `limit`
-    of the Attempts the completion claims, of its `tasks` (None: any), leased for
-    `ttl_ms` with their start barrier. An Attempt whose Task has a limit is left to
-    `lease_attempts`, which reads the limit's slots under their locks."""
-
-    worker_id: str
-    ttl_ms: int
-    limit: int
-    tasks: frozenset[str] | None = None
-    worker: WorkerInfo | None = None
-
-
-def complete_and_lease_next(
-    aggregate: RunAggregate,
-    attempt_id: str,
-    lease_id: str,
-    lease_version: int,
-    outcome: str,
-    result_code: str | None,
-    output: Mapping[str, Any] | None,
-    now_ms: int,
-    *,
-    execution: Mapping[str, Any] | None = None,
-    next_work: NextWork,
-) -> Decision:
-    """`complete_and_advance`, then `lease_and_start` to `next_work`'s worker for the
-    Attempts it claimed that the worker takes (`NextWork`), in claim order; the
-    decision's `next_leases` are their leases. What the grant refuses (a Run ended,
-    a deadline reached) stays claimed for any worker, as it was."""
-    advanced = complete_and_advance(
-        aggregate, attempt_id, lease_id, lease_version, outcome, result_code, output, now_ms,
-        execution=execution,
-    )  # fmt: skip
-    if next_work.limit <= 0 or advanced.replayed or not advanced.appends:
-        return advanced
-    run = applied(aggregate, advanced)
-    claimed = [a for a in run.attempts if a not in aggregate.attempts]
-    parts = [advanced]
-    leases: list[LeaseGrant] = []
-    for claim in claimed:
-        if len(leases) == next_work.limit:
-            break
-        step = run.steps[run.attempts[claim].step_key]
-        if next_work.tasks is not None and step.task_ref not in next_work.tasks:
-            continue
-        if attempt_slot(run, claim) is not None:
-            continue
-        try:
-            leased = lease_and_start(
-                run, claim, next_work.worker_id, next_work.ttl_ms, now_ms, worker=next_work.worker
-            )
-        except FenceError:
-            continue
-        assert leased.lease is not None
-        parts.append(leased)
-        leases.append(leased.lease)
-        run = applied(run, leased)
-    if not leases:
-        return advanced
-    return chained(*parts, next_leases=tuple(leases), after=run)
 
 
 def admit_and_claim(

@@ -174,6 +174,7 @@ class Driver:
             servable=servable,
             on_finish=lambda _report: self._wake.set(),
         )
+        self.pool.next_work = not once  # `once`: the Attempts of one lease, no more
         self._relayed: set[str] = set()
         self._cancel_recorded = False
 
@@ -184,11 +185,13 @@ class Driver:
 
     def request_stop(self) -> None:
         """Stop leasing, drain the running Attempts, and return."""
+        self.pool.next_work = False
         self.stop.set()
         self._wake.set()
 
     def request_abort(self) -> None:
         """Kill every process now and return what is left unfinished."""
+        self.pool.next_work = False
         self.abort.set()
         self._wake.set()
 

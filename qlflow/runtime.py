@@ -25,7 +25,6 @@ from domain.errors import InvalidInput
 from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
-from domain.run_path import NextWork
 from domain.values import AdmissionReceipt, Publication
 from domain.worker import WorkerInfo
 from eventstore.api import StoreUsageError
@@ -421,13 +420,12 @@ class Runtime(Inspection, Scheduling, FlowControl):
         host: str | None = None,
         now_ms: int | None = None,
     ) -> Completed:
-        """`complete`, and in the same commit lease to the same worker, with their
-        start barrier, up to `limit` of the Attempts the completion made ready (of
-        `tasks`, when given; not those of a Task with a limit, which
-        `lease_attempts` leases): the worker's next work without a lease commit of
-        its own. Returns the recorded status and those leases (`next_leases`,
-        started, as `lease_attempts(start=True)` grants them); raises as `complete`.
-        `ttl_ms`, `slots` and `host` are as `lease_attempts` takes them."""
+        """`complete`, then in the same commit what `lease_attempts(lease.worker_id,
+        limit, ttl_ms, tasks=tasks, start=True, slots=slots, host=host)` right after it
+        would lease (the Attempts the completion made ready among them): the
+        worker's next work without a lease commit of its own. Returns the recorded
+        status and those leases (`Completed.next_leases`, started); raises as
+        `complete`. A completion that was recorded before (a replay) leases too."""
         if result_code is not None:
             text("result_code", result_code)
         lease = lease_of(lease)
@@ -435,7 +433,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
         check_lease_ttl(ttl_ms)
         lease_expiry(self._now(now_ms), ttl_ms)
         said = None if slots is None and host is None else WorkerInfo(host=host, slots=slots)
-        next_work = NextWork(
+        next_work = workers.NextWork(
             lease.worker_id,
             ttl_ms,
             limit,

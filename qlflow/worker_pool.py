@@ -1,5 +1,8 @@
 """A host's local workers: lease Attempts up to the free slots and run each on a
-thread of the pool's own through the local executor."""
+thread of the pool's own through the local executor. A completion takes the
+worker's next work in its own commit (`Runtime.complete_and_lease`): the Attempts it
+made ready, up to the slots free once it ends, run at once without a lease commit
+(docs/DESIGN.md "The run path: two commits per step")."""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from qlflow.executor import AttemptReport
 from qlflow.executor.seam import Executor
@@ -82,10 +86,14 @@ class WorkerPool:
         self.tasks = list(tasks) if tasks is not None else None
         self._on_finish = on_finish
         self._threads: dict[str, Lease] = {}  # the Attempts running, by id
+        self._taking = 0  # free slots completions in flight fill with their next work
         self._runners = _Runners(self._execute)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self.reports: list[AttemptReport] = []
+        # False: completions take no next work (a host that stops, or leases once)
+        self.next_work = True
+        executor.completer = self._complete
 
     @property
     def busy(self) -> int:
@@ -93,17 +101,23 @@ class WorkerPool:
         with self._lock:
             return len(self._threads)
 
-    def fill(self) -> int:
-        """Lease up to the free slots and start each Attempt; returns how many."""
-        free = self.slots - self.busy
-        if free <= 0:
-            return 0
+    def _tasks(self) -> list[str] | None:
+        """The task refs this pool leases (None: any); empty: none right now."""
         tasks = self.tasks
         if self._servable is not None:
             servable = self._servable()
             tasks = sorted(servable if tasks is None else servable.intersection(tasks))
-            if not tasks:
-                return 0
+        return tasks
+
+    def fill(self) -> int:
+        """Lease up to the free slots and start each Attempt; returns how many."""
+        with self._lock:
+            free = self.slots - len(self._threads) - self._taking
+        if free <= 0:
+            return 0
+        tasks = self._tasks()
+        if tasks == []:
+            return 0
         leases = self._rt.lease_attempts(  # the executor spawns at once: start with the grant
             self.worker_id,
             limit=free,
@@ -114,11 +128,59 @@ class WorkerPool:
             slots=self.slots,
             host=HOST,
         )
+        self._start(leases)
+        return len(leases)
+
+    def _start(self, leases: Iterable[Lease]) -> None:
         for lease in leases:
             with self._lock:
                 self._threads[lease.attempt_id] = lease
             self._runners.submit(lease)
-        return len(leases)
+
+    def _complete(
+        self,
+        lease: Lease,
+        outcome: str,
+        *,
+        result_code: str | None,
+        output: Mapping[str, Any] | None,
+        execution: Mapping[str, Any] | None,
+    ) -> str:
+        """The executors' completer: the completion takes up to the slots free once
+        this Attempt ends (its own and any other no one has taken) of the Attempts it
+        makes ready, and they start at once."""
+        with self._lock:
+            # its own slot (it still counts among the running), and the free ones no
+            # other completion in flight has taken
+            extra = max(0, self.slots - len(self._threads) - self._taking)
+            take = 1 + extra if self.next_work else 0
+            if take:
+                self._taking += extra
+        try:
+            tasks = self._tasks() if take else None
+            if not take or tasks == []:
+                return self._rt.complete(
+                    lease, outcome, result_code=result_code, output=output, execution=execution
+                )
+            done = self._rt.complete_and_lease(
+                lease,
+                outcome,
+                result_code=result_code,
+                output=output,
+                execution=execution,
+                limit=take,
+                ttl_ms=self.ttl_ms,
+                tasks=tasks,
+                slots=self.slots,
+                host=HOST,
+            )
+            self._start(done.next_leases)
+        finally:
+            if take:
+                with self._lock:
+                    self._taking -= extra
+        assert done.status is not None
+        return done.status
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait until no Attempt is running (at most `timeout_s`); True if idle."""

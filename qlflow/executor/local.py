@@ -24,6 +24,7 @@ from projections.task_io import TaskInputs
 from qlflow.executor.capture import LogCapture, note_to_log
 from qlflow.executor.processes import signal_group, signal_name, spawn
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
+from qlflow.executor.seam import Completer
 from qlflow.executor.step_deadline import STEP_TIMEOUT
 from qlflow.executor.supervision import (
     HeldAttempts,
@@ -92,6 +93,7 @@ class LocalProcessExecutor:
         self.log_dir = Path(log_dir)
         self.ttl_ms = ttl_ms
         self.kill_after_s = kill_after_s
+        self.completer: Completer | None = None  # how outcomes are recorded (a host's pool)
         self._held: HeldAttempts[_Supervised] = HeldAttempts(lambda item: item.wake.set())
         self._closing = threading.Event()
         atexit.register(_kill_at_exit, weakref.ref(self))
@@ -335,7 +337,14 @@ class LocalProcessExecutor:
                 execution["error"] = str(problem)
                 outcome, code, written = Status.FAILED, OUTPUT_INVALID, None
         status, error = complete_held(
-            self._rt, item, outcome, code, written, execution, ttl_ms=self.ttl_ms
+            self._rt,
+            item,
+            outcome,
+            code,
+            written,
+            execution,
+            ttl_ms=self.ttl_ms,
+            completer=self.completer,
         )
         return report(
             item.lease,
@@ -390,7 +399,14 @@ class LocalProcessExecutor:
         execution = {"log_path": str(log_path), "exit_code": None, "error": reason}
         outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else Status.FAILED
         status, error = complete_held(
-            self._rt, held, outcome, result_code, None, execution, ttl_ms=self.ttl_ms
+            self._rt,
+            held,
+            outcome,
+            result_code,
+            None,
+            execution,
+            ttl_ms=self.ttl_ms,
+            completer=self.completer,
         )
         if status is None:
             return report(held.lease, None, None, None, log_path, error=f"{reason}; {error}")

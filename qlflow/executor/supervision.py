@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from domain.errors import FenceError, QlflowError
 from qlflow.executor.reports import AttemptReport, report
+from qlflow.executor.seam import Completer
 from qlflow.executor.step_deadline import STEP_TIMEOUT, StepDeadline
 from qlflow.executor.writes import Held, NotStarted, recovered, retrying, until_recorded
 from qlflow.runtime import Lease, Runtime
@@ -141,16 +142,19 @@ def complete_held(
     execution: Mapping[str, Any] | None,
     *,
     ttl_ms: int,
+    completer: Completer | None = None,
 ) -> tuple[str | None, str | None]:
-    """Record the outcome, trying again while the store cannot take it (a completion
-    is idempotent: a retry after a lost answer is a replay). (status, None), or
-    (None, why) when it could not be recorded."""
+    """Record the outcome (through `completer`, else `rt.complete`), trying again
+    while the store cannot take it (a completion is idempotent: a retry after a lost
+    answer is a replay). (status, None), or (None, why) when it could not be
+    recorded."""
+    complete: Completer = completer if completer is not None else rt.complete
     try:
         status = until_recorded(
             rt,
             held,
             "completion",
-            lambda lease: rt.complete(
+            lambda lease: complete(
                 lease, outcome, result_code=result_code, output=output, execution=execution
             ),
             ttl_ms=ttl_ms,

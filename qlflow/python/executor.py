@@ -38,6 +38,7 @@ from qlflow.executor.local import (
     START_FAILED,
 )
 from qlflow.executor.reports import AttemptReport, RunningProcess, report
+from qlflow.executor.seam import Completer
 from qlflow.executor.step_deadline import STEP_TIMEOUT
 from qlflow.executor.supervision import (
     HeldAttempts,
@@ -189,6 +190,7 @@ class PythonExecutor:
         self.log_dir = Path(log_dir)
         self.ttl_ms = ttl_ms
         self.kill_after_s = kill_after_s
+        self.completer: Completer | None = None  # how outcomes are recorded (a host's pool)
         self.pool = ProcessPool(processes)
         self._held: HeldAttempts[_Running] = HeldAttempts(lambda item: item.handle.wake())
         self._closing = threading.Event()
@@ -375,7 +377,14 @@ class PythonExecutor:
             "error": _cut(outcome.message) if recorded != Status.SUCCEEDED else None,
         }
         status, error = complete_held(
-            self._rt, item, recorded, result_code, output, execution, ttl_ms=self.ttl_ms
+            self._rt,
+            item,
+            recorded,
+            result_code,
+            output,
+            execution,
+            ttl_ms=self.ttl_ms,
+            completer=self.completer,
         )
         return report(
             item.lease,
@@ -396,7 +405,14 @@ class PythonExecutor:
         outcome = INTERRUPTED if result_code == WORKER_SHUTDOWN else Status.FAILED
         execution = {"log_path": str(attempt_log.path), "error": _cut(reason)}
         status, error = complete_held(
-            self._rt, held, outcome, result_code, None, execution, ttl_ms=self.ttl_ms
+            self._rt,
+            held,
+            outcome,
+            result_code,
+            None,
+            execution,
+            ttl_ms=self.ttl_ms,
+            completer=self.completer,
         )
         return report(
             held.lease,

@@ -8,6 +8,7 @@ import logging
 from domain.errors import QlflowError
 from qlflow.executor.local import LocalProcessExecutor
 from qlflow.executor.reports import AttemptReport, RunningProcess
+from qlflow.executor.seam import Completer
 from qlflow.executor.tasks import PublishedTasks
 from qlflow.python.executor import PythonExecutor
 from qlflow.runtime import Lease
@@ -24,6 +25,16 @@ class TaskRouter:
         self.tasks = tasks
         self.commands = commands
         self.python = python
+
+    @property
+    def completer(self) -> Completer | None:
+        """How both executors record an outcome (None: `Runtime.complete`)."""
+        return self.python.completer
+
+    @completer.setter
+    def completer(self, completer: Completer | None) -> None:
+        self.commands.completer = completer
+        self.python.completer = completer
 
     @property
     def kill_after_s(self) -> float:

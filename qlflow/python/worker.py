@@ -99,6 +99,7 @@ class Worker:
         with self._pool_lock:
             before = len(self.pool.reports)
             self.pool.run_id = run_id
+            self.pool.next_work = False  # the Attempts of this one lease
             self.pool.fill()
             self.pool.join(timeout_s)
             return list(self.pool.reports[before:])
@@ -116,6 +117,7 @@ class Worker:
         with self._pool_lock:
             before = len(self.pool.reports)
             self.pool.run_id = None
+            self.pool.next_work = True  # a completion takes what it made ready
             next_cycle = 0.0
             while not until():
                 # a completion commits what the cycle would decide next from it (its
@@ -127,6 +129,7 @@ class Worker:
                 self.pool.fill()
                 self._wake.wait(interval_s)
                 self._wake.clear()
+            self.pool.next_work = False  # done: what runs ends, nothing new starts
             self.pool.join()
             return list(self.pool.reports[before:])
 
@@ -145,6 +148,7 @@ class Worker:
     def stop(self, grace_s: float | None = None) -> None:
         """Ask every running step to stop and wait `grace_s` (default: the kill grace)
         for them; pool processes still running are then ended."""
+        self.pool.next_work = False
         self.executor.stop_all("shutdown")
         deadline = time.monotonic() + (
             grace_s if grace_s is not None else self.executor.kill_after_s

@@ -426,32 +426,39 @@ def test_next_work_takes_at_most_the_limit_of_the_tasks_asked_for(rt):
     assert sorted(lease.step_key for lease in others) == ["b", "d", "f", "g"]
 
 
-def test_next_work_leaves_a_limited_task_and_a_cancelled_run_to_the_lease(rt):
+def test_next_work_takes_a_limited_task_through_its_slots_and_nothing_of_a_cancelled_run(rt):
     limited = manifest(FAN)
     limited["tasks"]["c"]["concurrency"] = 1
     rt.publish(limited, now_ms=T0)
-    run_id = rt.start("demo", "flow", admission_key="k", now_ms=T0).run_id
-    (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
-    done = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 1)
+    first, second, third = (
+        rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)
+    )
+    roots = {
+        lease.run_id: lease for lease in rt.lease_attempts("w1", limit=3, now_ms=T0, start=True)
+    }
+    done = rt.complete_and_lease(roots[first], "succeeded", limit=16, now_ms=T0 + 1)
+    assert sorted(lease.step_key for lease in done.next_leases) == list("bcdefg")
+    # c's one slot is held: the second Run's c waits for it
+    done = rt.complete_and_lease(roots[second], "succeeded", limit=16, now_ms=T0 + 2)
     assert sorted(lease.step_key for lease in done.next_leases) == list("bdefg")
-    (c,) = rt.lease_attempts("w1", limit=16, now_ms=T0 + 2, start=True)
-    assert c.step_key == "c"  # through the limit's slots
-    # under cancel intent a completion leases nothing
-    second = rt.start("demo", "flow", admission_key="k2", now_ms=T0).run_id
-    (root,) = rt.lease_attempts("w1", run_id=second, now_ms=T0 + 3, start=True)
-    rt.cancel(second, now_ms=T0 + 4)
-    done = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 5)
+    assert rt.get_run(second).steps["c"].status == "ready"
+    # under cancel intent a completion leases nothing of its Run
+    rt.cancel(third, now_ms=T0 + 3)
+    done = rt.complete_and_lease(roots[third], "succeeded", limit=16, now_ms=T0 + 4)
     assert (done.status, done.next_leases) == ("cancelled", ())
-    assert rt.get_run(run_id).status == "running"
+    assert rt.verify_projections().ok
 
 
-def test_next_work_of_a_replayed_completion_is_nothing_new(rt):
+def test_a_replayed_completion_answers_its_status_and_leases_what_is_left(rt):
+    """A completion sent again (its answer lost) is a replay; its next work is what is
+    claimable then: what the lost answer leased is not handed out twice."""
     _start(rt, FAN)
     (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
-    first = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 1)
-    assert len(first.next_leases) == 6
+    first = rt.complete_and_lease(root, "succeeded", limit=2, now_ms=T0 + 1)
     again = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 2)
-    assert (again.status, again.next_leases) == ("succeeded", ())
+    assert again.status == "succeeded"
+    assert [lease.step_key for lease in first.next_leases] == ["b", "c"]
+    assert [lease.step_key for lease in again.next_leases] == list("defg")
 
 
 def test_complete_and_lease_refuses_bad_values_and_writes_nothing(rt):
