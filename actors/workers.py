@@ -379,7 +379,7 @@ def renew(
 @dataclass(frozen=True, slots=True)
 class NextWork:
     """What a completing worker leases next in its completion's commit: up to `limit`
-    claimable Attempts (of `tasks`; None: any), as `lease_attempts(start=True)` right
+    claimable Attempts (of `tasks`, of `run_id`; None: any), as `lease_attempts(start=True)` right
     after the completion would (the same candidates, order, limit slots and records),
     for `ttl_ms`, `worker` recorded on the grants."""
 
@@ -388,6 +388,7 @@ class NextWork:
     limit: int
     tasks: frozenset[str] | None = None
     worker: worker_rules.WorkerInfo | None = None
+    run_id: str | None = None  # only this Run's Attempts (a host driving one Run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,7 +516,9 @@ def _lease_next(
     handed: dict[int, tuple[Lease, ...]] = {}
     for terms, indexes in asking.items():
         limits = [completions[i].next_work.limit for i in indexes]  # type: ignore[union-attr]
-        offered = candidates.claimable_attempts(tx, now(), sum(limits) * 2, tasks=terms.tasks)
+        offered = candidates.claimable_attempts(
+            tx, now(), sum(limits) * 2, run_id=terms.run_id, tasks=terms.tasks
+        )
         if not offered:
             continue
         granted = _grant_in(

@@ -418,11 +418,12 @@ class Runtime(Inspection, Scheduling, FlowControl):
         tasks: Iterable[str] | None = None,
         slots: int | None = None,
         host: str | None = None,
+        run_id: str | None = None,
         now_ms: int | None = None,
     ) -> Completed:
         """`complete`, then in the same commit what `lease_attempts(lease.worker_id,
-        limit, ttl_ms, tasks=tasks, start=True, slots=slots, host=host)` right after it
-        would lease (the Attempts the completion made ready among them): the
+        limit, ttl_ms, run_id=run_id, tasks=tasks, start=True, slots=slots, host=host)`
+        right after it would lease (the Attempts the completion made ready among them): the
         worker's next work without a lease commit of its own. Returns the recorded
         status and those leases (`Completed.next_leases`, started); raises as
         `complete`. A completion that was recorded before (a replay) leases too."""
@@ -439,6 +440,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
             limit,
             None if tasks is None else frozenset(texts("tasks", tasks)),
             said,
+            optional_text("run_id", run_id),
         )
         completion = Completion(
             lease,

@@ -173,6 +173,7 @@ class WorkerPool:
                 tasks=tasks,
                 slots=self.slots,
                 host=HOST,
+                run_id=self.run_id,
             )
             self._start(done.next_leases)
         finally:

@@ -449,6 +449,19 @@ def test_next_work_takes_a_limited_task_through_its_slots_and_nothing_of_a_cance
     assert rt.verify_projections().ok
 
 
+def test_next_work_of_one_run_takes_nothing_of_another(rt):
+    rt.publish(manifest(FAN), now_ms=T0)
+    first, second = (rt.start("demo", "flow", admission_key=k, now_ms=T0).run_id for k in "xy")
+    roots = {
+        lease.run_id: lease for lease in rt.lease_attempts("w1", limit=2, now_ms=T0, start=True)
+    }
+    done = rt.complete_and_lease(roots[second], "succeeded", limit=16, run_id=first, now_ms=T0 + 1)
+    assert done.next_leases == ()  # the first Run's root is leased; the second's b..g wait
+    done = rt.complete_and_lease(roots[first], "succeeded", limit=16, run_id=first, now_ms=T0 + 2)
+    assert {lease.run_id for lease in done.next_leases} == {first}
+    assert len(rt.lease_attempts("w2", limit=16, run_id=second, now_ms=T0 + 3)) == 6
+
+
 def test_a_replayed_completion_answers_its_status_and_leases_what_is_left(rt):
     """A completion sent again (its answer lost) is a replay; its next work is what is
     claimable then: what the lost answer leased is not handed out twice."""
