@@ -49,6 +49,7 @@ class AsyncRuntime:
     cancel_many = _on_a_thread(Runtime.cancel_many)
     clock_ms = _on_a_thread(Runtime.clock_ms)
     complete = _on_a_thread(Runtime.complete)
+    complete_and_lease = _on_a_thread(Runtime.complete_and_lease)
     complete_many = _on_a_thread(Runtime.complete_many)
     count_runs = _on_a_thread(Runtime.count_runs)
     cycle = _on_a_thread(Runtime.cycle)
