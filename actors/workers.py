@@ -379,9 +379,10 @@ def renew(
 @dataclass(frozen=True, slots=True)
 class NextWork:
     """What a completing worker leases next in its completion's commit: up to `limit`
-    claimable Attempts (of `tasks`, of `run_id`; None: any), as `lease_attempts(start=True)` right
-    after the completion would (the same candidates, order, limit slots and records),
-    for `ttl_ms`, `worker` recorded on the grants."""
+    claimable Attempts (of `tasks`, of `run_id`; None: any), as
+    `lease_attempts(start=True)` right after the completion would (the same
+    candidates, order, limit slots and records), for `ttl_ms`, `worker` recorded on
+    the grants."""
 
     worker_id: str
     ttl_ms: int
@@ -478,7 +479,7 @@ def complete_many(
 
     batch = _with_retries(authority, unit, "complete")
     answers = []
-    for done, written in zip(completions, batch.written, strict=True):
+    for index, (done, written) in enumerate(zip(completions, batch.written, strict=True)):
         if written.refusal is not None:
             answers.append(Completed(done.lease, error=written.refusal))
             continue
@@ -492,7 +493,7 @@ def complete_many(
             recorded,
         )
         answers.append(
-            Completed(done.lease, status=recorded, next_leases=next_leases.get(len(answers), ()))
+            Completed(done.lease, status=recorded, next_leases=next_leases.get(index, ()))
         )
     return answers
 
