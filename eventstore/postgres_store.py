@@ -45,6 +45,7 @@ tables are created unqualified, in the first schema of the search_path.
 from __future__ import annotations
 
 import functools
+import math
 import select
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -727,7 +728,7 @@ class PostgresStore(BaseStore):
             if owned:
                 session.execute(f"VACUUM {', '.join(quote_ident(name) for name in owned)}")
             if "events" in owned:
-                _rebuild_sparse_positions(session)
+                _rebuild_sparse_indexes(session)
         return owned
 
     def _recorded_version(self, session: BaseTransaction, component: str) -> int | None:
@@ -864,42 +865,67 @@ def _describe(url: str) -> str:
     )
 
 
-# The events' primary key: positions only increase, so a leaf page whose positions
-# retention removed is never filled again, and the few events kept on it (a schedule's
-# fires, retention records) keep it from being freed (docs/DESIGN.md, "Retention").
-# A fresh leaf page holds about 366 of its entries (20 bytes each with the line
-# pointer, filled to the default fillfactor of 90): the index is rebuilt once it holds
-# under half that per page, and is at least SPARSE_MIN_PAGES big.
-FRESH_POSITIONS_PER_PAGE = 366
+# The events' indexes after retention (docs/DESIGN.md, "Retention"). Positions only
+# increase, so a leaf page whose positions retention removed is never filled again
+# while a few events kept on it (a schedule's fires, retention records) keep it from
+# being freed; event ids and stream ids fall at random places, and new inserts split
+# full pages before they fill the room removals freed in others. A fresh
+# leaf page, filled to the default fillfactor of 90, holds FILLED_PAGE_BYTES of
+# entries: the key, aligned, after an 8-byte tuple header, and a 4-byte line pointer
+# (366 positions). The table's indexes are rebuilt once one of them holds under half
+# what fresh pages would, and is at least SPARSE_MIN_PAGES big.
+FILLED_PAGE_BYTES = (8192 - 24 - 16) * 0.9  # a page, less its header and btree special
 SPARSE_MIN_PAGES = 128
 
 
-def sparse_primary_key(pages: int, entries: float) -> bool:
-    """Whether an events primary key of `pages` pages holding `entries` positions is
-    sparse enough to be rebuilt."""
-    return pages >= SPARSE_MIN_PAGES and entries < pages * FRESH_POSITIONS_PER_PAGE / 2
+def index_entry_bytes(key_bytes: float) -> float:
+    """What one entry of a btree whose keys take `key_bytes` costs a leaf page."""
+    return math.ceil((8 + key_bytes) / 8) * 8 + 4
 
 
-def _rebuild_sparse_positions(session: Any) -> None:
-    # Run after the VACUUM, which counted the index's pages and the table's live rows.
-    # The rows are what the key must hold: the index's own count keeps the entries of
+def sparse_index(pages: int, rows: float, key_bytes: float) -> bool:
+    """Whether an index of `pages` pages over `rows` rows, its keys `key_bytes` wide
+    on average, is sparse enough to be rebuilt."""
+    fresh_per_page = FILLED_PAGE_BYTES / index_entry_bytes(key_bytes)
+    return pages >= SPARSE_MIN_PAGES and rows < pages * fresh_per_page / 2
+
+
+# each index of events: its pages, the table's live rows, whether it is valid, and its
+# key's average width (fixed-width columns by their type, the others by the table's
+# statistics: NULL while the table has none)
+_EVENTS_INDEXES = """
+SELECT c.relname, c.relpages, t.reltuples, i.indisvalid,
+       (SELECT CASE WHEN bool_and(w IS NOT NULL) THEN sum(w) END
+          FROM (SELECT CASE WHEN ty.typlen > 0 THEN ty.typlen ELSE st.avg_width END AS w
+                  FROM unnest(i.indkey::int2[]) AS k(attnum)
+                  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                  JOIN pg_type ty ON ty.oid = a.atttypid
+                  LEFT JOIN pg_stats st ON st.schemaname = current_schema()
+                       AND st.tablename = 'events' AND st.attname = a.attname) AS widths)
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_class t ON t.oid = i.indrelid
+ WHERE i.indrelid = to_regclass('events')
+"""
+
+
+def _rebuild_sparse_indexes(session: Any) -> None:
+    # Run after the VACUUM, which counted the indexes' pages and the table's live rows.
+    # The rows are what an index must hold: an index's own count keeps the entries of
     # rows another session's snapshot may still see (a rebuild then keeps them too, and
-    # a later reclaim makes it again). The table's other indexes go with it: their keys
-    # (event ids, stream ids) fall at random places, and their pages keep much of the
-    # room removals freed (docs/DESIGN.md, "Retention"). CONCURRENTLY, so appends go
-    # on; one that failed leaves its new copies invalid (and kept up to date by every
-    # insert): they are dropped before another is made.
-    indexes = session.query(
-        "SELECT c.relname, c.relpages, t.reltuples, i.indisprimary, i.indisvalid "
-        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-        "JOIN pg_class t ON t.oid = i.indrelid WHERE i.indrelid = to_regclass('events')"
-    )
+    # a later reclaim makes it again). The widths of text keys come from the table's
+    # statistics, gathered once here where there are none (autovacuum may be off).
+    # CONCURRENTLY, so appends go on; one that failed leaves its new copies invalid
+    # (and kept up to date by every insert): they are dropped before another is made.
+    indexes = session.query(_EVENTS_INDEXES)
+    if any(valid and width is None for _name, _pages, _rows, valid, width in indexes):
+        session.execute("ANALYZE events")
+        indexes = session.query(_EVENTS_INDEXES)
     if not any(
-        primary and valid and sparse_primary_key(pages, entries)
-        for _name, pages, entries, primary, valid in indexes
+        valid and width is not None and sparse_index(pages, rows, float(width))
+        for _name, pages, rows, valid, width in indexes
     ):
         return
-    for name, _pages, _entries, _primary, valid in indexes:
+    for name, _pages, _rows, valid, _width in indexes:
         if not valid and "_ccnew" in name:
             session.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote_ident(name)}")
     session.execute("REINDEX TABLE CONCURRENTLY events")

@@ -9,9 +9,10 @@ import pytest
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from eventstore import open_store
 from eventstore.postgres_store import (
-    FRESH_POSITIONS_PER_PAGE,
+    FILLED_PAGE_BYTES,
     SPARSE_MIN_PAGES,
-    sparse_primary_key,
+    index_entry_bytes,
+    sparse_index,
 )
 from eventstore.url import with_search_path
 from tests.eventstore.builders import event, stream
@@ -141,7 +142,13 @@ def test_reclaim_rebuilds_a_primary_key_that_removals_left_sparse(pg_url):
         store.close()
 
 
-def test_a_primary_key_is_sparse_under_half_a_fresh_page_and_past_a_minimum_size():
-    assert not sparse_primary_key(SPARSE_MIN_PAGES - 1, 0)  # small: never worth it
-    assert sparse_primary_key(1000, 1000 * FRESH_POSITIONS_PER_PAGE / 2 - 1)
-    assert not sparse_primary_key(1000, 1000 * FRESH_POSITIONS_PER_PAGE / 2)
+def test_an_index_is_sparse_under_half_its_fresh_pages_and_past_a_minimum_size():
+    positions = FILLED_PAGE_BYTES / index_entry_bytes(8)  # a bigint key: 20 bytes an entry
+    assert int(positions) == 366
+    assert not sparse_index(SPARSE_MIN_PAGES - 1, 0, 8)  # small: never worth it
+    assert sparse_index(1000, 1000 * positions / 2 - 1, 8)
+    assert not sparse_index(1000, 1000 * positions / 2, 8)
+    # a wider key fills a page with fewer entries: 37-byte event ids, 52 bytes each
+    assert index_entry_bytes(37) == 52
+    assert not sparse_index(1000, 1000 * FILLED_PAGE_BYTES / 52 / 2, 37)
+    assert sparse_index(1000, 1000 * FILLED_PAGE_BYTES / 52 / 2 - 1, 37)
