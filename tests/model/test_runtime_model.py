@@ -122,6 +122,7 @@ class RuntimeModel(RuleBasedStateMachine):
         self.runs: dict[str, str] = {}  # admission key -> run id
         self.acknowledged: list[tuple] = []  # what replays must answer the same
         self.hanging: list = []  # leases of workers whose step hangs; they keep renewing
+        self.next_up: list = []  # started leases a completion took as its worker's next work
         self.removed: set[str] = set()  # Runs retention removed
 
     def teardown(self) -> None:
@@ -182,6 +183,34 @@ class RuntimeModel(RuleBasedStateMachine):
             return
         recorded = self.rt.complete(lease, outcome, now_ms=self.now)
         self.acknowledged.append(("complete", lease, outcome, self.now, recorded))
+
+    @rule(
+        outcomes=st.lists(st.sampled_from(["succeeded", "failed"]), min_size=1, max_size=4),
+        limit=st.sampled_from([1, 3]),
+    )
+    def work_next(self, outcomes: list[str], limit: int) -> None:
+        """A pool's worker: it runs what its last completion took as its next work (or
+        leases with the start barrier), and each completion takes the next in the same
+        commit (`complete_and_lease`). What it took and the clock outran is lost."""
+        for outcome in outcomes:
+            if self.next_up:
+                lease = self.next_up.pop(0)
+            else:
+                leases = self.rt.lease_attempts("p", ttl_ms=TTL_MS, now_ms=self.now, start=True)
+                if not leases:
+                    return
+                lease = leases[0]
+            try:
+                done = self.rt.complete_and_lease(
+                    lease, outcome, limit=limit, ttl_ms=TTL_MS, now_ms=self.now
+                )
+            except (FenceError, NotFound):  # its lease ran out, or retention removed its Run
+                continue
+            if done.next_leases:
+                event("a completion took its worker's next work")
+            assert all(n.started and n.worker_id == "p" for n in done.next_leases)
+            self.acknowledged.append(("complete", lease, outcome, self.now, done.status))
+            self.next_up.extend(done.next_leases)
 
     @precondition(lambda self: self.hanging)
     @rule(at_deadline=st.booleans())
@@ -345,6 +374,7 @@ class RuntimeModel(RuleBasedStateMachine):
         for view in self.rt.schedules():  # the Runs it fired must end; no new ones
             self.rt.pause_schedule(view.schedule_id, now_ms=self.now)
         self.hanging = []  # their hosts are gone: the leases expire
+        self.next_up = []
         for _ in range(LIVENESS_ROUNDS):
             self.rt.cycle(now_ms=self.now)
             for lease in self.rt.lease_attempts("w", limit=20, ttl_ms=TTL_MS, now_ms=self.now):
