@@ -872,8 +872,9 @@ def _describe(url: str) -> str:
 # full pages before they fill the room removals freed in others. A fresh
 # leaf page, filled to the default fillfactor of 90, holds FILLED_PAGE_BYTES of
 # entries: the key, aligned, after an 8-byte tuple header, and a 4-byte line pointer
-# (366 positions). The table's indexes are rebuilt once one of them holds under half
-# what fresh pages would, and is at least SPARSE_MIN_PAGES big.
+# (366 positions). An index is rebuilt once it holds under half what fresh pages would,
+# and is at least SPARSE_MIN_PAGES big; the others are left at their fill (a random-
+# keyed index rebuilt at 90% only splits its pages back to where it was).
 FILLED_PAGE_BYTES = (8192 - 24 - 16) * 0.9  # a page, less its header and btree special
 SPARSE_MIN_PAGES = 128
 
@@ -888,6 +889,16 @@ def sparse_index(pages: int, rows: float, key_bytes: float) -> bool:
     on average, is sparse enough to be rebuilt."""
     fresh_per_page = FILLED_PAGE_BYTES / index_entry_bytes(key_bytes)
     return pages >= SPARSE_MIN_PAGES and rows < pages * fresh_per_page / 2
+
+
+def sparse_indexes(facts: Sequence[tuple[str, int, float, bool, float | None]]) -> list[str]:
+    """The valid indexes among `facts` (name, pages, table rows, valid, key width; a
+    width None is unknown) sparse enough to be rebuilt, each on its own."""
+    return [
+        name
+        for name, pages, rows, valid, width in facts
+        if valid and width is not None and sparse_index(pages, rows, float(width))
+    ]
 
 
 # each index of events: its pages, the table's live rows, whether it is valid, and its
@@ -920,12 +931,11 @@ def _rebuild_sparse_indexes(session: Any) -> None:
     if any(valid and width is None for _name, _pages, _rows, valid, width in indexes):
         session.execute("ANALYZE events")
         indexes = session.query(_EVENTS_INDEXES)
-    if not any(
-        valid and width is not None and sparse_index(pages, rows, float(width))
-        for _name, pages, rows, valid, width in indexes
-    ):
+    sparse = sparse_indexes(indexes)
+    if not sparse:
         return
     for name, _pages, _rows, valid, _width in indexes:
         if not valid and "_ccnew" in name:
             session.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote_ident(name)}")
-    session.execute("REINDEX TABLE CONCURRENTLY events")
+    for name in sparse:  # one at a time: an index at its steady fill is left alone
+        session.execute(f"REINDEX INDEX CONCURRENTLY {quote_ident(name)}")

@@ -13,6 +13,7 @@ from eventstore.postgres_store import (
     SPARSE_MIN_PAGES,
     index_entry_bytes,
     sparse_index,
+    sparse_indexes,
 )
 from eventstore.url import with_search_path
 from tests.eventstore.builders import event, stream
@@ -131,9 +132,17 @@ def test_reclaim_rebuilds_a_primary_key_that_removals_left_sparse(pg_url):
             if rebuilt * 10 < full or time.monotonic() > deadline:
                 break
         assert rebuilt * 10 < full  # a 28th of the entries in about a 28th of the pages
-        # the table's other indexes (event ids, stream ids) are rebuilt with it
+        # the table's other indexes (event ids, stream ids), as sparse, are rebuilt too
         [(after,)] = store.query("SELECT pg_indexes_size(to_regclass('events'))")
         assert after * 10 < indexes
+        # dense now: the next reclaim leaves every one of them as it is
+        files = (
+            "SELECT indexrelid::regclass::text, pg_relation_filenode(indexrelid) FROM pg_index"
+            " WHERE indrelid = to_regclass('events') ORDER BY 1"
+        )
+        before = store.query(files)
+        store.reclaim()
+        assert store.query(files) == before
         kept = store.read_all()
         assert [r.global_position for r in kept] == list(range(28, events + 1, 28))
         store.append([stream("run-after", 0, event("after"))])  # the key still keys
@@ -152,3 +161,13 @@ def test_an_index_is_sparse_under_half_its_fresh_pages_and_past_a_minimum_size()
     assert index_entry_bytes(37) == 52
     assert not sparse_index(1000, 1000 * FILLED_PAGE_BYTES / 52 / 2, 37)
     assert sparse_index(1000, 1000 * FILLED_PAGE_BYTES / 52 / 2 - 1, 37)
+    # each index is judged on its own: the sparse one alone is rebuilt; one whose key
+    # width is not known yet, or an invalid copy, never
+    rows = 100_000.0
+    facts = [
+        ("events_pkey", 1000, rows, True, 8.0),  # 100 a page: sparse (366 fresh)
+        ("events_event_id_key", 1000, rows, True, 37.0),  # 100 a page: dense (141)
+        ("events_stream_key", 5000, rows, True, None),
+        ("events_pkey_ccnew", 5000, rows, False, 8.0),
+    ]
+    assert sparse_indexes(facts) == ["events_pkey"]
