@@ -156,6 +156,19 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
             output=either(None),
             now_ms=either(NOW),
         ),
+        "complete_and_lease": call(
+            lease,
+            either("succeeded"),
+            result_code=either(None),
+            output=either(None),
+            limit=either(2),
+            ttl_ms=either(30_000),
+            tasks=either(None),
+            slots=either(4),
+            host=either("box"),
+            run_id=either(None),
+            now_ms=either(NOW),
+        ),
         "cancel_many": call(
             st.one_of(st.lists(either(p.run_id), max_size=3), hostile),
             either("user"),
@@ -260,7 +273,7 @@ def calls(p: Prepared) -> dict[str, st.SearchStrategy]:
 METHODS = [
     "publish", "withdraw", "quarantine", "revoke_publisher", "start", "inspect_admission",
     "cancel", "cycle", "lease_attempts", "mark_starting", "mark_running", "renew", "complete",
-    "complete_many", "cancel_many",
+    "complete_many", "complete_and_lease", "cancel_many",
     "get_run", "runs", "events", "why", "timeline", "step_history", "aggregate_at",
     "count_runs", "append_log", "log_attempts", "logs", "last_log_lines", "prune_logs",
     "resolve_run_id", "resolve_attempt_id", "short_run_ids", "packages", "task_inputs",
