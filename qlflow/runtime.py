@@ -96,6 +96,28 @@ def _given(now_ms: int | None) -> int | None:
     return None if now_ms is None else instant("now_ms", now_ms)
 
 
+def _completion(
+    lease: Lease,
+    outcome: str,
+    result_code: str | None,
+    output: Mapping[str, Any] | None,
+    execution: Mapping[str, Any] | None,
+    next_work: workers.NextWork | None = None,
+) -> Completion:
+    """A completion as the caller described it, on copies the caller cannot change
+    (anything else wrong in it the domain refuses)."""
+    if result_code is not None:
+        text("result_code", result_code)
+    return Completion(
+        lease,
+        outcome,
+        result_code,
+        dict(output) if isinstance(output, Mapping) else output,
+        dict(execution) if isinstance(execution, Mapping) else execution,
+        next_work,
+    )
+
+
 def resolve_profile(url: str, profile: str | None, page_size: int | None) -> Profile:
     kind = eventstore.store_kind(url)
     if profile is None:
@@ -384,25 +406,19 @@ class Runtime(Inspection, Scheduling, FlowControl):
         `output` is what the task returned (passed to the steps that need it);
         `execution` how it ran — `exit_code`, `signal`, `pid`, `log_path`, `stopped_by`,
         `error` — shown with the Attempt and passed nowhere."""
-        if result_code is not None:
-            text("result_code", result_code)
-        # copies the caller cannot change; anything else the domain refuses
-        output = dict(output) if isinstance(output, Mapping) else output
-        execution = dict(execution) if isinstance(execution, Mapping) else execution
+        completion = _completion(lease_of(lease), outcome, result_code, output, execution)
         if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
-            done = self._completions.complete(
-                Completion(lease_of(lease), outcome, result_code, output, execution)
-            )
+            done = self._completions.complete(completion)
             assert done.status is not None
             return done.status
         return workers.complete(
             self._authority,
-            lease_of(lease),
+            completion.lease,
             outcome,
             result_code=result_code,
-            output=output,
+            output=completion.output,
             now_ms=_given(now_ms),
-            execution=execution,
+            execution=completion.execution,
         )
 
     def complete_and_lease(
@@ -427,8 +443,6 @@ class Runtime(Inspection, Scheduling, FlowControl):
         worker's next work without a lease commit of its own. Returns the recorded
         status and those leases (`Completed.next_leases`, started); raises as
         `complete`. A completion that was recorded before (a replay) leases too."""
-        if result_code is not None:
-            text("result_code", result_code)
         lease = lease_of(lease)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)
@@ -442,14 +456,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
             said,
             optional_text("run_id", run_id),
         )
-        completion = Completion(
-            lease,
-            outcome,
-            result_code,
-            dict(output) if isinstance(output, Mapping) else output,
-            dict(execution) if isinstance(execution, Mapping) else execution,
-            next_work,
-        )
+        completion = _completion(lease, outcome, result_code, output, execution, next_work)
         if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
             return self._completions.complete(completion)
         (done,) = workers.complete_many(self._authority, [completion], _given(now_ms))

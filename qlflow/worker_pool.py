@@ -19,6 +19,9 @@ from qlflow.executor.seam import Executor
 from qlflow.runtime import Lease, Runtime
 
 HOST = socket.gethostname()[:255] or None  # recorded on the grants (`qlflow workers`)
+# how long the servable task refs are trusted: a step that ends must not cost a read
+# of every publication before its next work is leased; a new generation waits this long
+SERVABLE_TTL_S = 1.0
 log = logging.getLogger("qlflow.driver")
 
 
@@ -78,6 +81,7 @@ class WorkerPool:
     ) -> None:
         self._rt = rt
         self._servable = servable
+        self._served: tuple[float, list[str]] | None = None  # (monotonic s, task refs)
         self.executor = executor
         self.worker_id = worker_id
         self.slots = slots
@@ -103,11 +107,20 @@ class WorkerPool:
 
     def _tasks(self) -> list[str] | None:
         """The task refs this pool leases (None: any); empty: none right now."""
-        tasks = self.tasks
-        if self._servable is not None:
+        if self._servable is None:
+            return self.tasks
+        now = time.monotonic()
+        cached = self._served
+        if cached is None or now - cached[0] >= SERVABLE_TTL_S:
             servable = self._servable()
-            tasks = sorted(servable if tasks is None else servable.intersection(tasks))
-        return tasks
+            tasks = self.tasks
+            cached = (now, sorted(servable if tasks is None else servable.intersection(tasks)))
+            self._served = cached
+        return cached[1]
+
+    def forget_servable(self) -> None:
+        """Read the servable task refs again before the next lease (a package was added)."""
+        self._served = None
 
     def fill(self) -> int:
         """Lease up to the free slots and start each Attempt; returns how many."""

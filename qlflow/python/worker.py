@@ -22,7 +22,6 @@ from qlflow.runtime import Runtime
 from qlflow.worker_pool import WorkerPool
 
 DEFAULT_LOG_DIR = ".qlflow-logs"
-REFS_TTL_S = 1.0
 
 
 class Worker:
@@ -69,27 +68,17 @@ class Worker:
             worker_id=worker_id or f"{socket.gethostname()[:80]}-{os.getpid()}",
             slots=slots,
             ttl_ms=ttl_ms,
-            servable=self._task_refs,
+            servable=self.tasks.task_refs,
             on_finish=lambda _report: self._wake.set(),
         )
         self._pool_lock = threading.Lock()
         self._wake = threading.Event()
-        self._refs: tuple[float, frozenset[str]] | None = None
 
     def add_package(self, folder: str | os.PathLike[str]) -> str:
         """Serve the Tasks of one more package folder; returns its package name."""
-        self._refs = None
-        return self.tasks.add_folder(folder)
-
-    def _task_refs(self) -> frozenset[str]:
-        """The task refs to lease, read again at most every REFS_TTL_S: a step that
-        ends must not cost a read of every publication before the next is leased."""
-        now = time.monotonic()
-        cached = self._refs
-        if cached is None or now - cached[0] >= REFS_TTL_S:
-            cached = (now, self.tasks.task_refs())
-            self._refs = cached
-        return cached[1]
+        name = self.tasks.add_folder(folder)
+        self.pool.forget_servable()
+        return name
 
     def run_once(
         self, run_id: str | None = None, timeout_s: float | None = None

@@ -15,6 +15,7 @@ from domain import worker as worker_rules
 from eventstore import faults
 from eventstore.url import with_search_path
 from qlflow.errors import FenceError, InvalidInput, NotFound
+from tests.commit_counter import commits_by_unit
 from tests.cycle.helpers import DIAMOND, T0, manifest
 
 RUN_ID = "run-path-1"
@@ -142,15 +143,7 @@ def test_completion_writes_what_the_phases_would(two_urls, failing):
 
 def test_a_step_costs_at_most_two_commits(rt):
     run_id = _start(rt, FAN)
-    units: dict[str, int] = {}
-
-    def count(name: str) -> None:
-        if name.endswith(".after_commit"):
-            unit = name.removesuffix(".after_commit")
-            units[unit] = units.get(unit, 0) + 1
-
-    faults.watch(count)
-    try:
+    with commits_by_unit() as units:
         now = T0
         while rt.get_run(run_id).status == "running":
             rt.cycle(now_ms=now)
@@ -158,8 +151,6 @@ def test_a_step_costs_at_most_two_commits(rt):
                 assert lease.started
                 rt.complete(lease, "succeeded", now_ms=now)
             now += 10
-    finally:
-        faults.disarm()
     assert rt.get_run(run_id).status == "succeeded"
     steps = len(FAN)
     # the root's claim is the start's (unit "admission"); every other commit a worker's:
@@ -206,18 +197,6 @@ def test_completion_under_cancel_intent_leaves_the_rest_to_the_cycle(rt):
         rt.complete(lease, "failed", now_ms=T0 + 4)
 
 
-def _count_commits():
-    units: dict[str, int] = {}
-
-    def count(name: str) -> None:
-        if name.endswith(".after_commit"):
-            unit = name.removesuffix(".after_commit")
-            units[unit] = units.get(unit, 0) + 1
-
-    faults.watch(count)
-    return units
-
-
 def test_start_claims_the_ready_roots_a_worker_leases_at_once(rt):
     run_id = _start(rt, [("a", []), ("b", []), ("c", ["a", "b"])])
     leased = rt.lease_attempts("w1", limit=4, now_ms=T0, start=True)
@@ -231,11 +210,8 @@ def test_complete_many_records_several_runs_in_one_commit(rt):
     runs = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)]
     leases = rt.lease_attempts("w1", limit=8, now_ms=T0, start=True)
     assert sorted(lease.run_id for lease in leases) == sorted(runs)
-    units = _count_commits()
-    try:
+    with commits_by_unit() as units:
         done = rt.complete_many([qlflow.Completion(lease, "succeeded") for lease in leases], T0)
-    finally:
-        faults.disarm()
     assert units == {"complete": 1}
     assert [(d.lease, d.status, d.error) for d in done] == [(x, "succeeded", None) for x in leases]
     # each carried its consequences: b..g of every Run claimed, leasable now
@@ -334,11 +310,8 @@ def test_cancel_many_ends_unheld_runs_in_one_commit_and_leaves_held_work(rt):
     rt.publish(manifest(DIAMOND), now_ms=T0)
     runs = [rt.start("demo", "flow", admission_key=f"k{i}", now_ms=T0).run_id for i in range(3)]
     (held,) = rt.lease_attempts("w1", limit=1, now_ms=T0, run_id=runs[2], start=True)
-    units = _count_commits()
-    try:
+    with commits_by_unit() as units:
         answers = rt.cancel_many([runs[0], runs[1], runs[2], runs[0]], now_ms=T0 + 1)
-    finally:
-        faults.disarm()
     assert units == {"cancel": 1}
     assert answers == [True, True, True, False]  # the repeated id: recorded once
     assert [rt.get_run(r).status for r in runs] == ["cancelled", "cancelled", "running"]
@@ -399,14 +372,11 @@ def test_completion_with_next_work_writes_what_a_lease_after_it_would(two_urls):
 
 def test_next_work_costs_no_lease_commit(rt):
     run_id = _start(rt, FAN)
-    units = _count_commits()
-    try:
+    with commits_by_unit() as units:
         queue = rt.lease_attempts("w1", limit=16, now_ms=T0, start=True)
         while queue:
             done = rt.complete_and_lease(queue.pop(0), "succeeded", limit=8, now_ms=T0)
             queue += done.next_leases
-    finally:
-        faults.disarm()
     assert rt.get_run(run_id).status == "succeeded"
     # one lease for the root; b..g and h come with the completions that made them ready
     assert units == {"lease_start": 1, "complete": len(FAN)}

@@ -15,6 +15,7 @@ import pytest
 
 import qlflow
 from qlflow.python.worker import Worker
+from tests.commit_counter import commits_by_unit
 
 DEADLINE_S = 60
 
@@ -129,35 +130,18 @@ def test_a_python_workflow_runs_to_its_end_with_outputs_passed_on(
     )
 
 
-def _commits():
-    from eventstore import faults
-
-    units: dict[str, int] = {}
-
-    def count(name: str) -> None:
-        if name.endswith(".after_commit"):
-            unit = name.removesuffix(".after_commit")
-            units[unit] = units.get(unit, 0) + 1
-
-    faults.watch(count)
-    return units
-
-
 @pytest.mark.parametrize("isolation", ["process", "thread"])
 def test_a_completion_brings_the_workers_next_work_without_a_lease_commit(
     rt, tmp_path: Path, isolation: str
 ) -> None:
-    from eventstore import faults
-
     folder = _package(tmp_path, isolation, FLOWS)
     rt.publish(folder)
     runs = [rt.start("etlpy", "daily", params={"n": 2}).run_id for _ in range(3)]
-    units = _commits()
-    try:
-        with Worker(rt, [folder], log_dir=tmp_path / "logs", slots=2) as worker:
-            _drive(rt, worker, *runs)
-    finally:
-        faults.disarm()
+    with (
+        commits_by_unit() as units,
+        Worker(rt, [folder], log_dir=tmp_path / "logs", slots=2) as worker,
+    ):
+        _drive(rt, worker, *runs)
     assert {rt.get_run(run_id).status for run_id in runs} == {"succeeded"}
     # the first fill leases two fetches; every other step comes with a completion
     # (two slots: each completion takes its own slot's next work)
