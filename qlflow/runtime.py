@@ -406,20 +406,11 @@ class Runtime(Inspection, Scheduling, FlowControl):
         `output` is what the task returned (passed to the steps that need it);
         `execution` how it ran — `exit_code`, `signal`, `pid`, `log_path`, `stopped_by`,
         `error` — shown with the Attempt and passed nowhere."""
-        completion = _completion(lease_of(lease), outcome, result_code, output, execution)
-        if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
-            done = self._completions.complete(completion)
-            assert done.status is not None
-            return done.status
-        return workers.complete(
-            self._authority,
-            completion.lease,
-            outcome,
-            result_code=result_code,
-            output=completion.output,
-            now_ms=_given(now_ms),
-            execution=completion.execution,
+        done = self._complete(
+            _completion(lease_of(lease), outcome, result_code, output, execution), now_ms
         )
+        assert done.status is not None
+        return done.status
 
     def complete_and_lease(
         self,
@@ -456,7 +447,11 @@ class Runtime(Inspection, Scheduling, FlowControl):
             said,
             optional_text("run_id", run_id),
         )
-        completion = _completion(lease, outcome, result_code, output, execution, next_work)
+        return self._complete(
+            _completion(lease, outcome, result_code, output, execution, next_work), now_ms
+        )
+
+    def _complete(self, completion: Completion, now_ms: int | None) -> Completed:
         if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
             return self._completions.complete(completion)
         (done,) = workers.complete_many(self._authority, [completion], _given(now_ms))
