@@ -87,9 +87,12 @@ class Reads(Protocol):
         """Run one query and return all rows."""
         ...
 
-    def query_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+    def query_all(
+        self, queries: Sequence[tuple[str, Sequence[Any]]], *, prepared: bool = False
+    ) -> list[list[Row]]:
         """Run independent queries and return each one's rows, in one round trip where
-        the store can."""
+        the store can. `prepared`: they are lookups by key, whose plan does not depend
+        on the values (a store may keep their plans: PostgreSQL prepares them)."""
         ...
 
 

@@ -30,8 +30,9 @@ by the session's `lock_timeout` (`bounded_session`).
 Plans. Statements are planned at each execution, except the key lookups of the hot
 path, which are prepared (psycopg prepares a statement on its fifth execution on a
 connection; the server keeps a generic plan when it is no worse than the custom
-ones): the append's own call, the locks, the events and stream-head reads by key
-and the read models' reads by key that are read ahead. Unprepared they cost the
+ones): the append's own call, the locks, the events and stream-head reads by key,
+and the reads by key their callers mark (`query_all(..., prepared=True)`: the read
+models' upkeep, read ahead or not, and a step's inputs). Unprepared they cost the
 server a parse and a plan each, a quarter of its CPU on the per-call loop
 (docs/DESIGN.md "Round trips of a write on PostgreSQL"). A generic plan made while a
 table was small may scan it; it lasts until the table's next ANALYZE (autovacuum's,
@@ -45,6 +46,7 @@ tables are created unqualified, in the first schema of the search_path.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import select
 import weakref
@@ -65,6 +67,7 @@ from domain.errors import (
     StartGuardError,
     StoreUnavailable,
 )
+from eventstore import pg_statistics
 from eventstore.api import Row
 from eventstore.locks import (
     DEFAULT_LOCK_TIMEOUT_MS,
@@ -79,6 +82,8 @@ from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
 from eventstore.validation import EncodedBatch, EncodedEvent
+
+log = logging.getLogger(__name__)
 
 _PIPELINE = psycopg.Pipeline.is_supported()
 _IDLE = TransactionStatus.IDLE
@@ -174,7 +179,9 @@ class PostgresTransaction(BaseTransaction):
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
 
-    def _rows_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+    def _rows_all(
+        self, queries: Sequence[tuple[str, Sequence[Any]]], prepared: bool = False
+    ) -> list[list[Row]]:
         if self._ahead_rows:
             keys = [(sql, tuple(params)) for sql, params in queries]
             if all(key in self._ahead_rows for key in keys):  # read ahead (read_ahead)
@@ -188,9 +195,10 @@ class PostgresTransaction(BaseTransaction):
         with self._pipeline():
             begins = self._begin_pending
             self._send_prelude()
+            prepare = None if prepared else False  # None: psycopg's own threshold
             for sql, params in queries:
                 cursor = conn.cursor()
-                cursor.execute(_native(sql), params or None, prepare=False)
+                cursor.execute(_native(sql), params or None, prepare=prepare)
                 cursors.append(cursor)
             if begins:
                 self._ask_clock()
@@ -429,13 +437,16 @@ class PostgresTransaction(BaseTransaction):
         ).fetchall()
 
     def _rows_after(self, stream_ids: Sequence[str], versions: Sequence[int]) -> list[Row]:
-        # one statement for any number of streams: a join of the (stream, version)
-        # pairs with the (stream_id, stream_version) index, not an OR per stream
+        # one statement for any number of streams: for each (stream, version) pair a
+        # range of the (stream_id, stream_version) index, not an OR per stream; the
+        # lateral subquery (OFFSET 0 keeps it one) leaves the planner no join to choose,
+        # so a plan kept from when events was small never scans the whole table
         return self._send(
             self._cursor,
             f"SELECT {', '.join(f'e.{c}' for c in EVENT_COLUMNS.split(', '))} "
             "FROM unnest(%b::text[], %b::bigint[]) AS w(stream_id, after) "
-            "JOIN events e ON e.stream_id = w.stream_id AND e.stream_version > w.after "
+            "CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.stream_id = w.stream_id "
+            "AND e.stream_version > w.after OFFSET 0) e "
             "ORDER BY e.stream_id, e.stream_version",
             (list(stream_ids), list(versions)),
             prepared=True,
@@ -577,6 +588,7 @@ class PostgresStore(BaseStore):
         self._column_types: dict[str, dict[str, str]] = {}  # see PostgresTransaction.upsert
         self.connect_timeout_s = connect_timeout_s  # also how long a call waits for a connection
         self._own: set[int] = set()  # connections `_take` made itself (see there)
+        self._growth = pg_statistics.GrowthMarks(0)  # until the log's size is read below
         self._pool = psycopg_pool.ConnectionPool(
             url,
             min_size=1,
@@ -603,6 +615,8 @@ class PostgresStore(BaseStore):
             self._migrate_own_schema()
             with self._reading() as session:  # the server's time, until a write reads it
                 self.saw_clock(int(session.query(CLOCK_SQL)[0][0]))
+                events = session.query(pg_statistics.EVENTS_ESTIMATE_SQL)
+            self._growth = pg_statistics.GrowthMarks(int(events[0][0]) if events else 0)
         except BaseException:
             self._pool.close()
             raise
@@ -661,6 +675,18 @@ class PostgresStore(BaseStore):
         finally:
             self._give_back(conn)
 
+    def _after_appending(self, position: int) -> None:
+        """A commit that crossed a growth mark of the log gathers the tables'
+        statistics again, so that kept plans are made again for their size
+        (`eventstore.pg_statistics`). The commit is done: a failure here is logged,
+        never the caller's."""
+        if not self._growth.crossed(position):
+            return
+        try:
+            self._analyse("")
+        except Exception as exc:  # best effort after the commit (see above)
+            log.warning("analysing the grown tables failed (autovacuum will): %s", exc)
+
     @contextmanager
     def _session(self) -> Iterator[PostgresTransaction]:
         conn = self._take()
@@ -703,14 +729,14 @@ class PostgresStore(BaseStore):
         # autovacuum gets to it, and guesses badly for the first thousands of rows:
         # an empty table analysed is known empty, its estimates then follow its size
         # (docs/DESIGN.md "A fresh store")
+        self._analyse(pg_statistics.NEVER_ANALYSED)
+
+    def _analyse(self, condition: str) -> None:
+        """ANALYZE the tables of the schema this role owns that meet `condition`."""
         with self._reading() as session:
-            fresh = session.query(
-                "SELECT c.relname FROM pg_class c WHERE c.relnamespace = "
-                "current_schema()::regnamespace AND c.relkind IN ('r', 'p') "
-                "AND c.reltuples < 0 AND pg_has_role(c.relowner, 'USAGE') ORDER BY 1"
-            )
-            if fresh:
-                session.execute(f"ANALYZE {', '.join(quote_ident(name) for (name,) in fresh)}")
+            tables = session.query(f"{pg_statistics.OWNED_TABLES_SQL}{condition} ORDER BY 1")
+            if tables:
+                session.execute(pg_statistics.analyse_sql([quote_ident(n) for (n,) in tables]))
 
     def _reclaim(self) -> list[str]:
         # VACUUM runs outside a transaction: a read session's connection is in

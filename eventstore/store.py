@@ -143,6 +143,12 @@ class BaseStore(ABC):
             self._thread.in_transaction = False
         if began:
             observers.committed(Commit(tx.appended, time.perf_counter() - began, tx.round_trips))
+        if tx.appended:
+            self._after_appending(tx.appended[-1].global_position)
+
+    def _after_appending(self, position: int) -> None:  # noqa: B027 (a hook: nothing by default)
+        """After a commit that appended up to `position` (an adapter may gather its
+        tables' statistics again: docs/DESIGN.md "A fresh store")."""
 
     def append(self, appends: Sequence[StreamAppend]) -> list[Record]:
         """Append in a transaction of its own (see Transaction.append)."""
@@ -222,11 +228,13 @@ class BaseStore(ABC):
         with self._reading() as session:
             return session.query(sql, params)
 
-    def query_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+    def query_all(
+        self, queries: Sequence[tuple[str, Sequence[Any]]], *, prepared: bool = False
+    ) -> list[list[Row]]:
         """Run independent read-only queries outside a transaction (one round trip
-        where the store can)."""
+        where the store can); `prepared` as `Transaction.query_all`."""
         with self._reading() as session:
-            return session.query_all(queries)
+            return session.query_all(queries, prepared=prepared)
 
     # -- schema ------------------------------------------------------------------------
 

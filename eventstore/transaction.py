@@ -354,13 +354,18 @@ class BaseTransaction(ABC):
         self._check_usable()
         return self._rows(sql, params)
 
-    def query_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+    def query_all(
+        self, queries: Sequence[tuple[str, Sequence[Any]]], *, prepared: bool = False
+    ) -> list[list[Row]]:
         """Run independent queries (`?` placeholders) and return each one's rows, in
-        one round trip where the store can (none reads another's result)."""
+        one round trip where the store can (none reads another's result); `prepared`:
+        lookups by key, whose plans a store may keep (`eventstore.api.Reads`)."""
         self._check_usable()
-        return self._rows_all(queries) if queries else []
+        return self._rows_all(queries, prepared) if queries else []
 
-    def _rows_all(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+    def _rows_all(
+        self, queries: Sequence[tuple[str, Sequence[Any]]], prepared: bool = False
+    ) -> list[list[Row]]:
         """Each query's rows (an adapter may send them all at once)."""
         return [self._rows(sql, params) for sql, params in queries]
 

@@ -79,7 +79,7 @@ def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
     queries, count = _load_queries(records)
     if not queries:
         return rows
-    found = tx.query_all(queries)
+    found = tx.query_all(queries, prepared=True)
     for runs in found[:count]:
         rows.add_loaded(RUNS, (row for row in runs if row[0] not in rows.runs))
     for attempts_found in found[2 * count :]:
@@ -125,7 +125,15 @@ def _load_queries(records: Sequence[Record]) -> tuple[list[tuple[str, list[str]]
 
 
 def _chunks(values: list[str]) -> list[list[str]]:
-    return [values[start : start + _IN_CHUNK] for start in range(0, len(values), _IN_CHUNK)]
+    """`values` in lists of at most `_IN_CHUNK`, each padded with its last value to a
+    power of two: a few statement texts, whose plans the store keeps (prepared), not
+    one per count of ids."""
+    chunks = []
+    for start in range(0, len(values), _IN_CHUNK):
+        chunk = values[start : start + _IN_CHUNK]
+        size = 1 << (len(chunk) - 1).bit_length()
+        chunks.append(chunk + chunk[-1:] * (size - len(chunk)))
+    return chunks
 
 
 def _marks(values: Sequence[str]) -> str:

@@ -124,7 +124,8 @@ def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: st
                 "WHERE run_id = ? AND reused_from IS NOT NULL",
                 (run_id,),
             ),
-        ]
+        ],
+        prepared=True,
     )
     if not run_rows:
         raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
-from eventstore import open_store
+from eventstore import open_store, pg_statistics
 from eventstore.postgres_store import (
     FILLED_PAGE_BYTES,
     SPARSE_MIN_PAGES,
@@ -45,6 +45,32 @@ def test_tables_live_in_the_schema_the_url_names(pg_url):
         "schema_versions",
         "streams",
     ]
+
+
+def _events_estimate(store) -> float:
+    [(rows,)] = store.query("SELECT reltuples FROM pg_class WHERE oid = to_regclass('events')")
+    return rows
+
+
+def test_a_commit_that_grows_the_log_past_a_mark_analyses_the_tables(pg_url, monkeypatch):
+    monkeypatch.setattr(pg_statistics, "FIRST_AT", 8)
+    store = open_store(pg_url, pool_max_size=2)
+    try:
+        assert _events_estimate(store) == 0  # analysed empty when created
+        store.append([stream("run-a", 0, *(event(f"a{i}") for i in range(5)))])
+        assert _events_estimate(store) == 0  # positions 1-5: under the first mark
+        store.append([stream("run-b", 0, *(event(f"b{i}") for i in range(5)))])
+        assert _events_estimate(store) == 10  # position 10 crossed 8: analysed
+        assert store._growth.next_mark == 40  # the next, GROWTH times further
+        store.append([stream("run-c", 0, *(event(f"c{i}") for i in range(5)))])
+        assert _events_estimate(store) == 10
+    finally:
+        store.close()
+    again = open_store(pg_url, pool_max_size=2)  # another process: from the estimate
+    try:
+        assert again._growth.next_mark == 10 * pg_statistics.GROWTH
+    finally:
+        again.close()
 
 
 def test_postgres_scheme_is_accepted(pg_url):
