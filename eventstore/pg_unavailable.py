@@ -1,5 +1,5 @@
 """PostgreSQL errors that mean "not now" (StoreUnavailable), and the session setup
-of every pooled connection (bounded lock waits, read-only sessions)."""
+of every pooled connection (bounded lock waits, read-only sessions, array dumpers)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import psycopg
 import psycopg_pool
 
 from domain.errors import StoreUnavailable
+from eventstore import pg_arrays
 
 
 def bounded_session(lock_timeout_ms: int, read_only: bool, conn: psycopg.Connection) -> None:
     """Every lock wait of the connection is bounded (a lock held by another session,
     an audit role's advisory lock included, is an error after `lock_timeout_ms`, never
-    a hang); every transaction of a read-only store's connections is READ ONLY."""
+    a hang); every transaction of a read-only store's connections is READ ONLY. It
+    sends the store's arrays in one pass (`eventstore.pg_arrays`)."""
+    pg_arrays.register(conn)
     conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
     if read_only:
         conn.execute("SET default_transaction_read_only = on")

@@ -77,6 +77,7 @@ from eventstore.locks import (
     lock_bucket,
 )
 from eventstore.pg_append import APPEND_SQL, BATCH_MARKS, GUARD_SQLSTATE, LOCK_HEADS
+from eventstore.pg_arrays import Int8Array, TextArray, column_array
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
@@ -92,15 +93,18 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 POOL_FIRST_WAIT_S = 0.5  # before `_take` asks whether the pool can make a connection
 CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # rows in bucket order, each locked as it comes: one order for every waiter
+# `= ANY (ARRAY(...))`, not `IN (SELECT ...)`: the plan's estimates then do not depend
+# on the keys given, so the server keeps one plan instead of planning every call (an
+# index scan in bucket order: the lock order)
 _LOCK_ALL_SQL = (
-    f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
-    f"(SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k) "
+    f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket = ANY (ARRAY("
+    f"SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k)) "
     "ORDER BY l.bucket FOR UPDATE OF l) x"
 )
 _TRY_LOCK_SQL = (
     f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
-    f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket IN "
-    "(SELECT bucket FROM b) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
+    f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket = ANY "
+    "(ARRAY(SELECT bucket FROM b)) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
 )
 _HEADS_SQL = "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)"
 _LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
@@ -328,7 +332,10 @@ class PostgresTransaction(BaseTransaction):
             f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) "
             f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
         )
-        params = [list(values) for values in zip(*rows, strict=True)]
+        params = [
+            column_array(types[column], list(values))
+            for column, values in zip(columns, zip(*rows, strict=True), strict=True)
+        ]
         if self._defers:
             self._queued.append((sql, [params]))
             return
@@ -448,7 +455,7 @@ class PostgresTransaction(BaseTransaction):
             "CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.stream_id = w.stream_id "
             "AND e.stream_version > w.after OFFSET 0) e "
             "ORDER BY e.stream_id, e.stream_version",
-            (list(stream_ids), list(versions)),
+            (TextArray(stream_ids), Int8Array(versions)),
             prepared=True,
         ).fetchall()
 
@@ -532,15 +539,15 @@ class PostgresTransaction(BaseTransaction):
         # CAS, position allocation and insert in one function call: one round trip
         events = batch.events
         params = [
-            [a.stream_id for a in batch.appends],
-            [a.expected_version for a in batch.appends],
-            [a.new_version for a in batch.appends],
-            [e.event_id for e in events],
-            [e.stream_id for e in events],
-            [e.stream_version for e in events],
-            [e.type for e in events],
-            [e.data for e in events],
-            [e.metadata for e in events],
+            TextArray([a.stream_id for a in batch.appends]),
+            Int8Array([a.expected_version for a in batch.appends]),
+            Int8Array([a.new_version for a in batch.appends]),
+            TextArray([e.event_id for e in events]),
+            TextArray([e.stream_id for e in events]),
+            Int8Array([e.stream_version for e in events]),
+            TextArray([e.type for e in events]),
+            TextArray([e.data for e in events]),
+            TextArray([e.metadata for e in events]),
         ]
         sql = APPEND_SQL
         if self._through is not None:
