@@ -104,16 +104,17 @@ def load_queries(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
 
 def _load_queries(records: Sequence[Record]) -> tuple[list[tuple[str, list[str]]], int]:
     """`_load`'s queries, and how many conditions they are made of."""
-    run_ids, attempt_ids = _named(records)
+    run_ids, attempt_ids, of_named_runs = _named(records)
     created_runs, created_attempts = _created(records)
     named, attempts = sorted(run_ids - created_runs), sorted(attempt_ids - created_attempts)
     # the Runs of a condition: named ones, or (a lease record names only its Attempt)
-    # the ones those Attempts' rows name; each its own query, as an OR of the two would
-    # scan the whole table
+    # the ones those Attempts' rows name, where no record of the Run names it too; each
+    # its own query, as an OR of the two would scan the whole table
+    unplaced = [a for a in attempts if a not in of_named_runs]
     conditions = [(f"IN ({_marks(chunk)})", chunk) for chunk in _chunks(named)]
     conditions += [
         (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(chunk)}))", chunk)
-        for chunk in _chunks(attempts)
+        for chunk in _chunks(unplaced)
     ]
     queries = [(f"{RUNS.select_sql} run_id {where}", values) for where, values in conditions]
     queries += [(f"{_STEPS_WITH_LIVE_ATTEMPTS} {where}", values) for where, values in conditions]
@@ -155,21 +156,24 @@ def _created(records: Sequence[Record]) -> tuple[set[str], set[str]]:
     return run_ids, attempt_ids
 
 
-def _named(records: Sequence[Record]) -> tuple[set[str], set[str]]:
-    """The Run ids and Attempt ids the records name (a lease stream names its Attempt)."""
+def _named(records: Sequence[Record]) -> tuple[set[str], set[str], set[str]]:
+    """The Run ids and Attempt ids the records name (a lease stream names its Attempt),
+    and those of the Attempts whose Run they name too (a Run's Attempt record)."""
     run_ids: set[str] = set()
     attempt_ids: set[str] = set()
+    of_named_runs: set[str] = set()
     for record in records:
         family, _, entity_id = record.stream_id.partition("-")
         if family == _RUN:
             run_ids.add(entity_id)
             if record.type.startswith(_ATTEMPT_EVENT):
                 attempt_ids.add(record.data["attempt_id"])
+                of_named_runs.add(record.data["attempt_id"])
         elif family == _STEPS:
             run_ids.add(entity_id)
         elif family == _LEASE:
             attempt_ids.add(entity_id)
-    return run_ids, attempt_ids
+    return run_ids, attempt_ids, of_named_runs
 
 
 _ATTEMPT_EVENT = f"{Family.ATTEMPT}."  # the prefix of every Attempt RunEvent type
