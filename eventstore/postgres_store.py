@@ -96,15 +96,26 @@ CLOCK_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # `= ANY (ARRAY(...))`, not `IN (SELECT ...)`: the plan's estimates then do not depend
 # on the keys given, so the server keeps one plan instead of planning every call (an
 # index scan in bucket order: the lock order)
-_LOCK_ALL_SQL = (
+LOCK_ALL_SQL = (
     f"SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket = ANY (ARRAY("
     f"SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k)) "
     "ORDER BY l.bucket FOR UPDATE OF l) x"
 )
-_TRY_LOCK_SQL = (
+TRY_LOCK_SQL = (
     f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
     f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket = ANY "
     "(ARRAY(SELECT bucket FROM b)) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
+)
+# The tail of each stream after a version, in one statement for any number of streams:
+# for each (stream, version) pair a range of the (stream_id, stream_version) index, not
+# an OR per stream. The lateral subquery (OFFSET 0 keeps it one) leaves the planner no
+# join to choose, so a plan kept from when events was small never scans the table.
+TAIL_SQL = (
+    f"SELECT {', '.join(f'e.{c}' for c in EVENT_COLUMNS.split(', '))} "
+    "FROM unnest(%b::text[], %b::bigint[]) AS w(stream_id, after) "
+    "CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.stream_id = w.stream_id "
+    "AND e.stream_version > w.after OFFSET 0) e "
+    "ORDER BY e.stream_id, e.stream_version"
 )
 _HEADS_SQL = "SELECT stream_id, version FROM streams WHERE stream_id = ANY(%b)"
 _LOCK_HEADS_SQL = f"SELECT stream_id, version FROM {LOCK_HEADS}(%b, %s)"
@@ -232,7 +243,7 @@ class PostgresTransaction(BaseTransaction):
             return
         # sent with the next statement, in this order (docs/DESIGN.md "Locks")
         if keys:
-            self._queued.append((_LOCK_ALL_SQL, [(keys,)]))
+            self._queued.append((LOCK_ALL_SQL, [(keys,)]))
         if stream_ids:
             self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)]))
         self._locks_queued = True
@@ -241,7 +252,7 @@ class PostgresTransaction(BaseTransaction):
         if not self._defers:
             return super()._try_lock_ahead(keys)
         cursor = self._conn.cursor()
-        self._answered.append((_TRY_LOCK_SQL, (keys,), cursor))
+        self._answered.append((TRY_LOCK_SQL, (keys,), cursor))
 
         answers: list[bool] = []
 
@@ -444,17 +455,9 @@ class PostgresTransaction(BaseTransaction):
         ).fetchall()
 
     def _rows_after(self, stream_ids: Sequence[str], versions: Sequence[int]) -> list[Row]:
-        # one statement for any number of streams: for each (stream, version) pair a
-        # range of the (stream_id, stream_version) index, not an OR per stream; the
-        # lateral subquery (OFFSET 0 keeps it one) leaves the planner no join to choose,
-        # so a plan kept from when events was small never scans the whole table
         return self._send(
             self._cursor,
-            f"SELECT {', '.join(f'e.{c}' for c in EVENT_COLUMNS.split(', '))} "
-            "FROM unnest(%b::text[], %b::bigint[]) AS w(stream_id, after) "
-            "CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.stream_id = w.stream_id "
-            "AND e.stream_version > w.after OFFSET 0) e "
-            "ORDER BY e.stream_id, e.stream_version",
+            TAIL_SQL,
             (TextArray(stream_ids), Int8Array(versions)),
             prepared=True,
         ).fetchall()
@@ -478,10 +481,10 @@ class PostgresTransaction(BaseTransaction):
 
     def _lock_all(self, keys: list[str]) -> None:
         # rows in bucket order, each locked as it comes: one order for every waiter
-        self._waiting(_LOCK_ALL_SQL, (keys,), f"{len(keys)} lock(s)")
+        self._waiting(LOCK_ALL_SQL, (keys,), f"{len(keys)} lock(s)")
 
     def _try_lock(self, keys: list[str]) -> bool:
-        [(acquired,)] = self._send(self._cursor, _TRY_LOCK_SQL, (keys,)).fetchall()
+        [(acquired,)] = self._send(self._cursor, TRY_LOCK_SQL, (keys,)).fetchall()
         return bool(acquired)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:

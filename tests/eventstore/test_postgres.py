@@ -73,6 +73,55 @@ def test_a_commit_that_grows_the_log_past_a_mark_analyses_the_tables(pg_url, mon
         again.close()
 
 
+def _prepared(sql: str, types: str) -> str:
+    parts = sql.split("%b")  # the store's %b marks as numbered parameters
+    numbered = "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
+    return f"PREPARE kept({types}) AS {numbered}"
+
+
+def _generic_plan(store, sql: str, types: str, values: str) -> str:
+    """The plan the server would keep for `sql` (its %b marks as parameters of `types`)."""
+    with store.transaction() as tx:
+        tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        tx.execute(_prepared(sql, types))
+        try:
+            return "\n".join(row[0] for row in tx.query(f"EXPLAIN EXECUTE kept({values})"))
+        finally:
+            tx.execute("DEALLOCATE kept")
+
+
+def _plans_kept(store, sql: str, types: str, values: str, runs: int = 8) -> int:
+    """How many of `runs` executions of `sql` prepared used the kept (generic) plan."""
+    with store.transaction() as tx:
+        tx.execute(_prepared(sql, types))
+        for _ in range(runs):
+            tx.query(f"EXECUTE kept({values})")
+        [(generic,)] = tx.query(
+            "SELECT generic_plans FROM pg_prepared_statements WHERE name = 'kept'"
+        )
+        tx.execute("DEALLOCATE kept")
+    return generic
+
+
+def test_kept_plans_of_the_tail_read_and_the_locks_never_scan_and_are_kept(pg_url):
+    from eventstore.postgres_store import LOCK_ALL_SQL, TAIL_SQL, TRY_LOCK_SQL
+
+    store = open_store(pg_url, pool_max_size=2)
+    try:
+        for n in range(40):  # a table big enough that a join could choose to scan it
+            store.append([stream(f"run-s{n}", 0, *(event(f"s{n}-{i}") for i in range(25)))])
+        with store.transaction() as tx:
+            tx.execute("ANALYZE events")
+        tail = _generic_plan(store, TAIL_SQL, "text[], bigint[]", "'{run-s1}', '{3}'")
+        # the server plans each call of a statement until it finds its kept plan no
+        # worse than the calls' own (after five): these keys' estimates must not differ
+        kept = [_plans_kept(store, sql, "text[]", "'{a}'") for sql in (LOCK_ALL_SQL, TRY_LOCK_SQL)]
+    finally:
+        store.close()
+    assert "Index" in tail and "Seq Scan on events" not in tail, tail
+    assert kept == [3, 3]
+
+
 def test_postgres_scheme_is_accepted(pg_url):
     store = open_store("postgres://" + pg_url.split("://", 1)[1])
     try:
