@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from eventstore.in_lists import chunks, marks
 from eventstore.transaction import EVENT_COLUMNS
-
-_IN_CHUNK = 500  # values per IN (...) list, well under either database's parameter limit
 
 Row = tuple[Any, ...]
 
@@ -23,9 +22,10 @@ def stream_rows(tx: Any, stream_ids: Sequence[str]) -> list[Row]:
     """The stored rows (EVENT_COLUMNS: position, event id, stream, version, type, data
     text, metadata text) of every event of the named streams, in position order."""
     rows: list[Row] = []
-    for chunk in _chunks(sorted(set(stream_ids))):
-        marks = ", ".join("?" * len(chunk))
-        rows += tx.query(f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id IN ({marks})", chunk)
+    for chunk in chunks(sorted(set(stream_ids))):
+        rows += tx.query(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id IN ({marks(chunk)})", chunk
+        )
     rows.sort(key=lambda row: row[0])
     return rows
 
@@ -33,13 +33,8 @@ def stream_rows(tx: Any, stream_ids: Sequence[str]) -> list[Row]:
 def remove_streams(tx: Any, stream_ids: Sequence[str]) -> int:
     """Delete every event and the head of each named stream; the events removed."""
     removed = 0
-    for chunk in _chunks(sorted(set(stream_ids))):
-        marks = ", ".join("?" * len(chunk))
-        cursor = tx.execute(f"DELETE FROM events WHERE stream_id IN ({marks})", chunk)
+    for chunk in chunks(sorted(set(stream_ids))):
+        cursor = tx.execute(f"DELETE FROM events WHERE stream_id IN ({marks(chunk)})", chunk)
         removed += max(cursor.rowcount, 0)
-        tx.execute(f"DELETE FROM streams WHERE stream_id IN ({marks})", chunk)
+        tx.execute(f"DELETE FROM streams WHERE stream_id IN ({marks(chunk)})", chunk)
     return removed
-
-
-def _chunks(values: list[str]) -> list[list[str]]:
-    return [values[start : start + _IN_CHUNK] for start in range(0, len(values), _IN_CHUNK)]

@@ -23,6 +23,7 @@ from domain.records import Record
 from domain.retention import removed_runs
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
+from eventstore.in_lists import chunks, marks
 from projections.contract import Folded
 
 COMPONENT = "projections.notifications"
@@ -77,7 +78,6 @@ TABLES = {TABLE: ("run_id", "rule")}
 Replay = None  # the rebuild calls `apply` batch by batch
 reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
-_IN_CHUNK = 500
 
 
 def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
@@ -128,9 +128,8 @@ def listed(reads: Reads, *, delivered: bool) -> list[Delivery]:
 
 def _removed(tx: Transaction, record: Record) -> None:
     run_ids = sorted(run["run_id"] for run in removed_runs(record.data))
-    for start in range(0, len(run_ids), _IN_CHUNK):
-        chunk = run_ids[start : start + _IN_CHUNK]
-        tx.execute(f"DELETE FROM {TABLE} WHERE run_id IN ({', '.join('?' * len(chunk))})", chunk)
+    for chunk in chunks(run_ids):
+        tx.execute(f"DELETE FROM {TABLE} WHERE run_id IN ({marks(chunk)})", chunk)
 
 
 def _delivery(tx: Transaction, run_id: str, rule: object) -> Delivery | None:

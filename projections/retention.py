@@ -22,6 +22,7 @@ from domain.retention import RECEIPT_FIELDS, receipt_of, removed_runs
 from domain.values import EXISTING, AdmissionReceipt, utc_text
 from eventstore.api import Transaction
 from eventstore.grants import ADMISSION, AUDIT, READ, RUNTIME
+from eventstore.in_lists import chunks, marks
 from projections.contract import Folded
 
 COMPONENT = "projections.retention"
@@ -67,7 +68,6 @@ reads_ahead = None  # apply reads nothing worth sending ahead
 GRANTS = {TABLE: {RUNTIME: READ, ADMISSION: READ, AUDIT: READ}}
 # the Runs read model's tables and the snapshots, by the column naming the Run
 _RUN_ROWS = ("runs", "step_runs", "attempts", "run_snapshots")
-_IN_CHUNK = 500
 
 
 def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
@@ -103,11 +103,9 @@ def _receipt_values(receipt: Any) -> tuple[Any, ...]:
 
 
 def _delete(tx: Any, tables: Sequence[str], run_ids: Sequence[str]) -> None:
-    for start in range(0, len(run_ids), _IN_CHUNK):
-        chunk = list(run_ids[start : start + _IN_CHUNK])
-        marks = ", ".join("?" * len(chunk))
+    for chunk in chunks(run_ids):
         for table in tables:
-            tx.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", chunk)
+            tx.execute(f"DELETE FROM {table} WHERE run_id IN ({marks(chunk)})", chunk)
 
 
 def tombstone(reads: Any, run_id: str) -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ from domain.records import Record
 from domain.streams import lease_stream, run_stream
 from domain.transitions import Status
 from eventstore.api import EventStore, Transaction
+from eventstore.in_lists import chunks
 from projections.contract import Folded
 from projections.runs_fold import (
     _fold,
@@ -46,7 +47,6 @@ from projections.runs_fold import (
 )
 from projections.runs_replay import Replay  # the rebuild's fold (projections.registry)
 from projections.runs_schema import (  # the module's contract (projections.registry)
-    _IN_CHUNK,
     ATTEMPTS,
     COMPONENT,
     EXECUTION_STEP,
@@ -147,8 +147,7 @@ def _renewals_of_held_leases(store: EventStore) -> None:
             "SELECT attempt_id FROM attempts WHERE lease_status = ?", (Status.LEASED.value,)
         )]  # fmt: skip
         filled = []
-        for start in range(0, len(held), _IN_CHUNK):
-            chunk = held[start : start + _IN_CHUNK]
+        for chunk in chunks(held):
             streams = tx.read_streams([lease_stream(attempt_id) for attempt_id in chunk])
             for attempt_id in chunk:
                 said: tuple[object, object, object] = (None, None, None)

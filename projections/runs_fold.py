@@ -15,8 +15,8 @@ from domain.event_types import EventType, Family
 from domain.records import Record
 from domain.transitions import STEP_TERMINAL, Status
 from eventstore.api import Reads
+from eventstore.in_lists import chunks, marks
 from projections.runs_schema import (
-    _IN_CHUNK,
     _LEASE,
     _RUN,
     _STEPS,
@@ -74,7 +74,7 @@ class _Rows:
 def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
     """Every row the records can touch and that exists already (a Run these records
     admit, an Attempt they claim, is not stored yet): key lookups by Run and by
-    Attempt, `_IN_CHUNK` ids each, all sent together (`query_all`)."""
+    Attempt, `eventstore.in_lists.IN_CHUNK` ids each, all sent together (`query_all`)."""
     rows = _Rows()
     queries, count = _load_queries(records)
     if not queries:
@@ -111,34 +111,18 @@ def _load_queries(records: Sequence[Record]) -> tuple[list[tuple[str, list[str]]
     # the ones those Attempts' rows name, where no record of the Run names it too; each
     # its own query, as an OR of the two would scan the whole table
     unplaced = [a for a in attempts if a not in of_named_runs]
-    conditions = [(f"IN ({_marks(chunk)})", chunk) for chunk in _chunks(named)]
+    conditions = [(f"IN ({marks(chunk)})", chunk) for chunk in chunks(named, padded=True)]
     conditions += [
-        (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({_marks(chunk)}))", chunk)
-        for chunk in _chunks(unplaced)
+        (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({marks(chunk)}))", chunk)
+        for chunk in chunks(unplaced, padded=True)
     ]
     queries = [(f"{RUNS.select_sql} run_id {where}", values) for where, values in conditions]
     queries += [(f"{_STEPS_WITH_LIVE_ATTEMPTS} {where}", values) for where, values in conditions]
     queries += [
-        (f"{ATTEMPTS.select_sql} attempt_id IN ({_marks(chunk)})", chunk)
-        for chunk in _chunks(attempts)
+        (f"{ATTEMPTS.select_sql} attempt_id IN ({marks(chunk)})", chunk)
+        for chunk in chunks(attempts, padded=True)
     ]
     return queries, len(conditions)
-
-
-def _chunks(values: list[str]) -> list[list[str]]:
-    """`values` in lists of at most `_IN_CHUNK`, each padded with its last value to a
-    power of two: a few statement texts, whose plans the store keeps (prepared), not
-    one per count of ids."""
-    chunks = []
-    for start in range(0, len(values), _IN_CHUNK):
-        chunk = values[start : start + _IN_CHUNK]
-        size = 1 << (len(chunk) - 1).bit_length()
-        chunks.append(chunk + chunk[-1:] * (size - len(chunk)))
-    return chunks
-
-
-def _marks(values: Sequence[str]) -> str:
-    return ", ".join("?" * len(values))
 
 
 def _created(records: Sequence[Record]) -> tuple[set[str], set[str]]:
@@ -209,12 +193,10 @@ def _select_steps_with_live_attempts(
 
 
 def _query_in(tx: Reads, sql: str, values: Iterable[str]) -> list[tuple[Any, ...]]:
-    """Rows of `sql` + ` IN (values)`, in chunks of `_IN_CHUNK` values (none: no query)."""
-    ordered = sorted(values)
+    """Rows of `sql` + ` IN (values)`, in chunks (none: no query)."""
     found: list[tuple[Any, ...]] = []
-    for start in range(0, len(ordered), _IN_CHUNK):
-        chunk = ordered[start : start + _IN_CHUNK]
-        found += tx.query(f"{sql} IN ({', '.join('?' * len(chunk))})", chunk)
+    for chunk in chunks(sorted(values)):
+        found += tx.query(f"{sql} IN ({marks(chunk)})", chunk)
     return found
 
 

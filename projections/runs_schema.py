@@ -340,7 +340,6 @@ GRANTS["runs"] = {**GRANTS["runs"], ADMISSION: READ}
 Row = dict[str, Any]
 # a stream id is "<family>-<entity id>": run-<run_id>, steps-<run_id>, lease-<attempt_id>
 _RUN, _STEPS, _LEASE = RUN, STEPS, LEASE
-_IN_CHUNK = 512  # values per IN (...) list, well under either database's parameter limit
 
 
 class _Table:

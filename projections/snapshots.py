@@ -26,6 +26,7 @@ from domain.streams import run_stream
 from domain.transitions import RUN_RUNNING, RUN_TERMINAL
 from eventstore.api import Reads, Transaction
 from eventstore.grants import AUDIT, MOVE, READ, RUNTIME
+from eventstore.in_lists import chunks, marks
 from projections.contract import Folded, Insert
 from projections.run_streams import claimed_attempt_ids, read_whole_runs
 
@@ -33,7 +34,6 @@ COMPONENT = "projections.snapshots"
 STREAM_PREFIXES = (streams.prefix(streams.RUN),)
 TABLE = "run_snapshots"
 SNAPSHOT_EVERY = 64  # Run stream events between snapshots (bench/snapshots.py)
-_IN_CHUNK = 500  # Runs per IN (...) list
 
 _CREATE = """CREATE TABLE run_snapshots (
     run_id TEXT PRIMARY KEY,
@@ -55,12 +55,9 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
     as its snapshot when they take the Run stream past a multiple of SNAPSHOT_EVERY;
     delete the snapshot of a Run that ended."""
     ended = sorted({streams.entity_id(r.stream_id) for r in records if r.type in _TERMINAL})
-    for start in range(0, len(ended), _IN_CHUNK):
-        chunk = ended[start : start + _IN_CHUNK]
+    for chunk in chunks(ended):
         # answers nothing: a store sends it with its next statement or COMMIT
-        tx.executemany(
-            f"DELETE FROM run_snapshots WHERE run_id IN ({', '.join('?' * len(chunk))})", [chunk]
-        )
+        tx.executemany(f"DELETE FROM run_snapshots WHERE run_id IN ({marks(chunk)})", [chunk])
     if not folded:
         return
     added: dict[str, int] = {}
@@ -114,11 +111,9 @@ def read_many(tx: Reads, run_ids: Sequence[str]) -> dict[str, Any]:
     """The stored snapshot documents of those of `run_ids` that have one, as decoded
     JSON (a document that is not JSON is left out), in one query per 500 Runs."""
     found: dict[str, Any] = {}
-    for start in range(0, len(run_ids), _IN_CHUNK):
-        chunk = run_ids[start : start + _IN_CHUNK]
+    for chunk in chunks(run_ids):
         rows = tx.query(
-            f"SELECT run_id, document FROM run_snapshots WHERE run_id IN "
-            f"({', '.join('?' * len(chunk))})",
+            f"SELECT run_id, document FROM run_snapshots WHERE run_id IN ({marks(chunk)})",
             chunk,
         )
         for run_id, text in rows:
