@@ -190,6 +190,12 @@ class Transaction(Reads, Protocol):
         that `query_all` from them (PostgreSQL does; SQLite ignores this)."""
         ...
 
+    @property
+    def sends_reads_ahead(self) -> bool:
+        """Whether `read_ahead` sends anything here (a caller that would build the
+        queries only for it may skip them where it does not)."""
+        ...
+
     def function_comment(self, signature: str) -> str | None:
         """The comment of the server-side function `signature` ("name(text)") if the
         database has that function ("" without a comment), else None. A database

@@ -303,6 +303,10 @@ class PostgresTransaction(BaseTransaction):
         if self._defers:
             self._ahead = list(queries)
 
+    @property
+    def sends_reads_ahead(self) -> bool:
+        return self._defers
+
     def _wrote(self) -> None:
         """A statement that may write: what was read ahead may no longer hold."""
         self._ahead = []

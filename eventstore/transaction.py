@@ -537,6 +537,11 @@ class BaseTransaction(ABC):
         `query_all` from them; a store without that ignores this."""
         self._check_usable()
 
+    @property
+    def sends_reads_ahead(self) -> bool:
+        """Whether `read_ahead` sends anything here (not by default)."""
+        return False
+
     def function_comment(self, signature: str) -> str | None:
         """The comment of the server-side function `signature` ("" if it has none), or
         None when the database has no such function (SQLite has none at all)."""

@@ -102,7 +102,7 @@ def read_ahead(tx: Transaction, batch: EncodedBatch) -> None:
     module with `reads_ahead(records)` names those queries; the records are the
     batch's (their positions unknown yet, and no query depends on them)."""
     modules_ahead = [m for m in modules() if m.reads_ahead is not None]
-    if not modules_ahead or not batch.events:
+    if not modules_ahead or not batch.events or not tx.sends_reads_ahead:
         return
     records = [record_from_event(event, 0) for event in batch.events]
     queries: list[tuple[str, Sequence[Any]]] = []
