@@ -89,7 +89,9 @@ def lease_attempts(
 ) -> list[Lease]:
     """Lease up to `limit` claimed Attempts in lease order (`domain.slots.lease_order`),
     in one transaction; skip any another worker got or holds, and any whose limit's
-    slots are all held (docs/DESIGN.md "Flow control").
+    slots are all held (docs/DESIGN.md "Flow control"). A page whose Attempts other
+    transactions hold is followed by the page after them (docs/DESIGN.md "Workers
+    side by side"), as one whose full slots hide others' work is.
 
     With `start` each grant also crosses the start barrier in the same commit (unit
     `lease_start`): for an executor that spawns at once. `worker` (host, slots) is
@@ -97,28 +99,32 @@ def lease_attempts(
     # the page at the store's time as last seen; each grant at its time in the unit
     page_at = now_ms if now_ms is not None else authority.store.clock_ms()
     full: frozenset[str] = frozenset()
+    passed: frozenset[str] = frozenset()
     leases: list[Lease] = []
     for _ in range(SLOT_ROUNDS):
+        page = (limit - len(leases)) * 2
         offered = candidates.claimable_attempts(
             authority.store,
             page_at,
-            (limit - len(leases)) * 2,
+            page,
             run_id=run_id,
             step_key=step_key,
             tasks=tasks,
             full_slots=full,
+            passing=passed,
         )
         if not offered:
             break
-        granted, blocked = _grant(
+        granted, blocked, held = _grant(
             authority, worker_id, offered, limit - len(leases), ttl_ms, now_ms, start, worker
         )
         leases += granted
-        # a page that ended on claims of full slots may hide others' work behind them:
-        # ask again without those slots
-        if len(leases) >= limit or not blocked or len(offered) < (limit - len(leases)) * 2:
+        # a page that ended on claims of full slots, or on Attempts other workers are
+        # leasing right now, may hide work behind them: ask again past those
+        if len(leases) >= limit or not (blocked or held) or len(offered) < page:
             break
         full |= blocked
+        passed |= held
     if leases:
         log.info("worker %s leased %d attempt(s)", worker_id, len(leases))
     return leases
@@ -136,9 +142,9 @@ def _grant(
     now_ms: int | None,
     start: bool,
     worker: worker_rules.WorkerInfo | None,
-) -> tuple[list[Lease], frozenset[str]]:
+) -> tuple[list[Lease], frozenset[str], frozenset[str]]:
     """One lease transaction over the `offered` (attempt, run, slot) candidates: the
-    leases granted, and the slots found full."""
+    leases granted, the slots found full, and the Attempts other transactions held."""
     now = Now(now_ms)
     blocked: set[str] = set()
 
@@ -152,8 +158,14 @@ def _grant(
     try:
         batch = _with_retries(authority, grant, "lease_start" if start else "lease")
     except (VersionConflict, LockTimeout):
-        return [], frozenset()  # Runs moved, or a lock stayed held: leave them for the next call
-    return _granted(batch, start), frozenset(blocked)
+        # Runs moved, or a lock stayed held: leave them for the next call
+        return [], frozenset(), frozenset()
+    held = frozenset(
+        attempt_id
+        for (attempt_id, _run, _slot), written in zip(offered, batch.written, strict=True)
+        if written.held
+    )
+    return _granted(batch, start), frozenset(blocked), held
 
 
 def _grant_in(

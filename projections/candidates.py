@@ -75,11 +75,13 @@ def claimable_attempts(
     step_key: str | None = None,
     tasks: frozenset[str] | None = None,
     full_slots: frozenset[str] = frozenset(),
+    passing: frozenset[str] = frozenset(),
 ) -> list[tuple[str, str, str | None]]:
     """(attempt_id, run_id, slot) of Attempts a worker may lease at `now_ms`, those
     whose grant window holds `now_ms` (`domain.work.grant_windows`), in lease order
     (`domain.slots.lease_order`: higher priority, then the Run admitted first, then
-    the claim), leaving out the slots in `full_slots`. A range of the lease-order
+    the claim), leaving out the slots in `full_slots` and the Attempts in `passing`
+    (other workers are leasing them). A range of the lease-order
     index: what it passes over is only what has a window that is not open now (a
     claim leased and not started yet, a claim past its Run's deadline before
     cancellation ends it) and, with `full_slots`, the claims waiting for those.
@@ -89,6 +91,9 @@ def claimable_attempts(
     if full_slots:
         where.append(f"(slot IS NULL OR slot NOT IN ({', '.join('?' for _ in full_slots)}))")
         params.extend(sorted(full_slots))
+    if passing:
+        where.append(f"attempt_id NOT IN ({', '.join('?' for _ in passing)})")
+        params.extend(sorted(passing))
     if run_id is not None:
         where.append("run_id = ?")
         params.append(run_id)
