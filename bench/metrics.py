@@ -304,17 +304,21 @@ def main() -> None:
     if args.smoke:
         args.runs, args.workflows, args.rounds = 200, 2, 1
     results: dict[str, Any] = {}
+    made: list[str] = []  # the PostgreSQL schemas made, dropped at the end
     with tempfile.TemporaryDirectory() as folder:
         stores = {"sqlite": lambda name: f"sqlite:///{folder}/{name}.db"}
         if args.pg:
-            stores["postgresql"] = lambda name: _pg_schema(args.pg, name)
-        for kind, url_of in stores.items():
-            results[kind] = {
-                "per_call": per_call(url_of("calls"), args.workflows, args.rounds),
-                "observer": observer_cost(url_of("observer"), args.workflows * 5),
-                "traces": traces(url_of("traces"), args.workflows, args.rounds),
-                "scrape": scrape(url_of("scrape"), args.runs),
-            }
+            stores["postgresql"] = lambda name: _pg_schema(args.pg, name, made)
+        try:
+            for kind, url_of in stores.items():
+                results[kind] = {
+                    "per_call": per_call(url_of("calls"), args.workflows, args.rounds),
+                    "observer": observer_cost(url_of("observer"), args.workflows * 5),
+                    "traces": traces(url_of("traces"), args.workflows, args.rounds),
+                    "scrape": scrape(url_of("scrape"), args.runs),
+                }
+        finally:
+            _drop_schemas(args.pg, made)
     console = Console(width=160)
     calls = Table(title="metrics off and on: per Workflow (4-step diamond)")
     for column in ("store", "loop", "off ms/wf", "on ms/wf", "wall overhead", "off CPU ms/wf",
@@ -354,8 +358,8 @@ def main() -> None:
     RESULTS.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
 
 
-def _pg_schema(base: str, name: str) -> str:
-    """A fresh schema on `base` for one measurement."""
+def _pg_schema(base: str, name: str, made: list[str]) -> str:
+    """A fresh schema on `base` for one measurement (its name added to `made`)."""
     import psycopg
 
     from eventstore.url import with_search_path
@@ -363,7 +367,18 @@ def _pg_schema(base: str, name: str) -> str:
     schema = f"bench_metrics_{name}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
+    made.append(schema)
     return with_search_path(base, schema)
+
+
+def _drop_schemas(base: str | None, schemas: list[str]) -> None:
+    if not base or not schemas:
+        return
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 if __name__ == "__main__":
