@@ -3,28 +3,17 @@ transactions are leasing right now leases from the page after them."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 import qlflow
 from actors.loading import attempt_lock
 from projections.candidates import claimable_attempts
 from tests.cycle.helpers import T0, manifest
+from tests.lock_holder import hold_locks
 
 pytestmark = pytest.mark.pg
 
 ROOTS = [(f"r{i}", []) for i in range(8)]
-
-
-def _holding(url: str, names: list[str]) -> psycopg.Connection:
-    """A session holding the named locks (their qlflow_locks rows) until closed."""
-    conn = psycopg.connect(url)
-    conn.execute(
-        "SELECT 1 FROM qlflow_locks WHERE bucket = ANY (ARRAY(SELECT "
-        "(hashtextextended(k, 0) & 16383)::integer FROM unnest(%s::text[]) k)) FOR UPDATE",
-        (names,),
-    )
-    return conn
 
 
 def test_a_page_another_worker_is_leasing_is_passed_over_for_the_next(pg_url):
@@ -34,7 +23,7 @@ def test_a_page_another_worker_is_leasing_is_passed_over_for_the_next(pg_url):
         order = [a for a, _run, _slot in claimable_attempts(rt.store, T0, 100)]
         assert len(order) == len(ROOTS)
         # another worker's grant holds the first page a lease of 2 reads (twice its limit)
-        holder = _holding(pg_url, [attempt_lock(a) for a in order[:4]])
+        holder = hold_locks(pg_url, [attempt_lock(a) for a in order[:4]])
         try:
             leases = rt.lease_attempts("w2", limit=2, now_ms=T0 + 1)
         finally:

@@ -27,6 +27,7 @@ from eventstore import open_store
 from tests.cli.helpers import EXAMPLES, Spawned, qlflow_json, wait_for
 from tests.cli.helpers import qlflow as run_cli
 from tests.cycle.helpers import DIAMOND, T0, drive, manifest
+from tests.lock_holder import hold_locks
 
 pytestmark = pytest.mark.pg
 
@@ -331,19 +332,8 @@ def hold_advisory_lock(url: str, name: str) -> psycopg.Connection:
     return conn
 
 
-def hold_lock(url: str, name: str) -> psycopg.Connection:
-    """A session of a writing role holding the named lock (its qlflow_locks row)."""
-    conn = psycopg.connect(url)
-    conn.execute(
-        "SELECT 1 FROM qlflow_locks WHERE bucket = (hashtextextended(%s, 0) & 16383)::integer "
-        "FOR UPDATE",
-        (name,),
-    )
-    return conn
-
-
 def test_a_held_publisher_lock_bounds_a_start(roles, published_run):
-    holder = hold_lock(roles.publisher, "qlflow-publisher:acme")
+    holder = hold_locks(roles.publisher, ["qlflow-publisher:acme"])
     try:
         with qlflow.open(roles.runtime, lock_timeout_ms=300) as rt:
             began = time.monotonic()
@@ -377,7 +367,7 @@ def test_a_held_lock_on_an_attempt_bounds_the_worker(roles, rt):
     rt.cycle(now_ms=T0)
     [lease] = rt.lease_attempts("w1", limit=1, now_ms=T0)
     with qlflow.open(roles.runtime, lock_timeout_ms=300) as worker:
-        holder = hold_lock(roles.runtime, attempt_lock(lease.attempt_id))
+        holder = hold_locks(roles.runtime, [attempt_lock(lease.attempt_id)])
         try:
             began = time.monotonic()
             with pytest.raises((LockTimeout, StoreUnavailable)) as caught:
@@ -394,7 +384,7 @@ def test_a_held_lock_on_an_attempt_bounds_the_worker(roles, rt):
 def test_a_lock_name_in_one_schema_does_not_block_another(roles, published_run, pg_url):
     # the same lock name held in another schema of the same database
     open_store(pg_url).close()
-    holder = hold_lock(pg_url, "qlflow-publisher:acme")
+    holder = hold_locks(pg_url, ["qlflow-publisher:acme"])
     try:
         with qlflow.open(roles.runtime, lock_timeout_ms=300) as rt:
             receipt = rt.start("demo", "flow", admission_key="other-schema", now_ms=T0)
