@@ -31,10 +31,13 @@ def slot_lock(slot: str) -> str:
     return f"slot:{slot}"
 
 
+ATTEMPT_LOCK = "attempt:"  # an Attempt's lock name: this and its id
+
+
 def attempt_lock(attempt_id: str) -> str:
     """The name of an Attempt's lock: held by whoever writes its lease stream, taken
     first (before any stream head) by the cycle and by workers alike."""
-    return f"attempt:{attempt_id}"
+    return f"{ATTEMPT_LOCK}{attempt_id}"
 
 
 @dataclass(frozen=True, slots=True)

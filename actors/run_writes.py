@@ -97,7 +97,7 @@ def write_runs(
     called with the slots whose locks are taken, once every lock is, before any
     decision (what it reads, it reads under them)."""
     slots = {w.attempt_id: w.slot for w in writes if w.attempt_id}
-    guessed: dict[str, tuple[set[str], Callable[[], bool]]] = {}
+    guessed: dict[str, Callable[[], frozenset[str]]] = {}
     if wait:
         # Attempts' (and slots') locks, then the Runs' heads, answered by nothing: a
         # store sends them with the read that follows (one round trip on PostgreSQL)
@@ -111,21 +111,18 @@ def write_runs(
         for run_id in sorted({w.run_id for w in writes if w.if_attempts_held}):
             base = cache.get(run_id) if cache is not None else None
             if base is not None:
-                guess = set(active_attempt_keys(base))
-                guessed[run_id] = (guess, tx.try_lock_ahead(sorted(guess)))
+                guessed[run_id] = tx.try_lock_each_ahead(active_attempt_keys(base))
     elif not any(slots.values()):
-        # no limit slot to read under its lock: try every lock and read every Run in one
-        # round trip; when one is held elsewhere, each is tried again and read after
-        tried = tx.try_lock_ahead([attempt_lock(a) for a in slots])
-        heads = tx.lock_heads_ahead([run_stream(r) for r in {w.run_id for w in writes}])
-        streams = read_runs(tx, {w.run_id for w in writes}, cache)
-        if tried() and heads() is not None:
-            held_attempts, locked = set(), {w.run_id for w in writes}
-        else:
-            held_attempts = _lock_attempts(tx, slots, wait)
-            wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
-            locked = _lock_runs(tx, wanted, wait)
-            streams = read_runs(tx, locked, cache)
+        # no limit slot to read under its lock: try each lock and read every Run in one
+        # round trip; what another transaction holds is skipped (its read is not used)
+        run_ids = {w.run_id for w in writes}
+        tried = tx.try_lock_each_ahead([attempt_lock(a) for a in slots])
+        heads = tx.lock_heads_each_ahead([run_stream(r) for r in run_ids])
+        streams = read_runs(tx, run_ids, cache)
+        taken = tried()
+        held_attempts = {a for a in slots if attempt_lock(a) not in taken}
+        locked = {r for r in run_ids if run_stream(r) in heads()}
+        streams = {r: read for r, read in streams.items() if r in locked}
     else:
         held_attempts = _lock_attempts(tx, slots, wait)
         wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
@@ -137,9 +134,7 @@ def write_runs(
     current = {run_id: read.fold() for run_id, read in streams.items()}
     probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
     wanted_keys = {r: active_attempt_keys(current[r]) for r in probing}
-    free: set[str] = {
-        r for r in probing if r in guessed and _guess_holds(guessed[r], wanted_keys[r])
-    }
+    free = {r for r in probing if r in guessed and guessed[r]().issuperset(wanted_keys[r])}
     free |= try_locks(tx, {r: k for r, k in wanted_keys.items() if r not in free})
     decisions: dict[str, list[Decision]] = {}
     written = []
@@ -171,12 +166,6 @@ def write_runs(
     return Batch(written, after)
 
 
-def _guess_holds(guess: tuple[set[str], Callable[[], bool]], wanted: Sequence[str]) -> bool:
-    """The guessed locks cover `wanted` and were all taken."""
-    keys, taken = guess
-    return keys.issuperset(wanted) and taken()
-
-
 def joined_batch(batches: Sequence[EncodedBatch]) -> EncodedBatch:
     """One append call of several Runs' encoded appends (their streams are disjoint)."""
     if len(batches) == 1:
@@ -192,11 +181,10 @@ def _joined(decisions: list[Decision]) -> Decision:
 
 
 def try_locks(tx: Transaction, keys: Mapping[K, Sequence[str]]) -> set[K]:
-    """The items whose every lock `tx` took without waiting: all in one try when none
-    is held elsewhere, else item by item (what another transaction holds is skipped)."""
-    if tx.try_lock([key for item_keys in keys.values() for key in item_keys]):
-        return set(keys)
-    return {item for item, item_keys in keys.items() if tx.try_lock(item_keys)}
+    """The items whose every lock `tx` took without waiting, each lock tried on its
+    own in one statement (what another transaction holds is skipped)."""
+    taken = tx.try_lock_each([key for item_keys in keys.values() for key in item_keys])
+    return {item for item, item_keys in keys.items() if taken.issuperset(item_keys)}
 
 
 def active_attempt_keys(aggregate: RunAggregate) -> list[str]:
@@ -227,9 +215,11 @@ def _lock_runs(tx: Transaction, run_ids: set[str], wait: bool) -> set[str]:
     streams = {run_stream(r): r for r in run_ids}
     if not streams:
         return set()
-    if tx.lock_heads(sorted(streams), wait=wait) is not None:
+    if wait:
+        tx.lock_heads(sorted(streams), wait=True)
         return set(run_ids)
-    return {r for s, r in streams.items() if tx.lock_heads([s], wait=False) is not None}
+    taken = tx.lock_heads_each(sorted(streams))
+    return {r for s, r in streams.items() if s in taken}
 
 
 # --- the cycle's page: decided outside the lock, checked and committed together ----------
@@ -254,11 +244,10 @@ def commit_prepared(
     transaction holds one of its locks, never waited for) or "conflict" (a stream
     moved) — and the Runs as the commit leaves them.
 
-    The locks of the whole page are asked for at once; only when one is held
-    elsewhere is each turn asked for its own."""
+    The locks of the whole page are tried at once, each on its own."""
     reads = [turn.streams.versions() for turn in prepared]
     unlocked = try_locks(tx, {i: active_attempt_keys(t.aggregate) for i, t in enumerate(prepared)})
-    heads = tx.lock_heads(sorted({s for read in reads for s in read}), wait=False)
+    heads = tx.lock_heads_each(sorted({s for read in reads for s in read}))
     fates = []
     batches = []
     after: dict[str, RunAggregate] = {}
@@ -266,11 +255,10 @@ def commit_prepared(
         if index not in unlocked:
             fates.append("blocked")
             continue
-        current = heads if heads is not None else tx.lock_heads(list(read), wait=False)
-        if current is None:
+        if not heads.keys() >= read.keys():
             fates.append("blocked")
             continue
-        if any(current[stream_id] != version for stream_id, version in read.items()):
+        if any(heads[stream_id] != version for stream_id, version in read.items()):
             fates.append("conflict")
             continue
         fates.append("written")

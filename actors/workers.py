@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from actors.authority import Units
 from actors.clock import Now
 from actors.group_commit import GroupCommit
+from actors.loading import ATTEMPT_LOCK
 from actors.retrying import DECIDE_AGAIN
 from actors.run_writes import (
     Batch,
@@ -101,27 +103,24 @@ def lease_attempts(
     full: frozenset[str] = frozenset()
     passed: frozenset[str] = frozenset()
     leases: list[Lease] = []
+    terms: dict[str, Any] = {"run_id": run_id, "step_key": step_key, "tasks": tasks}
     for _ in range(SLOT_ROUNDS):
-        page = (limit - len(leases)) * 2
-        offered = candidates.claimable_attempts(
-            authority.store,
-            page_at,
-            page,
-            run_id=run_id,
-            step_key=step_key,
-            tasks=tasks,
-            full_slots=full,
-            passing=passed,
-        )
-        if not offered:
+        page = limit - len(leases)
+        past: dict[str, Any] = {"full_slots": full, "passing": passed}
+        # nothing to lease: no write transaction (an idle worker's poll is one read)
+        if not candidates.claimable_attempts(authority.store, page_at, 1, **terms, **past):
             break
-        granted, blocked, held = _grant(
-            authority, worker_id, offered, limit - len(leases), ttl_ms, now_ms, start, worker
+        offer = partial(
+            candidates.offered_attempts, now_ms=page_at, limit=page, lock_prefix=ATTEMPT_LOCK,
+            **terms, **past,
+        )  # fmt: skip
+        granted, offered, blocked, held = _grant(
+            authority, worker_id, offer, limit - len(leases), ttl_ms, now_ms, start, worker
         )
         leases += granted
         # a page that ended on claims of full slots, or on Attempts other workers are
         # leasing right now, may hide work behind them: ask again past those
-        if len(leases) >= limit or not (blocked or held) or len(offered) < page:
+        if len(leases) >= limit or not (blocked or held) or offered < page:
             break
         full |= blocked
         passed |= held
@@ -136,21 +135,24 @@ SLOT_ROUNDS = 3  # pages a lease call reads when full slots fill them
 def _grant(
     authority: Units,
     worker_id: str,
-    offered: Sequence[tuple[str, str, str | None]],
+    offer: Callable[[Transaction], list[tuple[str, str, str | None]]],
     limit: int,
     ttl_ms: int,
     now_ms: int | None,
     start: bool,
     worker: worker_rules.WorkerInfo | None,
-) -> tuple[list[Lease], frozenset[str], frozenset[str]]:
-    """One lease transaction over the `offered` (attempt, run, slot) candidates: the
-    leases granted, the slots found full, and the Attempts other transactions held."""
+) -> tuple[list[Lease], int, frozenset[str], frozenset[str]]:
+    """One lease transaction over the (attempt, run, slot) candidates `offer` reads in
+    it: the leases granted, how many were offered, the slots found full, and the
+    Attempts other transactions held."""
     now = Now(now_ms)
     blocked: set[str] = set()
+    offered: list[tuple[str, str, str | None]] = []
 
     def grant(tx: Transaction) -> Batch:
         now.bind(tx)
         blocked.clear()
+        offered[:] = offer(tx)
         return _grant_in(
             tx, authority, worker_id, offered, limit, ttl_ms, now, start, worker, blocked
         )
@@ -159,13 +161,13 @@ def _grant(
         batch = _with_retries(authority, grant, "lease_start" if start else "lease")
     except (VersionConflict, LockTimeout):
         # Runs moved, or a lock stayed held: leave them for the next call
-        return [], frozenset(), frozenset()
+        return [], len(offered), frozenset(), frozenset()
     held = frozenset(
         attempt_id
         for (attempt_id, _run, _slot), written in zip(offered, batch.written, strict=True)
         if written.held
     )
-    return _granted(batch, start), frozenset(blocked), held
+    return _granted(batch, start), len(offered), frozenset(blocked), held
 
 
 def _grant_in(
@@ -529,9 +531,10 @@ def _lease_next(
     handed: dict[int, tuple[Lease, ...]] = {}
     for terms, indexes in asking.items():
         limits = [completions[i].next_work.limit for i in indexes]  # type: ignore[union-attr]
-        offered = candidates.claimable_attempts(
-            tx, now(), sum(limits) * 2, run_id=terms.run_id, tasks=terms.tasks
-        )
+        offered = candidates.offered_attempts(
+            tx, now(), sum(limits), lock_prefix=ATTEMPT_LOCK, run_id=terms.run_id,
+            tasks=terms.tasks,
+        )  # fmt: skip
         if not offered:
             continue
         granted = _grant_in(

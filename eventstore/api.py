@@ -19,7 +19,9 @@ down instead. If `tx.append` raises a conflict the transaction can only roll bac
 
 Locks. Callers name what they serialize on, and the store decides how: `lock(key)`
 waits (bounded by the store's lock timeout, then `LockTimeout`), `try_lock(keys)`
-never waits, `lock_heads(streams, wait=...)` row-locks stream heads. On SQLite every
+never waits (all or nothing), `try_lock_each(keys)` never waits and says which it
+took, `lock_heads(streams, wait=...)` and `lock_heads_each(streams)` row-lock stream
+heads. On SQLite every
 write transaction holds the database's one write lock already, so these cost
 nothing there; on PostgreSQL they are transaction-scoped advisory and row locks.
 Every lock is released when the transaction ends.
@@ -29,12 +31,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from domain.errors import QlflowError
 from domain.records import Record, StreamAppend
 from eventstore.observers import Observers
 from eventstore.validation import EncodedBatch
+
+
+class LockJoin(NamedTuple):
+    """`Transaction.try_lock_join`'s SQL: `join` after the FROM table, `suffix` last."""
+
+    join: str
+    suffix: str
+
 
 MigrationStep = Mapping[str, str | Sequence[str]]
 """One schema step: store kind ("sqlite" | "postgresql") -> SQL statement(s)."""
@@ -114,6 +124,14 @@ class Transaction(Reads, Protocol):
         rule first (PostgreSQL); plainly where the database has no functions."""
         ...
 
+    def try_lock_join(self, name_sql: str) -> LockJoin:
+        """SQL for a SELECT that reads only rows whose lock (named by the SQL text
+        expression `name_sql` over the row) no other transaction holds, taking each:
+        `join` after the FROM table, `suffix` after the LIMIT, which counts only rows
+        whose lock was taken (PostgreSQL: a lock row FOR UPDATE SKIP LOCKED; SQLite:
+        empty, its write transactions exclude each other)."""
+        ...
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (projection upkeep); returns a cursor."""
         ...
@@ -168,14 +186,25 @@ class Transaction(Reads, Protocol):
         after them)."""
         ...
 
-    def try_lock_ahead(self, keys: Sequence[str]) -> Callable[[], bool]:
-        """`try_lock(keys)`, sent with the next statement where the store can; the
-        function returned answers as `try_lock` would."""
+    def try_lock_each(self, keys: Sequence[str]) -> frozenset[str]:
+        """Try each lock named in `keys` on its own, never waiting: the names taken
+        (one another transaction holds is left out). One statement on PostgreSQL."""
         ...
 
-    def lock_heads_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int] | None]:
-        """`lock_heads(stream_ids, wait=False)`, sent with the next statement where
-        the store can; the function returned answers as that would."""
+    def try_lock_each_ahead(self, keys: Sequence[str]) -> Callable[[], frozenset[str]]:
+        """`try_lock_each(keys)`, sent with the next statement where the store can; the
+        function returned answers as `try_lock_each` would."""
+        ...
+
+    def lock_heads_each(self, stream_ids: Sequence[str]) -> dict[str, int]:
+        """Row-lock each named stream head no other transaction holds, never waiting:
+        the versions of those taken (0 for a stream that does not exist); one held
+        elsewhere is left out."""
+        ...
+
+    def lock_heads_each_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int]]:
+        """`lock_heads_each(stream_ids)`, sent with the next statement where the store
+        can; the function returned answers as that would."""
         ...
 
     def stream_versions_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int]]:

@@ -52,7 +52,7 @@ import select
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -68,7 +68,7 @@ from domain.errors import (
     StoreUnavailable,
 )
 from eventstore import pg_statistics
-from eventstore.api import Row
+from eventstore.api import LockJoin, Row
 from eventstore.locks import (
     DEFAULT_LOCK_TIMEOUT_MS,
     LOCK_TABLE,
@@ -87,6 +87,7 @@ from eventstore.validation import EncodedBatch, EncodedEvent
 log = logging.getLogger(__name__)
 
 _PIPELINE = psycopg.Pipeline.is_supported()
+T = TypeVar("T")
 _IDLE = TransactionStatus.IDLE
 DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -105,6 +106,13 @@ TRY_LOCK_SQL = (
     f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
     f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket = ANY "
     "(ARRAY(SELECT bucket FROM b)) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
+)
+# each lock on its own, never waiting: the names whose row this transaction now holds
+TRY_LOCK_EACH_SQL = (
+    f"WITH k AS (SELECT k, {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k), "
+    f"l AS MATERIALIZED (SELECT l.bucket FROM {LOCK_TABLE} l WHERE l.bucket = ANY "
+    "(ARRAY(SELECT bucket FROM k)) FOR UPDATE OF l SKIP LOCKED) "
+    "SELECT k.k FROM k JOIN l USING (bucket)"
 )
 # The tail of each stream after a version, in one statement for any number of streams:
 # for each (stream, version) pair a range of the (stream_id, stream_version) index, not
@@ -159,7 +167,8 @@ class PostgresTransaction(BaseTransaction):
         # models' writes after an append cost no round trip of their own
         self._defers = explicit_begin and _PIPELINE
         self._queued: list[tuple[str, list[Sequence[Any]]]] = []
-        # try_lock_ahead: statements whose answer is read later, each on its cursor
+        # try_lock_each_ahead and the like: statements whose answer is read later, each
+        # on its cursor
         self._answered: list[tuple[str, Sequence[Any], psycopg.Cursor]] = []
         # the server's clock, asked for in the pipeline of the transaction's first
         # statement (read when first needed) or, asked for before any, on its own
@@ -193,6 +202,15 @@ class PostgresTransaction(BaseTransaction):
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._send(self._cursor, _native(sql), params or None).fetchall()
+
+    def _try_lock_join(self, name_sql: str) -> LockJoin:
+        # the lock rows, not the rows read, are locked: a writer takes a lock row before
+        # its append and holds it to COMMIT, so no wait it meets after the append is on
+        # a row locked here (the append's position lock then could deadlock)
+        return LockJoin(
+            f"JOIN {LOCK_TABLE} qlflow_lock ON qlflow_lock.bucket = {lock_bucket(name_sql)}",
+            "FOR UPDATE OF qlflow_lock SKIP LOCKED",
+        )
 
     def _rows_all(
         self, queries: Sequence[tuple[str, Sequence[Any]]], prepared: bool = False
@@ -248,49 +266,45 @@ class PostgresTransaction(BaseTransaction):
             self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)]))
         self._locks_queued = True
 
-    def _try_lock_ahead(self, keys: list[str]) -> Callable[[], bool]:
+    def _try_lock_each_ahead(self, keys: list[str]) -> Callable[[], frozenset[str]]:
         if not self._defers:
-            return super()._try_lock_ahead(keys)
+            return super()._try_lock_each_ahead(keys)
+        return self._answer_later(
+            TRY_LOCK_EACH_SQL, (keys,), lambda rows: frozenset(row[0] for row in rows)
+        )
+
+    def _lock_heads_each_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int]]:
+        if not self._defers:
+            return super()._lock_heads_each_ahead(stream_ids)
+        return self._answer_later(
+            _LOCK_HEADS_SQL, (stream_ids, False), lambda rows: self._heads_taken(stream_ids, rows)
+        )
+
+    def _answer_later(
+        self, sql: str, params: Sequence[Any], shape: Callable[[list[Row]], T]
+    ) -> Callable[[], T]:
+        """`sql` queued to go with the next statement; `shape` of its rows when first
+        asked for, the same answer after (asked before that statement, it is sent
+        alone)."""
         cursor = self._conn.cursor()
-        self._answered.append((TRY_LOCK_SQL, (keys,), cursor))
+        self._answered.append((sql, params, cursor))
+        answers: list[T] = []
 
-        answers: list[bool] = []
-
-        def answer() -> bool:
+        def answer() -> T:
             if not answers:
                 if any(queued is cursor for _sql, _params, queued in self._answered):
                     self._flush()  # asked before the next statement took it along
-                [(acquired,)] = cursor.fetchall()
-                answers.append(bool(acquired))
+                answers.append(shape(cursor.fetchall()))
             return answers[0]
-
-        return answer
-
-    def _lock_heads_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int] | None]:
-        if not self._defers:
-            return super()._lock_heads_ahead(stream_ids)
-        cursor = self._conn.cursor()
-        self._answered.append((_LOCK_HEADS_SQL, (stream_ids, False), cursor))
-
-        def answer() -> dict[str, int] | None:
-            if any(queued is cursor for _sql, _params, queued in self._answered):
-                self._flush()  # asked before the next statement took it along
-            return self._heads_locked(stream_ids, cursor.fetchall(), wait=False)
 
         return answer
 
     def _heads_ahead(self, stream_ids: list[str]) -> Callable[[], list[tuple[str, int]]]:
         if not self._defers:
             return super()._heads_ahead(stream_ids)
-        cursor = self._conn.cursor()
-        self._answered.append((_HEADS_SQL, (stream_ids,), cursor))
-
-        def answer() -> list[tuple[str, int]]:
-            if any(queued is cursor for _sql, _params, queued in self._answered):
-                self._flush()  # asked before the next statement took it along
-            return [(stream_id, int(version)) for stream_id, version in cursor.fetchall()]
-
-        return answer
+        return self._answer_later(
+            _HEADS_SQL, (stream_ids,), lambda rows: [(s, int(version)) for s, version in rows]
+        )
 
     def _flush(self) -> None:
         """Send what waits (BEGIN, queued statements) in one round trip of its own."""
@@ -491,30 +505,35 @@ class PostgresTransaction(BaseTransaction):
         [(acquired,)] = self._send(self._cursor, TRY_LOCK_SQL, (keys,)).fetchall()
         return bool(acquired)
 
+    def _try_lock_each(self, keys: list[str]) -> frozenset[str]:
+        return frozenset(row[0] for row in self._send(self._cursor, TRY_LOCK_EACH_SQL, (keys,)))
+
+    def _lock_heads_each(self, stream_ids: list[str]) -> dict[str, int]:
+        rows = self._send(self._cursor, _LOCK_HEADS_SQL, (stream_ids, False)).fetchall()
+        return self._heads_taken(stream_ids, rows)
+
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
         # through qlflow_lock_heads: FOR UPDATE needs an UPDATE grant no runtime role has.
         # Waiting, rows are locked in stream id order: every waiting locker takes the
         # same order, so two of them cannot deadlock on heads
         sql = _LOCK_HEADS_SQL
-        if wait:
-            rows = self._waiting(sql, (stream_ids, True), "stream heads")
-        else:
-            rows = self._send(self._cursor, sql, (stream_ids, False)).fetchall()
-        return self._heads_locked(stream_ids, rows, wait)
-
-    def _heads_locked(
-        self, stream_ids: list[str], rows: list[Row], wait: bool
-    ) -> dict[str, int] | None:
-        """The versions `qlflow_lock_heads` answered, or None when one it skipped
-        exists (held by another transaction)."""
+        if not wait:
+            taken = self._lock_heads_each(stream_ids)
+            return taken if len(taken) == len(stream_ids) else None
         versions = dict.fromkeys(stream_ids, 0)
-        versions.update(rows)
-        if not wait and len(rows) < len(stream_ids):
-            # not returned: missing, or held by another transaction
-            unseen = [stream_id for stream_id in stream_ids if not versions[stream_id]]
-            if any(version for _stream, version in self._heads(unseen)):
-                return None
+        versions.update(self._waiting(sql, (stream_ids, True), "stream heads"))
         return versions
+
+    def _heads_taken(self, stream_ids: list[str], rows: list[Row]) -> dict[str, int]:
+        """The heads `qlflow_lock_heads(..., wait=false)` locked, and the streams that
+        do not exist (version 0): a stream it did not answer exists only when another
+        transaction holds its head."""
+        taken: dict[str, int] = dict(rows)
+        unseen = [stream_id for stream_id in stream_ids if stream_id not in taken]
+        if unseen:
+            exist = {stream_id for stream_id, version in self._heads(unseen) if version}
+            taken.update((stream_id, 0) for stream_id in unseen if stream_id not in exist)
+        return taken
 
     def _function_comment(self, signature: str) -> str | None:
         rows = self._rows(

@@ -27,11 +27,11 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from domain.errors import CorruptionError, InvalidInput, VersionConflict
 from domain.records import Record, StreamAppend
-from eventstore.api import Row, StoreUsageError
+from eventstore.api import LockJoin, Row, StoreUsageError
 from eventstore.clock import host_ms
 from eventstore.validation import (
     EncodedAppend,
@@ -42,6 +42,8 @@ from eventstore.validation import (
     record_from_row,
     replay_or_conflict,
 )
+
+T = TypeVar("T")
 
 _SQL_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # a function, table or column name
 EVENT_COLUMNS = "global_position, event_id, stream_id, stream_version, type, data, metadata"
@@ -354,6 +356,21 @@ class BaseTransaction(ABC):
         self._check_usable()
         return self._rows(sql, params)
 
+    def try_lock_join(self, name_sql: str) -> LockJoin:
+        """SQL for a SELECT that reads only rows whose lock no other transaction holds,
+        taking each lock as a row is read: `join` goes after the FROM table, `suffix`
+        after the LIMIT, which then counts only rows whose lock was taken.
+        `name_sql` is the lock's name as an SQL text expression over the row (a lock
+        `try_lock` takes by that name). Where write transactions exclude each other
+        (SQLite) both are empty."""
+        self._check_usable()
+        return self._try_lock_join(name_sql)
+
+    def _try_lock_join(self, name_sql: str) -> LockJoin:
+        """See try_lock_join (an adapter whose write transactions exclude each other
+        needs no clause)."""
+        return LockJoin("", "")
+
     def query_all(
         self, queries: Sequence[tuple[str, Sequence[Any]]], *, prepared: bool = False
     ) -> list[list[Row]]:
@@ -458,50 +475,91 @@ class BaseTransaction(ABC):
         if stream_ids:
             self._lock_heads(stream_ids, True)
 
-    def try_lock_ahead(self, keys: Sequence[str]) -> Callable[[], bool]:
-        """`try_lock(keys)` sent with this transaction's next statement where the store
-        can; the function returned answers as `try_lock` would (asked before that
-        statement, it sends it alone). Nothing else reads its answer, so a writer may
-        guess the locks it will want and check later."""
+    def try_lock_each(self, keys: Sequence[str]) -> frozenset[str]:
+        """Try each lock named in `keys` on its own, never waiting: the names taken.
+        One another transaction holds is left out; those taken stay held until the
+        transaction ends."""
+        return self.try_lock_each_ahead(keys)()
+
+    def try_lock_each_ahead(self, keys: Sequence[str]) -> Callable[[], frozenset[str]]:
+        """`try_lock_each(keys)` sent with this transaction's next statement where the
+        store can; the function returned answers as `try_lock_each` would (asked before
+        that statement, it sends it alone). Nothing else reads its answer, so a writer
+        may guess the locks it will want and check later."""
         self._check_usable()
         if isinstance(keys, str):
-            raise InvalidInput("keys", "sequence", "try_lock_ahead takes a sequence of names")
+            raise InvalidInput("keys", "sequence", "try_lock_each takes a sequence of names")
         for key in keys:
             _check_key(key)
         if not keys:
-            return lambda: True
-        return self._try_lock_ahead(sorted(set(keys)))
+            return frozenset
+        wanted = sorted(set(keys))
+        return self._failing_on(lambda: self._try_lock_each_ahead(wanted))
 
-    def _try_lock_ahead(self, keys: list[str]) -> Callable[[], bool]:
+    def _try_lock_each_ahead(self, keys: list[str]) -> Callable[[], frozenset[str]]:
         """Try them now (an adapter may send them with the next statement)."""
-        acquired = self._try_lock(keys)
-        return lambda: acquired
+        taken = self._try_lock_each(keys)
+        return lambda: taken
 
-    def lock_heads_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int] | None]:
-        """`lock_heads(stream_ids, wait=False)` sent with this transaction's next
-        statement where the store can; the function returned answers as that would
-        (asked before that statement, it sends it alone)."""
+    def _try_lock_each(self, keys: list[str]) -> frozenset[str]:
+        """The sorted, non-empty `keys` taken without waiting: all at once where none
+        is held elsewhere, else one by one (an adapter may do it in one statement)."""
+        if self._try_lock(keys):
+            return frozenset(keys)
+        return frozenset(key for key in keys if self._try_lock([key]))
+
+    def lock_heads_each(self, stream_ids: Sequence[str]) -> dict[str, int]:
+        """Row-lock each named stream head no other transaction holds, never waiting:
+        the versions of those taken (0 for a stream that does not exist). One held
+        elsewhere is left out."""
+        return self.lock_heads_each_ahead(stream_ids)()
+
+    def lock_heads_each_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int]]:
+        """`lock_heads_each(stream_ids)` sent with this transaction's next statement
+        where the store can; the function returned answers as that would (asked
+        before that statement, it sends it alone)."""
         self._check_usable()
         if isinstance(stream_ids, str):
-            raise InvalidInput("stream_ids", "sequence", "lock_heads_ahead takes a sequence")
+            raise InvalidInput("stream_ids", "sequence", "lock_heads_each takes a sequence")
         if not stream_ids:
             return dict
-        wanted = list(stream_ids)
-        answer = self._lock_heads_ahead(sorted(set(wanted)))
-        answers: list[dict[str, int] | None] = []
+        wanted = sorted(set(stream_ids))
+        return self._failing_on(lambda: self._lock_heads_each_ahead(wanted))
 
-        def heads() -> dict[str, int] | None:
-            if not answers:
-                found = answer()
-                answers.append(None if found is None else {s: found[s] for s in wanted})
-            return answers[0]
-
-        return heads
-
-    def _lock_heads_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int] | None]:
+    def _lock_heads_each_ahead(self, stream_ids: list[str]) -> Callable[[], dict[str, int]]:
         """Lock them now (an adapter may send it with the next statement)."""
-        found = self._lock_heads(stream_ids, False)
+        found = self._lock_heads_each(stream_ids)
         return lambda: found
+
+    def _lock_heads_each(self, stream_ids: list[str]) -> dict[str, int]:
+        """The sorted, non-empty `stream_ids` whose heads were locked without waiting,
+        with their versions: all at once where none is held elsewhere, else one by
+        one (an adapter may do it in one statement)."""
+        heads = self._lock_heads(stream_ids, False)
+        if heads is not None:
+            return heads
+        taken: dict[str, int] = {}
+        for stream_id in stream_ids:
+            taken.update(self._lock_heads([stream_id], False) or {})
+        return taken
+
+    def _failing_on(self, ask: Callable[[], Callable[[], T]]) -> Callable[[], T]:
+        """`ask()`'s answer, marking the transaction failed where asking or answering
+        raises (a lock statement that failed leaves it only to roll back)."""
+        try:
+            answer = ask()
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+        def answered() -> T:
+            try:
+                return answer()
+            except BaseException as exc:
+                self.failure = exc
+                raise
+
+        return answered
 
     def stream_versions_ahead(self, stream_ids: Sequence[str]) -> Callable[[], dict[str, int]]:
         """`stream_versions(stream_ids)` sent with this transaction's next statement

@@ -1,4 +1,5 @@
-"""The store's lock verbs: `lock`, `try_lock`, `lock_heads`, server-side functions.
+"""The store's lock verbs: `lock`, `try_lock`, `try_lock_each`, `lock_heads`,
+`lock_heads_each`, server-side functions.
 
 The contract part runs on both stores. On SQLite every write transaction holds the
 database's one write lock, so the verbs hold at once; the PostgreSQL part shows two
@@ -228,30 +229,36 @@ def test_lock_ahead_takes_the_locks_then_the_heads_before_the_next_read(store):
         tx.lock_ahead("attempt:a", [])  # type: ignore[arg-type]
 
 
-def test_try_lock_ahead_answers_as_try_lock(store):
+def test_try_lock_each_ahead_answers_as_try_lock_each(store):
     store.append([stream("run-a", 0, event("a1"))])
     with store.transaction() as tx:
         tx.lock_ahead([], ["run-a"])
-        taken = tx.try_lock_ahead(["attempt:b", "attempt:a"])
-        nothing = tx.try_lock_ahead([])
+        taken = tx.try_lock_each_ahead(["attempt:b", "attempt:a", "attempt:a"])
+        nothing = tx.try_lock_each_ahead([])
         assert len(tx.read_stream("run-a")) == 1
-        assert taken() is True and taken() is True and nothing() is True
-        asked_first = tx.try_lock_ahead(["attempt:c"])
-        assert asked_first() is True  # asked before any statement took it along
+        assert taken() == {"attempt:a", "attempt:b"} and taken() is taken()
+        assert nothing() == frozenset()
+        asked_first = tx.try_lock_each_ahead(["attempt:c"])
+        assert asked_first() == {"attempt:c"}  # asked before any statement took it along
+        assert tx.try_lock_each(["attempt:d", "attempt:a"]) == {"attempt:a", "attempt:d"}
         tx.append([stream("run-a", 1, event("a2"))])
+    with store.transaction() as tx, pytest.raises(InvalidInput):
+        tx.try_lock_each("attempt:a")  # type: ignore[arg-type]
 
 
-def test_lock_heads_ahead_answers_as_lock_heads(store):
+def test_lock_heads_each_ahead_answers_as_lock_heads_each(store):
     store.append([stream("run-a", 0, event("a1"), event("a2"))])
     with store.transaction() as tx:
-        heads = tx.lock_heads_ahead(["run-missing", "run-a"])
-        assert tx.lock_heads_ahead([])() == {}
+        heads = tx.lock_heads_each_ahead(["run-missing", "run-a"])
+        assert tx.lock_heads_each_ahead([])() == {}
         assert len(tx.read_stream("run-a")) == 2
         assert heads() == {"run-missing": 0, "run-a": 2} and heads() is heads()
-        assert list(heads()) == ["run-missing", "run-a"]  # in the order asked
-        asked_first = tx.lock_heads_ahead(["run-a"])
+        asked_first = tx.lock_heads_each_ahead(["run-a"])
         assert asked_first() == {"run-a": 2}  # asked before any statement took it along
+        assert tx.lock_heads_each(["run-a", "run-other"]) == {"run-a": 2, "run-other": 0}
         tx.append([stream("run-a", 2, event("a3"))])
+    with store.transaction() as tx, pytest.raises(InvalidInput):
+        tx.lock_heads_each("run-a")  # type: ignore[arg-type]
 
 
 def test_stream_versions_ahead_answers_as_stream_versions(store):
@@ -325,28 +332,32 @@ def test_lock_ahead_waits_bounded_at_the_next_statement(pg_store):
 
 
 @pytest.mark.pg
-def test_try_lock_ahead_never_waits_and_says_what_it_took(pg_store):
+def test_try_lock_each_never_waits_and_says_which_it_took(pg_store):
     holding = held_elsewhere(pg_store, lambda tx: tx.lock("attempt:b"))
     with holding, pg_store.transaction() as tx:
         started = time.monotonic()
-        held = tx.try_lock_ahead(["attempt:a", "attempt:b"])
-        free = tx.try_lock_ahead(["attempt:c"])
+        ahead = tx.try_lock_each_ahead(["attempt:a", "attempt:b", "attempt:c"])
         tx.read_stream("run-a")
-        assert held() is False and free() is True
+        assert ahead() == {"attempt:a", "attempt:c"}
+        assert tx.try_lock_each(["attempt:b", "attempt:d"]) == {"attempt:d"}
         assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
         tx.append([stream("run-a", 1, event("a2"))])  # the transaction goes on
     assert [r.event_id for r in pg_store.read_stream("run-a")] == ["a1", "a2"]
+    # what a transaction took stays held until it ends
+    holding = held_elsewhere(pg_store, lambda tx: tx.try_lock_each(["attempt:a", "attempt:e"]))
+    with holding, pg_store.transaction() as tx:
+        assert tx.try_lock_each(["attempt:a", "attempt:f"]) == {"attempt:f"}
 
 
 @pytest.mark.pg
-def test_lock_heads_ahead_never_waits_and_answers_none_when_one_is_held(pg_store):
+def test_lock_heads_each_never_waits_and_leaves_out_the_held_ones(pg_store):
     holding = held_elsewhere(pg_store, lambda tx: tx.lock_heads(["run-b"], wait=True))
     with holding, pg_store.transaction() as tx:
         started = time.monotonic()
-        held = tx.lock_heads_ahead(["run-a", "run-b"])
-        free = tx.lock_heads_ahead(["run-a", "run-new"])
+        ahead = tx.lock_heads_each_ahead(["run-a", "run-b", "run-new"])
         tx.read_stream("run-a")
-        assert held() is None and free() == {"run-a": 1, "run-new": 0}
+        assert ahead() == {"run-a": 1, "run-new": 0}
+        assert tx.lock_heads_each(["run-b"]) == {}
         assert time.monotonic() - started < 0.3 * 5  # never waited for a timeout
 
 
