@@ -25,7 +25,10 @@ Sides:
 - `qlflow_pool`: the main thread cycles, N worker threads of the same process each
   do the same with up to 64/N Attempts at a time.
 - `qlflow_procs`: the main process cycles, N worker processes do the same; CPU is
-  the sum of all the processes, RSS the largest.
+  the sum of all the processes, RSS the largest. The workers are started, and have
+  polled once, before the clock starts (replicas that are already running: a
+  process's start is not what adding one buys). Also reported against `qlflow`
+  (one process, one worker): `qlflow_procs_vs_one`.
 - `dbos`: the same DAG as a DBOS workflow whose steps run in sequence, the 100
   workflows called one after another; `dbos_threads`: the 100 started at once
   (`DBOS.start_workflow`, DBOS's own thread per workflow).
@@ -185,11 +188,16 @@ def _settled(rt, run_ids: Sequence[str]) -> bool:
 
 
 def _drive(
-    rt, run_ids: list[str], workers: int, mode: str, url: str, batch: int = 64
+    rt,
+    run_ids: list[str],
+    workers: int,
+    mode: str,
+    batch: int = 64,
+    started: Sequence[subprocess.Popen] = (),
 ) -> list[dict]:
     """Cycle (and, in mode `one`, work) until every Run is terminal; returns what the
     worker processes reported (their peak RSS). Each worker leases up to `batch`
-    Attempts at a time."""
+    Attempts at a time; in mode `procs` the workers are the `started` processes."""
     stop = threading.Event()
     helpers: list = []
     if mode == "pool":
@@ -198,10 +206,7 @@ def _drive(
             thread.start()
             helpers.append(thread)
     elif mode == "procs":
-        for n in range(workers):
-            cmd = [sys.executable, "-m", "bench.peers", "--worker", url, "--worker-id", f"q{n}",
-                   "--batch", str(batch), "--step-ms", str(STEP["seconds"] * 1000)]  # fmt: skip
-            helpers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE))
+        helpers += started
     try:
         while True:
             result = rt.cycle()
@@ -236,6 +241,21 @@ def _pool_worker(rt, worker_id: str, stop: threading.Event, batch: int) -> None:
             time.sleep(0.001)
 
 
+def _start_workers(url: str, workers: int, batch: int) -> list[subprocess.Popen]:
+    """`workers` worker processes, returned once each has polled for work once."""
+    helpers = []
+    for n in range(workers):
+        cmd = [sys.executable, "-m", "bench.peers", "--worker", url, "--worker-id", f"q{n}",
+               "--batch", str(batch), "--step-ms", str(STEP["seconds"] * 1000)]  # fmt: skip
+        helpers.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE))
+    for helper in helpers:
+        assert helper.stdout is not None
+        line = helper.stdout.readline().strip()
+        if line != b"ready":
+            raise RuntimeError(f"a worker process did not start: {line!r}")
+    return helpers
+
+
 def worker_process(url: str, worker_id: str, batch: int) -> None:
     """A worker process of `qlflow_procs`: lease and complete until terminated."""
     import signal
@@ -243,11 +263,15 @@ def worker_process(url: str, worker_id: str, batch: int) -> None:
     rt = _open(url)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    _work_once(rt, worker_id, batch)  # connected and polled: running before the clock
+    ready_cpu_s = _cpu_s()
+    print("ready", flush=True)
     while not stopping.is_set():
         if not _work_once(rt, worker_id, batch):
             time.sleep(0.001)
     rt.close()
-    print(orjson.dumps({"cpu_s": _cpu_s(), "rss_mib": _peak_rss_mib()}).decode(), flush=True)
+    report = {"cpu_s": _cpu_s(), "ready_cpu_s": ready_cpu_s, "rss_mib": _peak_rss_mib()}
+    print(orjson.dumps(report).decode(), flush=True)
 
 
 def _cancel_pending(rt, cancels: int, batch: bool) -> float:
@@ -287,7 +311,7 @@ def _wal_pages(url: str, db_path: str, workflows: int) -> dict:
     faults.watch(watcher)
     try:
         run_ids = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(workflows)]
-        _drive(rt, run_ids, 1, "one", url)
+        _drive(rt, run_ids, 1, "one")
     finally:
         faults.disarm()
         rt.close()
@@ -312,16 +336,18 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
     if mode != "procs":
         faults.watch(commits)
     profiler = cProfile.Profile() if profile else None
-    cpu0, wall0, child0 = _cpu_s(), time.perf_counter(), _cpu_s(resource.RUSAGE_CHILDREN)
+    batch = {"one": 64, "call": PER_CALL_LIMIT}.get(mode, max(1, 64 // workers))
+    started = _start_workers(url, workers, batch) if mode == "procs" else []
+    cpu0, wall0 = _cpu_s(), time.perf_counter()
     if profiler:
         profiler.enable()
     run_ids = [rt.start(PACKAGE, WORKFLOW).run_id for _ in range(workflows)]
-    batch = {"one": 64, "call": PER_CALL_LIMIT}.get(mode, max(1, 64 // workers))
-    reports = _drive(rt, run_ids, workers, mode, url, batch)
+    reports = _drive(rt, run_ids, workers, mode, batch, started)
     if profiler:
         profiler.disable()
     wall = time.perf_counter() - wall0
-    cpu = _cpu_s() - cpu0 + _cpu_s(resource.RUSAGE_CHILDREN) - child0
+    # the worker processes' CPU from the moment each was ready
+    cpu = _cpu_s() - cpu0 + sum(r["cpu_s"] - r["ready_cpu_s"] for r in reports)
     assert all(rt.get_run(r).status == "succeeded" for r in run_ids)
     out = {
         "workflows_per_s": workflows / wall,
@@ -593,6 +619,9 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
             )
         if ours.get("cpu_ms_per_workflow") and base.get("cpu_ms_per_workflow"):
             ratios["qlflow_cpu_vs_dbos"] = ours["cpu_ms_per_workflow"] / base["cpu_ms_per_workflow"]
+        procs = medians.get("qlflow_procs", {}).get("workflows_per_s")
+        if procs and ours.get("workflows_per_s"):
+            ratios["qlflow_procs_vs_one"] = procs / ours["workflows_per_s"]
         wal = [r["wal"] for r in sides.get("qlflow", []) if "wal" in r]
         summary[store] = {"medians": medians, "ratios": ratios, "wal": wal[-1] if wal else None}
     return summary
