@@ -28,6 +28,8 @@ from actors.run_writes import commit_prepared
 from actors.workflow import Turn, WorkflowActor, WorkflowOutcome
 from domain.phases import PHASES, QUEUE, RUN_PHASES, SCHEDULE
 from projections import candidates
+from projections import limits as limit_rows
+from projections import schedules as schedule_rows
 
 log = logging.getLogger("qlflow.cycle")
 
@@ -197,6 +199,9 @@ class Cycle:
         self.on_phase: Callable[[str, float], None] | None = None
 
     def run(self, now_ms: int) -> CycleResult:
+        began = time.perf_counter()
+        if self._idle(now_ms):
+            return self._idle_result(time.perf_counter() - began)
         results = {}
         for phase in PHASES:
             began = time.perf_counter()
@@ -226,6 +231,24 @@ class Cycle:
             for error in phase_result.errors:
                 log.error("cycle %s: %s", phase, error)
         return result
+
+    def _idle(self, now_ms: int) -> bool:
+        """No phase has work at `now_ms`: the first candidate of every phase, asked for
+        in one read (one round trip on PostgreSQL). A cycle with work runs its phases
+        in turn, each reading its own pages (an earlier phase's writes may open work
+        for a later one); with none, none of them would do anything."""
+        probes = [candidates.work_probe(phase, now_ms) for phase in RUN_PHASES]
+        probes += [schedule_rows.due_probe(now_ms), limit_rows.queued_probe()]
+        return not any(self._authority.store.query_all(probes, prepared=True))
+
+    def _idle_result(self, seconds: float) -> CycleResult:
+        """What every phase of an idle cycle finds: nothing (their cursors start over)."""
+        self._cursor = dict.fromkeys(RUN_PHASES)
+        self._queue_cursor = None
+        if self.on_phase is not None:
+            for phase in PHASES:  # the one read, shared by the phases it asked for
+                self.on_phase(phase, seconds / len(PHASES))
+        return CycleResult(**{phase: PageResult() for phase in PHASES})
 
     def _schedules(self, now_ms: int) -> PageResult:
         """Up to `pages_per_phase` pages of due schedules, keyset-paged in this cycle by

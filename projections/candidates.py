@@ -20,6 +20,7 @@ from eventstore.api import Reads, Row, Transaction
 
 __all__ = [
     "active_attempt_ids", "claimable_attempts", "claimable_condition", "offered_attempts", "page",
+    "work_probe",
 ]  # fmt: skip
 
 
@@ -65,6 +66,14 @@ def work_page(
         (*params, limit),
     )
     return [(row[0], row[1]) for row in rows]
+
+
+def work_probe(phase: str, now_ms: int) -> tuple[str, list[Any]]:
+    """The query whose one row (or none) says whether `phase` has work at `now_ms`: the
+    first row `work_page` would read (a cycle asks every phase at once)."""
+    if phase not in RUN_PHASES:
+        raise ValueError(f"unknown phase {phase!r}; one of {RUN_PHASES}")
+    return f"SELECT 1 FROM runs WHERE {_open_at(phase)} LIMIT 1", [now_ms, now_ms]
 
 
 def claimable_attempts(

@@ -141,6 +141,12 @@ def _facts(rows: Iterable[Sequence[Any]]) -> SlotFacts:
     return SlotFacts(held, overrides, ahead)
 
 
+def queued_probe() -> tuple[str, list[Any]]:
+    """The query whose one row (or none) says whether any Run waits in a queue (the
+    first slot `queued_slots` would find)."""
+    return f"SELECT 1 FROM runs WHERE slot_state = '{QUEUED}' LIMIT 1", []
+
+
 def queued_slots(reader: Any, limit: int, after: str | None = None) -> list[str]:
     """Up to `limit` slots with Runs queued for them, in slot order after `after`: one
     index probe per slot (a skip scan of the queue index), whatever the queues'

@@ -430,6 +430,9 @@ def row(reader: Reads, schedule_id: str) -> ScheduleRow | None:
     return _row(reader, schedule_id)
 
 
+_DUE = "work_at_ms IS NOT NULL AND work_at_ms <= ?"  # a schedule with work (at ?)
+
+
 def due(
     reader: Reads, now_ms: int, limit: int, after: tuple[int, str] | None = None
 ) -> list[tuple[int, str]]:
@@ -437,18 +440,24 @@ def due(
     after `after`. Reads the partial index only: a schedule with no work is never read."""
     if after is None:
         rows = reader.query(
-            """SELECT work_at_ms, schedule_id FROM schedules WHERE work_at_ms IS NOT NULL
-                 AND work_at_ms <= ? ORDER BY work_at_ms, schedule_id LIMIT ?""",
+            f"""SELECT work_at_ms, schedule_id FROM schedules WHERE {_DUE}
+                ORDER BY work_at_ms, schedule_id LIMIT ?""",
             (now_ms, limit),
         )
     else:
         rows = reader.query(
-            """SELECT work_at_ms, schedule_id FROM schedules WHERE work_at_ms IS NOT NULL
-                 AND work_at_ms <= ? AND (work_at_ms > ? OR (work_at_ms = ? AND schedule_id > ?))
-               ORDER BY work_at_ms, schedule_id LIMIT ?""",
+            f"""SELECT work_at_ms, schedule_id FROM schedules WHERE {_DUE}
+                  AND (work_at_ms > ? OR (work_at_ms = ? AND schedule_id > ?))
+                ORDER BY work_at_ms, schedule_id LIMIT ?""",
             (now_ms, after[0], after[0], after[1], limit),
         )
     return [(r[0], r[1]) for r in rows]
+
+
+def due_probe(now_ms: int) -> tuple[str, list[Any]]:
+    """The query whose one row (or none) says whether a schedule has work at `now_ms`
+    (the first row `due` would read)."""
+    return f"SELECT 1 FROM schedules WHERE {_DUE} LIMIT 1", [now_ms]
 
 
 def listed(reader: Reads) -> list[ScheduleRow]:
