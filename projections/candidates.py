@@ -11,12 +11,11 @@ several pages and the caller can rotate where it starts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from domain.phases import RUN_PHASES
 from domain.transitions import ATTEMPT_ACTIVE
-from eventstore.api import Reads, Row, Transaction
+from eventstore.api import LockJoin, Reads, Transaction
 
 __all__ = [
     "active_attempt_ids", "claimable_attempts", "claimable_condition", "offered_attempts", "page",
@@ -86,6 +85,7 @@ def claimable_attempts(
     tasks: frozenset[str] | None = None,
     full_slots: frozenset[str] = frozenset(),
     passing: frozenset[str] = frozenset(),
+    lock_join: LockJoin | None = None,
 ) -> list[tuple[str, str, str | None]]:
     """(attempt_id, run_id, slot) of Attempts a worker may lease at `now_ms`, those
     whose grant window holds `now_ms` (`domain.work.grant_windows`), in lease order
@@ -95,53 +95,8 @@ def claimable_attempts(
     index: what it passes over is only what has a window that is not open now (a
     claim leased and not started yet, a claim past its Run's deadline before
     cancellation ends it) and, with `full_slots`, the claims waiting for those.
-    `slot` is the limit slot a lease would take (None: no limit)."""
-    query = _claimable_query(now_ms, limit, run_id, step_key, tasks, full_slots, passing)
-    return [] if query is None else _offers(store_or_tx.query(*query))
-
-
-def offered_attempts(
-    tx: Transaction,
-    now_ms: int,
-    limit: int,
-    *,
-    lock_prefix: str,
-    run_id: str | None = None,
-    step_key: str | None = None,
-    tasks: frozenset[str] | None = None,
-    full_slots: frozenset[str] = frozenset(),
-    passing: frozenset[str] = frozenset(),
-) -> list[tuple[str, str, str | None]]:
-    """`claimable_attempts` read in a lease's own transaction, taking the lock of each
-    Attempt read (named `lock_prefix` + its id) and passing over those whose lock
-    another transaction holds: workers side by side are offered different Attempts
-    (docs/DESIGN.md "Workers side by side")."""
-    name_sql = f"'{_literal(lock_prefix)}' || attempts.attempt_id"
-    join = tx.try_lock_join(name_sql)
-    query = _claimable_query(
-        now_ms, limit, run_id, step_key, tasks, full_slots, passing, join.join, join.suffix
-    )
-    return [] if query is None else _offers(tx.query(*query))
-
-
-def _literal(text: str) -> str:
-    """`text` inside an SQL string literal."""
-    return text.replace("'", "''")
-
-
-def _claimable_query(
-    now_ms: int,
-    limit: int,
-    run_id: str | None,
-    step_key: str | None,
-    tasks: frozenset[str] | None,
-    full_slots: frozenset[str],
-    passing: frozenset[str],
-    join: str = "",
-    suffix: str = "",
-) -> tuple[str, list[Any]] | None:
-    """The SELECT of `claimable_attempts` and its parameters (None: nothing can match);
-    `join` and `suffix` from `Transaction.try_lock_join`."""
+    `slot` is the limit slot a lease would take (None: no limit). `lock_join`: see
+    `offered_attempts`."""
     where = [claimable_condition()]
     params: list[Any] = [now_ms, now_ms]
     if full_slots:
@@ -158,17 +113,33 @@ def _claimable_query(
         params.append(step_key)
     if tasks is not None:
         if not tasks:
-            return None
+            return []
         where.append(f"task_ref IN ({', '.join('?' for _ in tasks)})")
         params.extend(sorted(tasks))
-    sql = f"""SELECT attempt_id, run_id, slot FROM attempts {join}
-              WHERE {" AND ".join(where)}
-              ORDER BY priority DESC, run_admitted_ms, run_id, claimed_position LIMIT ? {suffix}"""
-    return sql, [*params, limit]
-
-
-def _offers(rows: Sequence[Row]) -> list[tuple[str, str, str | None]]:
+    join, suffix = lock_join if lock_join is not None else ("", "")
+    rows = store_or_tx.query(
+        f"""SELECT attempt_id, run_id, slot FROM attempts {join}
+            WHERE {" AND ".join(where)}
+            ORDER BY priority DESC, run_admitted_ms, run_id, claimed_position LIMIT ? {suffix}""",
+        (*params, limit),
+    )
     return [(row[0], row[1], row[2]) for row in rows]
+
+
+def offered_attempts(
+    tx: Transaction, now_ms: int, limit: int, *, lock_prefix: str, **filters: Any
+) -> list[tuple[str, str, str | None]]:
+    """`claimable_attempts` (the same `filters`) read in a lease's own transaction,
+    taking the lock of each Attempt read (named `lock_prefix` + its id) and passing
+    over those whose lock another transaction holds: workers side by side are offered
+    different Attempts (docs/DESIGN.md "Workers side by side")."""
+    join = tx.try_lock_join(f"'{_literal(lock_prefix)}' || attempts.attempt_id")
+    return claimable_attempts(tx, now_ms, limit, **filters, lock_join=join)
+
+
+def _literal(text: str) -> str:
+    """`text` inside an SQL string literal."""
+    return text.replace("'", "''")
 
 
 def active_attempt_ids(tx: Reads, run_id: str) -> list[str]:
