@@ -102,12 +102,8 @@ LOCK_ALL_SQL = (
     f"SELECT {lock_bucket('k')} FROM unnest(%b::text[]) k)) "
     "ORDER BY l.bucket FOR UPDATE OF l) x"
 )
-TRY_LOCK_SQL = (
-    f"WITH b AS (SELECT DISTINCT {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k) "
-    f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {LOCK_TABLE} l WHERE l.bucket = ANY "
-    "(ARRAY(SELECT bucket FROM b)) FOR UPDATE OF l SKIP LOCKED) x) = (SELECT count(*) FROM b)"
-)
 # each lock on its own, never waiting: the names whose row this transaction now holds
+# (`try_lock`, all or nothing, is "all of them"); `= ANY (ARRAY(...))` as above
 TRY_LOCK_EACH_SQL = (
     f"WITH k AS (SELECT k, {lock_bucket('k')} AS bucket FROM unnest(%b::text[]) k), "
     f"l AS MATERIALIZED (SELECT l.bucket FROM {LOCK_TABLE} l WHERE l.bucket = ANY "
@@ -500,10 +496,6 @@ class PostgresTransaction(BaseTransaction):
     def _lock_all(self, keys: list[str]) -> None:
         # rows in bucket order, each locked as it comes: one order for every waiter
         self._waiting(LOCK_ALL_SQL, (keys,), f"{len(keys)} lock(s)")
-
-    def _try_lock(self, keys: list[str]) -> bool:
-        [(acquired,)] = self._send(self._cursor, TRY_LOCK_SQL, (keys,)).fetchall()
-        return bool(acquired)
 
     def _try_lock_each(self, keys: list[str]) -> frozenset[str]:
         return frozenset(row[0] for row in self._send(self._cursor, TRY_LOCK_EACH_SQL, (keys,)))

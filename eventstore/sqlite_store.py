@@ -104,10 +104,13 @@ class SqliteTransaction(BaseTransaction):
     def _lock(self, key: str) -> None:
         return None
 
-    def _try_lock(self, keys: list[str]) -> bool:
-        return True
+    def _try_lock_each(self, keys: list[str]) -> frozenset[str]:
+        return frozenset(keys)
 
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
+        return self._lock_heads_each(stream_ids)
+
+    def _lock_heads_each(self, stream_ids: list[str]) -> dict[str, int]:
         versions = dict.fromkeys(stream_ids, 0)
         versions.update(self._heads(stream_ids))
         return versions

@@ -119,12 +119,18 @@ class BaseTransaction(ABC):
         """Wait (bounded) for the lock named `key`, held until the transaction ends."""
 
     @abstractmethod
-    def _try_lock(self, keys: list[str]) -> bool:
-        """Take the locks named by the sorted, non-empty `keys` without waiting."""
+    def _try_lock_each(self, keys: list[str]) -> frozenset[str]:
+        """Try each lock named by the sorted, non-empty `keys` without waiting: the
+        names taken (see try_lock_each)."""
 
     @abstractmethod
     def _lock_heads(self, stream_ids: list[str], wait: bool) -> dict[str, int] | None:
         """Row-lock the heads of the sorted, non-empty `stream_ids` (see lock_heads)."""
+
+    @abstractmethod
+    def _lock_heads_each(self, stream_ids: list[str]) -> dict[str, int]:
+        """Row-lock each head of the sorted, non-empty `stream_ids` that no other
+        transaction holds, without waiting (see lock_heads_each)."""
 
     @abstractmethod
     def _function_comment(self, signature: str) -> str | None:
@@ -434,7 +440,8 @@ class BaseTransaction(ABC):
             raise InvalidInput("keys", "sequence", "try_lock takes a sequence of lock names")
         for key in keys:
             _check_key(key)
-        return self._try_lock(sorted(set(keys))) if keys else True
+        wanted = frozenset(keys)
+        return not wanted or self._try_lock_each(sorted(wanted)) == wanted
 
     def lock_heads(self, stream_ids: Sequence[str], *, wait: bool) -> dict[str, int] | None:
         """Row-lock the named stream heads in stream id order and return their versions
@@ -501,13 +508,6 @@ class BaseTransaction(ABC):
         taken = self._try_lock_each(keys)
         return lambda: taken
 
-    def _try_lock_each(self, keys: list[str]) -> frozenset[str]:
-        """The sorted, non-empty `keys` taken without waiting: all at once where none
-        is held elsewhere, else one by one (an adapter may do it in one statement)."""
-        if self._try_lock(keys):
-            return frozenset(keys)
-        return frozenset(key for key in keys if self._try_lock([key]))
-
     def lock_heads_each(self, stream_ids: Sequence[str]) -> dict[str, int]:
         """Row-lock each named stream head no other transaction holds, never waiting:
         the versions of those taken (0 for a stream that does not exist). One held
@@ -530,18 +530,6 @@ class BaseTransaction(ABC):
         """Lock them now (an adapter may send it with the next statement)."""
         found = self._lock_heads_each(stream_ids)
         return lambda: found
-
-    def _lock_heads_each(self, stream_ids: list[str]) -> dict[str, int]:
-        """The sorted, non-empty `stream_ids` whose heads were locked without waiting,
-        with their versions: all at once where none is held elsewhere, else one by
-        one (an adapter may do it in one statement)."""
-        heads = self._lock_heads(stream_ids, False)
-        if heads is not None:
-            return heads
-        taken: dict[str, int] = {}
-        for stream_id in stream_ids:
-            taken.update(self._lock_heads([stream_id], False) or {})
-        return taken
 
     def _failing_on(self, ask: Callable[[], Callable[[], T]]) -> Callable[[], T]:
         """`ask()`'s answer, marking the transaction failed where asking or answering

@@ -104,7 +104,7 @@ def _plans_kept(store, sql: str, types: str, values: str, runs: int = 8) -> int:
 
 
 def test_kept_plans_of_the_tail_read_and_the_locks_never_scan_and_are_kept(pg_url):
-    from eventstore.postgres_store import LOCK_ALL_SQL, TAIL_SQL, TRY_LOCK_SQL
+    from eventstore.postgres_store import LOCK_ALL_SQL, TAIL_SQL, TRY_LOCK_EACH_SQL
 
     store = open_store(pg_url, pool_max_size=2)
     try:
@@ -115,7 +115,9 @@ def test_kept_plans_of_the_tail_read_and_the_locks_never_scan_and_are_kept(pg_ur
         tail = _generic_plan(store, TAIL_SQL, "text[], bigint[]", "'{run-s1}', '{3}'")
         # the server plans each call of a statement until it finds its kept plan no
         # worse than the calls' own (after five): these keys' estimates must not differ
-        kept = [_plans_kept(store, sql, "text[]", "'{a}'") for sql in (LOCK_ALL_SQL, TRY_LOCK_SQL)]
+        kept = [
+            _plans_kept(store, sql, "text[]", "'{a}'") for sql in (LOCK_ALL_SQL, TRY_LOCK_EACH_SQL)
+        ]
     finally:
         store.close()
     assert "Index" in tail and "Seq Scan on events" not in tail, tail
