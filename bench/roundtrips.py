@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 import qlflow
+from bench import peers
 from bench.output import results_dir
 from domain.records import NewEvent, StreamAppend
 from eventstore.url import with_search_path
@@ -51,6 +52,8 @@ class CountingProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self.round_trips = 0
+        self.bytes_sent = 0  # client to server
+        self.bytes_received = 0  # server to client
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -75,6 +78,10 @@ class CountingProxy:
                     if upstream and not state["client_turn"]:
                         self.round_trips += 1
                     state["client_turn"] = upstream
+                    if upstream:
+                        self.bytes_sent += len(data)
+                    else:
+                        self.bytes_received += len(data)
                 sink.sendall(data)
         except OSError:
             pass
@@ -89,6 +96,11 @@ class CountingProxy:
         result = call()
         with self._lock:
             return self.round_trips - before, result
+
+    def totals(self) -> tuple[int, int]:
+        """(round trips, bytes either way) so far."""
+        with self._lock:
+            return self.round_trips, self.bytes_sent + self.bytes_received
 
     def close(self) -> None:
         self._listener.close()
@@ -169,6 +181,7 @@ def measure(url: str, steps: int) -> dict[str, float]:
             figures["final cycle"], _ = proxy.count(lambda: rt.cycle(now_ms=T0 + 4))
             assert rt.get_run(receipt.run_id).status == "succeeded"
             figures.update(_loop_calls(rt, proxy, steps))
+            figures.update(_per_workflow(rt, proxy))
         finally:
             rt.close()
     finally:
@@ -196,12 +209,43 @@ def _loop_calls(rt, proxy: CountingProxy, steps: int) -> dict[str, float]:
     figures["renew (per step)"] = sum(renews) / len(renews)
     figures["complete, store clock (per step)"] = sum(completes) / len(completes)
     assert rt.get_run(receipt.run_id).status == "succeeded"
+    # a worker pool's call: the completion takes the next step it made ready (or any
+    # other claimable one) in its own commit
+    chained = rt.start("rt", "w").run_id
+    (lease,) = rt.lease_attempts("w4", limit=1, start=True)
+    nexts = []
+    while lease is not None:
+        n, done = proxy.count(lambda lease=lease: rt.complete_and_lease(lease, "succeeded"))
+        lease = done.next_leases[0] if done.next_leases else None
+        if lease is not None:
+            nexts.append(n)
+    if nexts:
+        figures["complete_and_lease, one next step (per step)"] = sum(nexts) / len(nexts)
+    assert rt.get_run(chained).status == "succeeded"
     pending = rt.start("rt", "w").run_id
     figures["cancel (pending Run)"], _ = proxy.count(lambda: rt.cancel(pending))
     held = rt.start("rt", "w").run_id
     rt.lease_attempts("w3", limit=1)
     figures["cancel (a step leased)"], _ = proxy.count(lambda: rt.cancel(held))
     return figures
+
+
+def _per_workflow(rt, proxy: CountingProxy, workflows: int = 10) -> dict[str, float]:
+    """Round trips and bytes on the wire per Workflow of bench.peers' 8-step DAG, run
+    by the README's per-call loop: the starts, then `lease_attempts(start=True)` of
+    whatever is claimable and one `complete` per Attempt until every Run ended."""
+    rt.publish(peers._manifest())
+    trips0, bytes0 = proxy.totals()
+    run_ids = [rt.start(peers.PACKAGE, peers.WORKFLOW).run_id for _ in range(workflows)]
+    while leases := rt.lease_attempts("w5", limit=peers.PER_CALL_LIMIT, start=True):
+        for lease in leases:
+            rt.complete(lease, "succeeded")
+    trips, sent = proxy.totals()
+    assert all(rt.get_run(r).status == "succeeded" for r in run_ids)
+    return {
+        "per-call loop, 8-step DAG (per Workflow)": (trips - trips0) / workflows,
+        "per-call loop, kB on the wire (per Workflow)": round((sent - bytes0) / workflows / 1000, 1),
+    }
 
 
 def main() -> None:

@@ -1,11 +1,17 @@
-"""Arrays sent to PostgreSQL in its binary array format, built in one pass.
+"""Arrays sent to PostgreSQL in its binary array format, built in one pass, and rows
+sent as one jsonb value.
 
-Every write sends its rows as arrays, one per column (`qlflow_append`'s batch, the
-read models' upserts as `unnest` of them). psycopg's own list dumper looks up a
-dumper for the list, then for each element, and writes the array element by element
-in Python: for the short arrays of a write that was a fifth of the client's time
-in a `cancel` or a `complete` on PostgreSQL. A list of one of the classes here says
-its element type, so its array is written directly (`struct` and `bytes.join`).
+Every write sends its events as arrays, one per column (`qlflow_append`'s batch).
+psycopg's own list dumper looks up a dumper for the list, then for each element, and
+writes the array element by element in Python: for the short arrays of a write that
+was a fifth of the client's time in a `cancel` or a `complete` on PostgreSQL. A list
+of one of the classes here says its element type, so its array is written directly
+(`struct` and `bytes.join`).
+
+The read models' upserts send their rows as one jsonb array of arrays (`JsonRows`,
+by orjson), each value read back with `->>` and a cast: a row of forty columns is one
+`orjson.dumps`, not forty arrays (a tenth of the client's time). A table with a
+column of another type (bytea) keeps the arrays.
 
 A connection sends them once `register(conn)` has added the dumpers.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
@@ -46,6 +53,10 @@ class BoolArray(list[Any]):
 
 class ByteaArray(list[Any]):
     """A list of bytes (or None) sent as bytea[]."""
+
+
+class JsonRows(list[Any]):
+    """Rows (sequences of str, int, bool or None) sent as one jsonb array of arrays."""
 
 
 def _text(value: Any) -> bytes:
@@ -109,12 +120,24 @@ class _ByteaArrayDumper(_ArrayDumper):
     oid, element_oid, encode_element = 1001, 17, staticmethod(_bytea)
 
 
+class _JsonRowsDumper(Dumper):
+    format = Format.BINARY
+    oid = 3802  # jsonb: its binary form is a version byte, then the text
+
+    def dump(self, obj: Any) -> bytes:
+        return b"\x01" + orjson.dumps(obj)
+
+
+# the column types whose values a JSON array carries exactly (`->>` then a cast)
+JSON_COLUMN_TYPES = frozenset({"text", "bigint", "integer", "boolean"})
+
 _DUMPERS: dict[type, type[Dumper]] = {
     TextArray: _TextArrayDumper,
     Int8Array: _Int8ArrayDumper,
     Int4Array: _Int4ArrayDumper,
     BoolArray: _BoolArrayDumper,
     ByteaArray: _ByteaArrayDumper,
+    JsonRows: _JsonRowsDumper,
 }
 # a column's type as the catalog names it (format_type) -> the array class for it
 BY_COLUMN_TYPE: dict[str, type[list[Any]]] = {

@@ -77,7 +77,7 @@ from eventstore.locks import (
     lock_bucket,
 )
 from eventstore.pg_append import APPEND_SQL, BATCH_MARKS, GUARD_SQLSTATE, LOCK_HEADS
-from eventstore.pg_arrays import Int8Array, TextArray, column_array
+from eventstore.pg_arrays import JSON_COLUMN_TYPES, Int8Array, JsonRows, TextArray, column_array
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
@@ -351,16 +351,23 @@ class PostgresTransaction(BaseTransaction):
         if not set(columns) <= types.keys():  # the table changed since it was looked at
             self._column_types.pop(table, None)
             types = self._types_of(table)
-        arrays = ", ".join(f"%b::{types[column]}[]" for column in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
-        sql = (
-            f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays}) "
-            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
-        )
-        params = [
-            column_array(types[column], list(values))
-            for column, values in zip(columns, zip(*rows, strict=True), strict=True)
-        ]
+        upsert = f"INSERT INTO {table} ({', '.join(columns)}) SELECT "
+        conflict = f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+        params: list[Any]
+        if all(types[column] in JSON_COLUMN_TYPES for column in columns):
+            # the rows as one JSON array of arrays (orjson): a tenth of the client's
+            # time of a binary array per column, which psycopg adapts element by element
+            picks = ", ".join(f"(r->>{i})::{types[c]}" for i, c in enumerate(columns))
+            sql = f"{upsert}{picks} FROM jsonb_array_elements(%b::jsonb) r {conflict}"
+            params = [JsonRows(rows)]
+        else:
+            arrays = ", ".join(f"%b::{types[column]}[]" for column in columns)
+            sql = f"{upsert}* FROM unnest({arrays}) {conflict}"
+            params = [
+                column_array(types[column], list(values))
+                for column, values in zip(columns, zip(*rows, strict=True), strict=True)
+            ]
         if self._defers:
             self._queued.append((sql, [params]))
             return

@@ -60,3 +60,24 @@ def test_a_column_type_without_an_array_class_keeps_the_list():
     values = [["a"], ["b"]]
     assert pg_arrays.column_array("text[]", values) is values
     assert isinstance(pg_arrays.column_array("bigint", [1]), pg_arrays.Int8Array)
+
+
+def test_rows_sent_as_json_come_back_as_they_went(conn):
+    """The upsert's JSON rows: each value of a text, bigint, integer or boolean
+    column (NULL included) comes back exactly through `->>` and its cast."""
+    columns = [("text", TEXT), ("bigint", INT8), ("integer", INT4), ("boolean", st.booleans())]
+    assert {kind for kind, _ in columns} == pg_arrays.JSON_COLUMN_TYPES
+    picks = ", ".join(f"(r->>{i})::{kind}" for i, (kind, _) in enumerate(columns))
+    row = st.tuples(*(st.one_of(st.none(), values) for _, values in columns))
+
+    @settings(max_examples=examples(60), deadline=None)
+    @given(st.lists(row, max_size=6))
+    def round_trip(rows):
+        back = conn.execute(
+            f"SELECT {picks} FROM jsonb_array_elements(%b::jsonb) WITH ORDINALITY AS e(r, o) "
+            "ORDER BY o",
+            (pg_arrays.JsonRows(rows),),
+        ).fetchall()
+        assert back == rows
+
+    round_trip()
