@@ -91,11 +91,18 @@ def write_runs(
     *,
     wait: bool,
     after_locks: Callable[[Transaction, set[str]], None] | None = None,
+    written_here: Mapping[str, RunAggregate] | None = None,
 ) -> Batch:
     """Lock, read, decide and commit every write in `tx`. Several writes on one Run are
     decided in order, each on the Run as the one before left it. `after_locks` is
     called with the slots whose locks are taken, once every lock is, before any
-    decision (what it reads, it reads under them)."""
+    decision (what it reads, it reads under them).
+
+    `written_here` (leasing without slots only): Runs an earlier write of `tx` left
+    as given, their heads held by `tx`: neither locked nor read again, their writes'
+    Attempts granted under the locks the offer's read took
+    (`candidates.offered_attempts`). A completion's grant of the steps it made ready
+    costs no round trip before its decision."""
     slots = {w.attempt_id: w.slot for w in writes if w.attempt_id}
     guessed: dict[str, Callable[[], frozenset[str]]] = {}
     if wait:
@@ -115,14 +122,19 @@ def write_runs(
     elif not any(slots.values()):
         # no limit slot to read under its lock: try each lock and read every Run in one
         # round trip; what another transaction holds is skipped (its read is not used)
-        run_ids = {w.run_id for w in writes}
-        tried = tx.try_lock_each_ahead([attempt_lock(a) for a in slots])
-        heads = tx.lock_heads_each_ahead([run_stream(r) for r in run_ids])
-        streams = read_runs(tx, run_ids, cache)
-        taken = tried()
-        held_attempts = {a for a in slots if attempt_lock(a) not in taken}
-        locked = {r for r in run_ids if run_stream(r) in heads()}
-        streams = {r: read for r, read in streams.items() if r in locked}
+        known = written_here or {}
+        run_ids = {w.run_id for w in writes if w.run_id not in known}
+        attempts = [w.attempt_id for w in writes if w.attempt_id and w.run_id not in known]
+        held_attempts, locked, streams = set(), set(), {}
+        if attempts or run_ids:
+            tried = tx.try_lock_each_ahead([attempt_lock(a) for a in attempts])
+            heads = tx.lock_heads_each_ahead([run_stream(r) for r in run_ids])
+            streams = read_runs(tx, run_ids, cache)
+            taken = tried()
+            held_attempts = {a for a in attempts if attempt_lock(a) not in taken}
+            locked = {r for r in run_ids if run_stream(r) in heads()}
+            streams = {r: read for r, read in streams.items() if r in locked}
+        locked |= {w.run_id for w in writes if w.run_id in known}
     else:
         held_attempts = _lock_attempts(tx, slots, wait)
         wanted = {w.run_id for w in writes if w.attempt_id not in held_attempts}
@@ -132,6 +144,8 @@ def write_runs(
     if wait or any(slots.values()):
         streams = read_runs(tx, locked, cache)
     current = {run_id: read.fold() for run_id, read in streams.items()}
+    if not wait and written_here:
+        current.update({r: a for r, a in written_here.items() if r in locked})
     probing = sorted({w.run_id for w in writes if w.if_attempts_held and w.run_id in current})
     wanted_keys = {r: active_attempt_keys(current[r]) for r in probing}
     free = {r for r in probing if r in guessed and guessed[r]().issuperset(wanted_keys[r])}

@@ -181,9 +181,11 @@ def _grant_in(
     start: bool,
     worker: worker_rules.WorkerInfo | None,
     blocked: set[str],
+    written_here: Mapping[str, RunAggregate] | None = None,
 ) -> Batch:
     """Grant up to `limit` of the `offered` candidates in `tx` (skipping what another
-    transaction holds and what a full limit slot blocks: added to `blocked`)."""
+    transaction holds and what a full limit slot blocks: added to `blocked`);
+    `written_here`: Runs `tx` wrote before, as `write_runs` takes them."""
     rule = run_path.lease_and_start if start else worker_rules.grant_lease
     granted = 0
     book = SlotBook({}, {}, ())
@@ -214,7 +216,10 @@ def _grant_in(
         return decide
 
     writes = [RunWrite(r, decide_for(a), a, slot=slot) for a, r, slot in offered]
-    return write_runs(tx, writes, authority.aggregates, wait=False, after_locks=read_slots)
+    return write_runs(
+        tx, writes, authority.aggregates, wait=False, after_locks=read_slots,
+        written_here=written_here,
+    )  # fmt: skip
 
 
 def _granted(batch: Batch, started: bool) -> list[Lease]:
@@ -539,7 +544,7 @@ def _lease_next(
             continue
         granted = _grant_in(
             tx, authority, terms.worker_id, offered, sum(limits), terms.ttl_ms, now, True,
-            terms.worker, set(),
+            terms.worker, set(), written_here=batch.after,
         )  # fmt: skip
         batch.after.update(granted.after)
         leases = _granted(granted, started=True)

@@ -244,7 +244,9 @@ def _per_workflow(rt, proxy: CountingProxy, workflows: int = 10) -> dict[str, fl
     assert all(rt.get_run(r).status == "succeeded" for r in run_ids)
     return {
         "per-call loop, 8-step DAG (per Workflow)": (trips - trips0) / workflows,
-        "per-call loop, kB on the wire (per Workflow)": round((sent - bytes0) / workflows / 1000, 1),
+        "per-call loop, kB on the wire (per Workflow)": round(
+            (sent - bytes0) / workflows / 1000, 1
+        ),
     }
 
 

@@ -49,3 +49,36 @@ def test_commit_round_trips_equal_the_wire(pg_url):
         remove()
         rt.close()
         proxy.close()
+
+
+@pytest.mark.pg
+def test_a_grant_in_the_completions_own_run_reads_it_no_more(pg_url):
+    """`complete_and_lease` of a step whose dependent it makes ready: two round trips
+    more than `complete` (the offer's read, the grant's append); the Run the
+    completion locked and wrote is neither locked nor read again for the grant."""
+    parts = urlsplit(pg_url)
+    proxy = CountingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    rt = qlflow.open(_via(pg_url, proxy.port), pool_max_size=1)
+    try:
+        rt.publish(manifest([("a", []), ("b", ["a"])]), now_ms=T0)
+        trips = {}
+        for number in range(8):  # past psycopg's prepare threshold, as a host runs
+            run_id = rt.start("demo", "flow", admission_key=f"k{number}", now_ms=T0).run_id
+            (first,) = rt.lease_attempts("w1", limit=1, now_ms=T0, start=True)
+            if number % 2:
+                trips["complete"], _ = proxy.count(
+                    lambda first=first: rt.complete(first, "succeeded", now_ms=T0)
+                )
+                (second,) = rt.lease_attempts("w1", limit=1, now_ms=T0, start=True)
+            else:
+                trips["complete_and_lease"], done = proxy.count(
+                    lambda first=first: rt.complete_and_lease(first, "succeeded", now_ms=T0)
+                )
+                (second,) = done.next_leases
+            assert second.run_id == run_id and second.step_key == "b"
+            rt.complete(second, "succeeded", now_ms=T0)
+            assert rt.get_run(run_id).status == "succeeded"
+        assert trips["complete_and_lease"] == trips["complete"] + 2, trips
+    finally:
+        rt.close()
+        proxy.close()
