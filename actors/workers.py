@@ -604,6 +604,14 @@ def cancel(authority: Units, run_id: str, reason: str, now_ms: int | None) -> bo
 CANCEL_SLICE = 64  # Runs read, decided and appended together inside a cancel_many
 
 
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """One Run's cancel, as `cancel` takes it, for a grouped commit."""
+
+    run_id: str
+    reason: str
+
+
 def cancel_many(
     authority: Units, run_ids: Sequence[str], reason: str, now_ms: int | None
 ) -> list[bool]:
@@ -613,19 +621,40 @@ def cancel_many(
     converges. For each Run, in order: True if this call recorded its intent (a Run
     named twice: the first time). NotFound for a Run that does not exist, writing
     nothing."""
-    wanted = sorted(set(run_ids))
+    answers = _cancel_each(authority, [CancelRequest(r, reason) for r in run_ids], now_ms, True)
+    return [answer is True for answer in answers]
+
+
+def cancel_each(
+    authority: Units, requests: Sequence[CancelRequest], now_ms: int | None
+) -> list[bool | QlflowError]:
+    """Each request as `cancel` alone would answer it, all in one commit: True if it
+    recorded its Run's intent (a Run asked twice: the first time), False if the intent
+    was there before, or the refusal (a Run that does not exist, a bad reason), for
+    which nothing is written."""
+    return _cancel_each(authority, requests, now_ms, False)
+
+
+def _cancel_each(
+    authority: Units, requests: Sequence[CancelRequest], now_ms: int | None, refuse_all: bool
+) -> list[bool | QlflowError]:
+    # in Run id order (the heads' lock order across slices), each request once
+    first: dict[CancelRequest, int] = {}
+    for index, request in enumerate(requests):
+        first.setdefault(request, index)
+    wanted = sorted(first, key=lambda r: (r.run_id, first[r]))
     now = Now(now_ms)
 
     def unit(tx: Transaction) -> Batch:
         now.bind(tx)
 
-        def converge(aggregate: RunAggregate) -> Decision:
-            return run_path.cancel_and_converge(aggregate, reason, now())
+        def converge(reason: str) -> Callable[[RunAggregate], Decision]:
+            return lambda aggregate: run_path.cancel_and_converge(aggregate, reason, now())
 
-        def intent(aggregate: RunAggregate) -> Decision:
+        def intent(reason: str) -> Callable[[RunAggregate], Decision]:
             # an Attempt's lock held elsewhere (a worker writing its lease) leaves the
             # Run's convergence to the cycle: the intent alone is recorded
-            return request_cancel(aggregate, reason, now())
+            return lambda aggregate: request_cancel(aggregate, reason, now())
 
         written: list[Written] = []
         after: dict[str, RunAggregate] = {}
@@ -633,28 +662,59 @@ def cancel_many(
         # across slices): the memory a call holds stays that of one slice
         for start in range(0, len(wanted), CANCEL_SLICE):
             writes = [
-                RunWrite(run_id, converge, if_attempts_held=intent)
-                for run_id in wanted[start : start + CANCEL_SLICE]
+                RunWrite(r.run_id, converge(r.reason), if_attempts_held=intent(r.reason))
+                for r in wanted[start : start + CANCEL_SLICE]
             ]
             batch = write_runs(tx, writes, authority.aggregates, wait=True)
             for found in batch.written:
-                if found.refusal is not None:
+                if found.refusal is not None and refuse_all:
                     raise found.refusal  # a Run that does not exist: nothing is written
             written += batch.written
             after.update(batch.after)
         return Batch(written, after)
 
     batch = _with_retries(authority, unit, "cancel")
-    recorded = {w.run_id: w.decision for w in batch.written}
-    answers = []
-    for run_id in run_ids:
-        decision = recorded.pop(run_id, None)
-        answers.append(decision is not None and bool(decision.appends))
-        if decision is not None and decision.appends:
-            log.info(
-                "run %s: cancel requested (%s)%s",
-                run_id,
-                reason,
-                ", cancelled" if decision.run_terminal else "",
-            )
+    by_request = dict(zip(wanted, batch.written, strict=True))
+    answers: list[bool | QlflowError] = []
+    for request in requests:
+        found = by_request.pop(request, None)
+        if found is None:  # asked again in this call: the first answer recorded it
+            answers.append(False)
+        elif found.refusal is not None:
+            answers.append(found.refusal)
+        else:
+            decision = found.decision
+            recorded = decision is not None and bool(decision.appends)
+            answers.append(recorded)
+            if recorded:
+                assert decision is not None
+                log.info(
+                    "run %s: cancel requested (%s)%s",
+                    request.run_id,
+                    request.reason,
+                    ", cancelled" if decision.run_terminal else "",
+                )
     return answers
+
+
+class GroupedCancels:
+    """`cancel` on the store's clock for callers on many threads (a host stopping,
+    a dashboard's users): cancels that arrive together share one commit
+    (`actors.group_commit`), each decided and answered on its own."""
+
+    def __init__(self, authority: Units, max_batch: int) -> None:
+        self._group: GroupCommit[CancelRequest, bool | QlflowError] = GroupCommit(
+            lambda items: cancel_each(authority, items, None), max_batch
+        )
+
+    @property
+    def batches(self) -> int:
+        """Commits made so far (fewer than cancels when they were grouped)."""
+        return self._group.batches
+
+    def cancel(self, request: CancelRequest) -> bool:
+        """Record `request`; True if it recorded the intent; raises its refusal."""
+        answer = self._group.submit(request)
+        if isinstance(answer, QlflowError):
+            raise answer
+        return answer

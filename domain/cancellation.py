@@ -52,10 +52,19 @@ from domain.transitions import (
     Status,
 )
 
-__all__ = ["decide_cancellation", "effective_intent", "request_cancel"]
+__all__ = ["check_cancel_reason", "decide_cancellation", "effective_intent", "request_cancel"]
 
 CANCELLATION_ACTOR = "cycle:cancellation"
 REQUEST_ACTOR = "user"
+
+
+def check_cancel_reason(reason: object) -> str:
+    """`reason` if it is a cancel reason (`CANCEL_REASONS`), else InvalidInput."""
+    if not isinstance(reason, str) or reason not in CANCEL_REASONS:
+        raise InvalidInput(
+            "reason", "one_of", f"cancel reason must be one of {CANCEL_REASONS}, not {reason!r}"
+        )
+    return reason
 
 
 def request_cancel(aggregate: RunAggregate, reason: str, now_ms: int) -> Decision:
@@ -65,10 +74,7 @@ def request_cancel(aggregate: RunAggregate, reason: str, now_ms: int) -> Decisio
     an empty decision — the first intent, or a reached deadline, keeps its reason.
     """
     check_now(now_ms)
-    if reason not in CANCEL_REASONS:
-        raise InvalidInput(
-            "reason", "one_of", f"cancel reason must be one of {CANCEL_REASONS}, not {reason!r}"
-        )
+    check_cancel_reason(reason)
     if aggregate.run.is_terminal or effective_intent(aggregate, now_ms) is not None:
         return EMPTY
     builder = DecisionBuilder.on(aggregate, now_ms, REQUEST_ACTOR)

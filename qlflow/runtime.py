@@ -21,6 +21,7 @@ from actors.retention import RetentionReport
 from actors.supervisor import Cycle, CycleResult, PageResult
 from domain import retention
 from domain.aggregate import RunAggregate
+from domain.cancellation import check_cancel_reason
 from domain.errors import InvalidInput
 from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
@@ -178,6 +179,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
             raise
         self._completions = workers.GroupedCompletions(self._authority, MAX_BATCH)
         self._worker_writes = workers.GroupedWorkerWrites(self._authority, MAX_BATCH)
+        self._cancels = workers.GroupedCancels(self._authority, MAX_BATCH)
         self._cycle = Cycle(
             self._authority,
             self.profile.page_size,
@@ -310,7 +312,9 @@ class Runtime(Inspection, Scheduling, FlowControl):
         worker holds; the cycle converges the rest. `reason` is one of
         `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
         timeout). True if this call recorded it."""
-        run_id = text("run_id", run_id)
+        run_id, reason = text("run_id", run_id), check_cancel_reason(reason)
+        if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
+            return self._cancels.cancel(workers.CancelRequest(run_id, reason))
         return workers.cancel(self._authority, run_id, reason, _given(now_ms))
 
     def cancel_many(

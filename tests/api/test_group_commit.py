@@ -11,7 +11,7 @@ import pytest
 
 import qlflow
 from eventstore import faults
-from qlflow.errors import FenceError, InvalidInput
+from qlflow.errors import FenceError, InvalidInput, NotFound
 
 WIDTH = 4
 
@@ -201,3 +201,92 @@ def test_a_renewal_alone_is_written_at_once_in_its_own_commit(rt):
     for lease in leases:
         rt.renew(lease)
     assert rt._worker_writes.batches - before == WIDTH
+
+
+# --- cancels (docs/DESIGN.md "Group commit") -----------------------------------------------
+
+
+def _pending_runs(rt, count: int) -> list[str]:
+    rt.publish(manifest())
+    return [rt.start("wide", "w", admission_key=f"c{n}").run_id for n in range(count)]
+
+
+def _cancel_together(rt, calls) -> list:
+    """Each `(run_id, reason)` cancel on its own thread: the first alone, holding its
+    transaction until the others queue behind it. Returns each answer or error."""
+    group = rt._cancels._group
+    answers: list = [None] * len(calls)
+
+    def wait_for_followers() -> None:
+        deadline = time.monotonic() + 20
+        while group.queued < len(calls) - 1:
+            assert time.monotonic() < deadline, f"{group.queued} queued"
+            time.sleep(0.001)
+
+    faults.arm("cancel.after_begin", wait_for_followers, nth=1)
+
+    def call(index: int) -> None:
+        run_id, reason = calls[index]
+        try:
+            answers[index] = rt.cancel(run_id, reason)
+        except Exception as error:  # each thread's own answer, errors included
+            answers[index] = error
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 20
+    while group.batches < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    rest = [threading.Thread(target=call, args=(i,)) for i in range(1, len(calls))]
+    for thread in rest:
+        thread.start()
+    for thread in (first, *rest):
+        thread.join(30)
+        assert not thread.is_alive()
+    return answers
+
+
+def test_cancels_that_arrive_together_share_one_commit_each_answered(rt):
+    """The first cancel alone, the others in one commit: a Run that does not exist is
+    refused alone, a Run asked twice records its intent once (with the first reason
+    of the batch), the rest are cancelled."""
+    runs = _pending_runs(rt, 3)
+    before = rt._cancels.batches
+    calls = [
+        (runs[0], "user"),
+        (runs[1], "policy"),
+        ("run:nope", "user"),
+        (runs[2], "shutdown"),
+        (runs[1], "user"),
+    ]
+    answers = _cancel_together(rt, calls)
+    assert rt._cancels.batches - before == 2  # the first alone, the other four in one
+    assert answers[0] is True and answers[3] is True
+    assert isinstance(answers[2], NotFound)
+    assert sorted([answers[1], answers[4]]) == [False, True]  # one of the two recorded it
+    for run_id in runs:
+        assert rt.get_run(run_id).status == "cancelled"
+    reasons = {
+        run_id: [
+            e.data["reason"] for e in rt.events(run_id) if e.type == "workflow.cancel_requested"
+        ]
+        for run_id in runs
+    }
+    assert reasons[runs[0]] == ["user"] and reasons[runs[2]] == ["shutdown"]
+    assert len(reasons[runs[1]]) == 1
+    assert rt.verify_projections().ok
+
+
+def test_a_cancel_alone_is_written_at_once_in_its_own_commit_and_a_bad_reason_writes_nothing(rt):
+    runs = _pending_runs(rt, 2)
+    before = rt._cancels.batches
+    with pytest.raises(InvalidInput, match="cancel reason"):
+        rt.cancel(runs[0], "because")
+    with pytest.raises(NotFound):
+        rt.cancel("run:nope")
+    assert rt._cancels.batches - before == 1  # the bad reason never reached a commit
+    assert [rt.cancel(r) for r in runs] == [True, True]
+    assert rt.cancel(runs[0]) is False  # its intent is there already
+    assert rt._cancels.batches - before == 4
+    assert all(rt.get_run(r).status == "cancelled" for r in runs)
