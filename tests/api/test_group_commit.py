@@ -129,11 +129,11 @@ def test_a_completion_alone_is_written_at_once_in_its_own_commit(rt):
 # --- start barriers and renewals (docs/DESIGN.md "Group commit") -------------------------
 
 
-def _together(rt, unit: str, calls) -> list:
+def _together(rt, unit: str, calls, group=None) -> list:
     """Run each call on its own thread: the first alone, holding its transaction (at
-    `<unit>.after_begin`) until the others queue behind it. Returns each answer or
-    error."""
-    group = rt._worker_writes._group
+    `<unit>.after_begin`) until the others queue behind it in `group` (the worker
+    writes' by default). Returns each answer or error."""
+    group = group if group is not None else rt._worker_writes._group
     answers: list = [None] * len(calls)
 
     def wait_for_followers() -> None:
@@ -211,42 +211,6 @@ def _pending_runs(rt, count: int) -> list[str]:
     return [rt.start("wide", "w", admission_key=f"c{n}").run_id for n in range(count)]
 
 
-def _cancel_together(rt, calls) -> list:
-    """Each `(run_id, reason)` cancel on its own thread: the first alone, holding its
-    transaction until the others queue behind it. Returns each answer or error."""
-    group = rt._cancels._group
-    answers: list = [None] * len(calls)
-
-    def wait_for_followers() -> None:
-        deadline = time.monotonic() + 20
-        while group.queued < len(calls) - 1:
-            assert time.monotonic() < deadline, f"{group.queued} queued"
-            time.sleep(0.001)
-
-    faults.arm("cancel.after_begin", wait_for_followers, nth=1)
-
-    def call(index: int) -> None:
-        run_id, reason = calls[index]
-        try:
-            answers[index] = rt.cancel(run_id, reason)
-        except Exception as error:  # each thread's own answer, errors included
-            answers[index] = error
-
-    first = threading.Thread(target=call, args=(0,))
-    first.start()
-    deadline = time.monotonic() + 20
-    while group.batches < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    rest = [threading.Thread(target=call, args=(i,)) for i in range(1, len(calls))]
-    for thread in rest:
-        thread.start()
-    for thread in (first, *rest):
-        thread.join(30)
-        assert not thread.is_alive()
-    return answers
-
-
 def test_cancels_that_arrive_together_share_one_commit_each_answered(rt):
     """The first cancel alone, the others in one commit: a Run that does not exist is
     refused alone, a Run asked twice records its intent once (with the first reason
@@ -260,7 +224,12 @@ def test_cancels_that_arrive_together_share_one_commit_each_answered(rt):
         (runs[2], "shutdown"),
         (runs[1], "user"),
     ]
-    answers = _cancel_together(rt, calls)
+    answers = _together(
+        rt,
+        "cancel",
+        [lambda r=r, why=why: rt.cancel(r, why) for r, why in calls],
+        rt._cancels._group,
+    )
     assert rt._cancels.batches - before == 2  # the first alone, the other four in one
     assert answers[0] is True and answers[3] is True
     assert isinstance(answers[2], NotFound)
