@@ -625,9 +625,13 @@ def cancel_many(
     return [answer is True for answer in answers]
 
 
+Cancelled = bool | QlflowError
+"""A cancel's answer: whether it recorded the intent, or its refusal."""
+
+
 def cancel_each(
     authority: Units, requests: Sequence[CancelRequest], now_ms: int | None
-) -> list[bool | QlflowError]:
+) -> list[Cancelled]:
     """Each request as `cancel` alone would answer it, all in one commit: True if it
     recorded its Run's intent (a Run asked twice: the first time), False if the intent
     was there before, or the refusal (a Run that does not exist, a bad reason), for
@@ -637,7 +641,7 @@ def cancel_each(
 
 def _cancel_each(
     authority: Units, requests: Sequence[CancelRequest], now_ms: int | None, refuse_all: bool
-) -> list[bool | QlflowError]:
+) -> list[Cancelled]:
     # in Run id order (the heads' lock order across slices), each request once
     first: dict[CancelRequest, int] = {}
     for index, request in enumerate(requests):
@@ -675,7 +679,7 @@ def _cancel_each(
 
     batch = _with_retries(authority, unit, "cancel")
     by_request = dict(zip(wanted, batch.written, strict=True))
-    answers: list[bool | QlflowError] = []
+    answers: list[Cancelled] = []
     for request in requests:
         found = by_request.pop(request, None)
         if found is None:  # asked again in this call: the first answer recorded it
@@ -697,24 +701,8 @@ def _cancel_each(
     return answers
 
 
-class GroupedCancels:
-    """`cancel` on the store's clock for callers on many threads (a host stopping,
-    a dashboard's users): cancels that arrive together share one commit
+def grouped_cancels(authority: Units, max_batch: int) -> GroupCommit[CancelRequest, Cancelled]:
+    """`cancel` on the store's clock for callers on many threads (a host stopping, a
+    dashboard's users): cancels that arrive together share one `cancel_each` commit
     (`actors.group_commit`), each decided and answered on its own."""
-
-    def __init__(self, authority: Units, max_batch: int) -> None:
-        self._group: GroupCommit[CancelRequest, bool | QlflowError] = GroupCommit(
-            lambda items: cancel_each(authority, items, None), max_batch
-        )
-
-    @property
-    def batches(self) -> int:
-        """Commits made so far (fewer than cancels when they were grouped)."""
-        return self._group.batches
-
-    def cancel(self, request: CancelRequest) -> bool:
-        """Record `request`; True if it recorded the intent; raises its refusal."""
-        answer = self._group.submit(request)
-        if isinstance(answer, QlflowError):
-            raise answer
-        return answer
+    return GroupCommit(lambda items: cancel_each(authority, items, None), max_batch)

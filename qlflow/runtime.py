@@ -22,7 +22,7 @@ from actors.supervisor import Cycle, CycleResult, PageResult
 from domain import retention
 from domain.aggregate import RunAggregate
 from domain.cancellation import check_cancel_reason
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, QlflowError
 from domain.flow import check_priority
 from domain.lease_terms import check_lease_ttl, lease_expiry
 from domain.records import Record
@@ -179,7 +179,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
             raise
         self._completions = workers.GroupedCompletions(self._authority, MAX_BATCH)
         self._worker_writes = workers.GroupedWorkerWrites(self._authority, MAX_BATCH)
-        self._cancels = workers.GroupedCancels(self._authority, MAX_BATCH)
+        self._cancels = workers.grouped_cancels(self._authority, MAX_BATCH)
         self._cycle = Cycle(
             self._authority,
             self.profile.page_size,
@@ -314,7 +314,10 @@ class Runtime(Inspection, Scheduling, FlowControl):
         timeout). True if this call recorded it."""
         run_id, reason = text("run_id", run_id), check_cancel_reason(reason)
         if now_ms is None:  # on the store's clock: shares a commit with concurrent callers
-            return self._cancels.cancel(workers.CancelRequest(run_id, reason))
+            answer = self._cancels.submit(workers.CancelRequest(run_id, reason))
+            if isinstance(answer, QlflowError):
+                raise answer
+            return answer
         return workers.cancel(self._authority, run_id, reason, _given(now_ms))
 
     def cancel_many(

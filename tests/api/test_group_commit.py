@@ -228,7 +228,7 @@ def test_cancels_that_arrive_together_share_one_commit_each_answered(rt):
         rt,
         "cancel",
         [lambda r=r, why=why: rt.cancel(r, why) for r, why in calls],
-        rt._cancels._group,
+        rt._cancels,
     )
     assert rt._cancels.batches - before == 2  # the first alone, the other four in one
     assert answers[0] is True and answers[3] is True
