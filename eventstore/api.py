@@ -146,9 +146,13 @@ class Transaction(Reads, Protocol):
         columns: Sequence[str],
         key: Sequence[str],
         rows: Sequence[Sequence[Any]],
+        *,
+        stored: Sequence[Sequence[Any] | None] | None = None,
     ) -> None:
         """Insert rows into `table`, each replacing the row with its `key`, in one
-        statement where the store can (projection upkeep in bulk)."""
+        statement where the store can (projection upkeep in bulk). `stored`, one per
+        row: the row's values as the transaction read them (None: no row with that
+        key); a store may then write only the columns that differ."""
         ...
 
     def lock(self, key: str) -> None:

@@ -342,10 +342,17 @@ class PostgresTransaction(BaseTransaction):
             cursor.executemany(_native(sql), seq_of_params)
 
     def _upsert(
-        self, table: str, columns: list[str], key: list[str], rows: Sequence[Sequence[Any]]
+        self,
+        table: str,
+        columns: list[str],
+        key: list[str],
+        rows: Sequence[Sequence[Any]],
+        stored: Sequence[Sequence[Any] | None] | None,
     ) -> None:
         # one statement for every row: each column an array (binary), unnested; a
-        # statement per row costs the client more than the server's work on it
+        # statement per row costs the client more than the server's work on it.
+        # `stored` is not needed: PostgreSQL compares an update's values itself (an
+        # unchanged indexed column keeps the update HOT)
         self._wrote()
         types = self._types_of(table)
         if not set(columns) <= types.keys():  # the table changed since it was looked at

@@ -91,9 +91,7 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
     for aggregate in _after(tx, records, rows, touched, folded):
         _refresh_work(rows, aggregate)
     for table in (RUNS, STEP_RUNS, ATTEMPTS):
-        changed = rows.changed(table)
-        if changed:
-            tx.upsert(table.name, table.columns, table.key, changed)
+        rows.store(tx, table)
 
 
 def backfill(store: EventStore, from_version: int) -> int:
@@ -127,9 +125,7 @@ def backfill(store: EventStore, from_version: int) -> int:
             for aggregate in _folded_runs(tx, run_ids):
                 _refresh_work(rows, aggregate)
             for table in (RUNS, ATTEMPTS):
-                changed = rows.changed(table)
-                if changed:
-                    tx.upsert(table.name, table.columns, table.key, changed)
+                rows.store(tx, table)
             done += len(run_ids)
 
 

@@ -14,7 +14,7 @@ from domain.errors import CorruptionError
 from domain.event_types import EventType, Family
 from domain.records import Record
 from domain.transitions import STEP_TERMINAL, Status
-from eventstore.api import Reads
+from eventstore.api import Reads, Transaction
 from eventstore.in_lists import chunks, marks
 from projections.runs_schema import (
     _LEASE,
@@ -60,15 +60,20 @@ class _Rows:
     def step(self, run_id: str, step_key: str) -> Row | None:
         return self.steps.get(run_id, {}).get(step_key)
 
-    def changed(self, table: _Table) -> list[tuple[tuple[Any, ...], bool]]:
-        """Values of the table's new or changed rows, in key order."""
+    def store(self, tx: Transaction, table: _Table) -> None:
+        """Write the table's new or changed rows, in key order, each changed one with
+        its values as loaded (`Transaction.upsert`: a store may write only what
+        differs)."""
         if table is RUNS:
             current: Iterable[Row] = self.runs.values()
         elif table is STEP_RUNS:
             current = (row for steps in self.steps.values() for row in steps.values())
         else:
             current = self.attempts.values()
-        return [values for values, _new in table.differing(current, self._loaded[table.name])]
+        found = table.differing(current, self._loaded[table.name])
+        if found:
+            values, stored = zip(*found, strict=True)
+            tx.upsert(table.name, table.columns, table.key, values, stored=stored)
 
 
 def _load(tx: Reads, records: Sequence[Record]) -> _Rows:

@@ -346,9 +346,10 @@ class Replay:
             found = table.differing(gone, loaded)
             for row in gone:
                 loaded.pop(table.key_of(row), None)
-            new = [values for values, is_new in found if is_new]
-            changed = [values for values, is_new in found if not is_new]
+            new = [values for values, stored in found if stored is None]
+            changed = [(values, stored) for values, stored in found if stored is not None]
             if new:
                 self._insert(table.name, table.columns, new)
             if changed:
-                self._tx.upsert(table.name, table.columns, table.key, changed)
+                values, stored = zip(*changed, strict=True)
+                self._tx.upsert(table.name, table.columns, table.key, values, stored=stored)

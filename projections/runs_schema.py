@@ -358,17 +358,18 @@ class _Table:
 
     def differing(
         self, rows: Iterable[Row], loaded: dict[Any, tuple[Any, ...]]
-    ) -> list[tuple[tuple[Any, ...], bool]]:
-        """(values, is new) of each row that is new or differs from `loaded` (key ->
-        values as stored), in key order (a fixed row lock order)."""
+    ) -> list[tuple[tuple[Any, ...], tuple[Any, ...] | None]]:
+        """(values, values as stored or None for a new row) of each row that is new or
+        differs from `loaded` (key -> values as stored), in key order (a fixed row lock
+        order)."""
         found = []
         for row in rows:
             key, values = self.key_of(row), self.values(row)
             stored = loaded.get(key)
             if stored != values:
-                found.append((key, values, stored is None))
+                found.append((key, values, stored))
         found.sort(key=itemgetter(0))
-        return [(values, new) for _key, values, new in found]
+        return [(values, stored) for _key, values, stored in found]
 
 
 RUNS = _Table(
