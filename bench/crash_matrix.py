@@ -8,8 +8,9 @@ step, a retried step) and eight Runs (a full edge page), driven with explicit `n
 the public API: publish; start the Runs; cycles; leases, start barrier, running,
 renewals, completions that succeed and fail; a user cancellation while a worker
 runs (its renewal answers stop_requested, its completion is recorded
-cancelled); claims nobody leased, cancelled (reasons user and shutdown); a claim
-whose lease expires before start (recovery: lost, requeued, leased again); a
+cancelled and ends the Run, as the deadline Run's held completion times it out);
+claims nobody leased, cancelled (reasons user and shutdown); a claim whose lease
+expires before start (recovery: lost, requeued, leased again); a
 started Attempt whose lease expires (lost, then failed: lease_expired); a Run
 deadline (timed_out); a refused start; withdraw, quarantine and publisher
 revocation; (plan v2) a ninth Run, started after the first page, whose step
@@ -245,6 +246,7 @@ def scenario() -> tuple[Op, ...]:
         (41, "starting", "fail", "c", {}),
         (42, "complete", "fail", "c", {"outcome": "failed", "recorded": "failed"}),
         (43, "complete", "ok", "b", {"outcome": "succeeded", "recorded": "succeeded"}),
+        # the last held Attempts: each completion ends its Run (cancelled, timed out)
         (44, "complete", "cancel", "x", {"outcome": "succeeded", "recorded": "cancelled"}),
         (45, "complete", "deadline", "z", {"outcome": "succeeded", "recorded": "timed_out"}),
         (46, "cycle", None, None, {}),  # ok/c's claim expired: lost, requeued, claimed again

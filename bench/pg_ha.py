@@ -7,7 +7,7 @@ Builds, on free local ports, a fresh primary and a streaming standby made with
 `synchronous_commit = remote_apply`), sets up the least-privilege roles
 (actors.roles), and runs on the primary, as the runtime role through
 `qlflow.open`: admission (one COMMIT response lost), Attempts, and a whole-Workflow
-cancellation whose worker completion and parent convergence both lose their COMMIT
+cancellation whose last worker completion (which ends the Run) loses its COMMIT
 response. It then fences the old primary (stopped, and marked to come back only as
 a standby), promotes the standby (timeline 1 -> 2) and, on the new primary, replays
 the last operations and drives the other Run to its end. Finally the old primary is
@@ -52,8 +52,7 @@ from rich.table import Table
 import qlflow
 from actors import roles as pg_roles
 from bench.output import results_path
-from domain import worker as worker_rules
-from domain.cancellation import decide_cancellation
+from domain import run_path
 from eventstore import faults
 from eventstore.url import with_search_path
 from projections import audit
@@ -513,17 +512,12 @@ def _on_primary(urls: pg_roles.RoleUrls, evidence: Evidence) -> dict[str, Any]:
         evidence.check("terminal_stop_requested", renewed_x.stop_requested)
         recorded_x = rt.complete(renewed_x, "succeeded", now_ms=T0 + 6)
         pre_completion_version = rt.get_run(halt.run_id).version
+        # the last held Attempt's completion ends the Run in its commit; its answer is lost
         faults.arm("complete.after_commit", "raise")
         lost_completion = _raises(lambda: rt.complete(leases["y"], "failed", now_ms=T0 + 7))
         evidence.check("replay_completion_response_lost", lost_completion)
-        pre_convergence_version = rt.get_run(halt.run_id).version
-        faults.arm("cancellation.after_commit", "raise")
-        errors = rt.cycle(now_ms=T0 + 8).cancellation.errors
-        evidence.check(
-            "replay_convergence_response_lost",
-            len(errors) == 1 and "injected fault" in errors[0],
-        )
         faults.disarm()
+        evidence.check("terminal_cycle_finds_nothing", rt.cycle(now_ms=T0 + 8).changed == 0)
         halt_run = rt.get_run(halt.run_id)
         values["primary"] = {
             "main_receipt": main.receipt_digest,
@@ -541,7 +535,6 @@ def _on_primary(urls: pg_roles.RoleUrls, evidence: Evidence) -> dict[str, Any]:
             "renewed_x": renewed_x,
             "in_flight": in_flight,
             "recorded_x": recorded_x,
-            "pre_convergence_version": pre_convergence_version,
             "pre_completion_version": pre_completion_version,
         }
 
@@ -628,15 +621,16 @@ def _on_new_primary(
         replayed_x = rt.complete(before["renewed_x"], "succeeded", now_ms=T0 + 6)
         evidence.check("replay_completion_y", replayed_y == "cancelled")
         evidence.check("replay_completion_x", replayed_x == before["recorded_x"] == "cancelled")
-        # 3. the cancel intent and the convergence cycle, again
+        # 3. the cancel intent and a cycle, again
         evidence.check("replay_cancel_intent", rt.cancel(halt.run_id, now_ms=T0 + 3) is False)
         evidence.check("replay_convergence_cycle", rt.cycle(now_ms=T0 + 8).changed == 0)
-        # 4. both lost commits, recomputed from the state before each and appended
-        # again: an exact replay lands on the original positions and writes nothing
+        # 4. the lost completion (with the Run's end it carried), recomputed from the
+        # state before it and appended again: an exact replay lands on the original
+        # positions and writes nothing
         stored = {event_id: position for position, event_id in new_log}
         y = leases["y"]
         recomputed = {
-            "completion": worker_rules.complete(
+            "completion": run_path.complete_and_advance(
                 audit.aggregate_at(rt.store, halt.run_id, before["pre_completion_version"]),
                 y.attempt_id,
                 y.lease_id,
@@ -645,10 +639,6 @@ def _on_new_primary(
                 None,
                 None,
                 T0 + 7,
-            ),
-            "convergence": decide_cancellation(
-                audit.aggregate_at(rt.store, halt.run_id, before["pre_convergence_version"]),
-                T0 + 8,
             ),
         }
         values["replayed_records"] = {}

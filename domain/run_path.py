@@ -3,8 +3,8 @@
 
 - `lease_and_start`: the lease grant and the start barrier in one decision, for an
   executor that spawns at once.
-- `complete_and_advance`: the completion, then what the frontier and attempt
-  admission phases would decide next from it, in one decision.
+- `complete_and_advance`: the completion, then what the cancellation, frontier and
+  attempt admission phases would decide next from it, in one decision.
 - `admit_and_claim`: a Run's admission, then the Attempts attempt admission would
   claim for its ready roots, in one decision.
 - `cancel_and_converge`: the cancel intent, then what cancellation convergence
@@ -139,9 +139,11 @@ def complete_and_advance(
     *,
     execution: Mapping[str, Any] | None = None,
 ) -> Decision:
-    """`complete`, then the frontier (dependents ready or skipped, the Run's terminal
-    when every StepRun is) and attempt admission (`attempt.claimed` for the StepRuns
-    that became ready) as the cycle would decide them next. A replayed completion
+    """`complete`, then cancellation convergence (a Run with cancel intent, or past
+    its deadline, whose last held Attempt this was ends now), the frontier
+    (dependents ready or skipped, the Run's terminal when every StepRun is) and
+    attempt admission (`attempt.claimed` for the StepRuns that became ready), in the
+    cycle's phase order, as the cycle would decide them next. A replayed completion
     stays a replay: whatever it did not carry, the cycle finishes."""
     done = complete(
         aggregate,
@@ -158,10 +160,12 @@ def complete_and_advance(
         return done
     actor = _actor_of(done)
     after = applied(aggregate, done)
-    frontier = decide_frontier(after, now_ms, actor=actor)
-    advanced = applied(after, frontier)
+    converged = decide_cancellation(after, now_ms, actor=actor)
+    settled = applied(after, converged)
+    frontier = decide_frontier(settled, now_ms, actor=actor)
+    advanced = applied(settled, frontier)
     admission = decide_attempt_claims(advanced, now_ms, actor=actor)
-    return chained(done, frontier, admission, after=applied(advanced, admission))
+    return chained(done, converged, frontier, admission, after=applied(advanced, admission))
 
 
 def admit_and_claim(

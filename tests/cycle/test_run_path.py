@@ -183,18 +183,46 @@ def test_start_lease_is_refused_under_cancel_intent_and_typed(rt):
     assert rt.lease_attempts("w1", now_ms=T0 + 2, start=True) == []
 
 
-def test_completion_under_cancel_intent_leaves_the_rest_to_the_cycle(rt):
-    run_id = _start(rt, DIAMOND)
-    rt.cycle(now_ms=T0)
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_the_completion_of_the_last_held_attempt_ends_a_cancelled_run(two_urls, outcome):
+    """Store A: the held Attempt's `complete` ends the Run it was the last hold of, no
+    cycle between. Store B: the bare completion, then a cycle. The same records, at
+    the same versions; only the actor differs."""
+    logs = []
+    for url, carried in zip(two_urls, (True, False), strict=True):
+        rt = qlflow.open(url)
+        try:
+            run_id = _start(rt, DIAMOND)
+            rt.cycle(now_ms=T0)
+            (lease,) = rt.lease_attempts("w1", now_ms=T0, start=True)
+            rt.cancel(run_id, now_ms=T0 + 1)
+            assert rt.get_run(run_id).steps["b"].status == "cancelled"  # nobody held it
+            assert rt.get_run(run_id).status == "running"  # the worker holds `a`
+            if carried:
+                assert rt.complete(lease, outcome, now_ms=T0 + 2) == "cancelled"
+                assert rt.get_run(run_id).status == "cancelled"
+                assert not rt.cycle(now_ms=T0 + 3).changed
+            else:
+                _complete_alone(rt, lease, outcome, T0 + 2)
+                assert rt.get_run(run_id).status == "running"
+                rt.cycle(now_ms=T0 + 2)
+            assert rt.get_run(run_id).status == "cancelled"
+            other = "failed" if outcome == "succeeded" else "succeeded"
+            with pytest.raises(FenceError):  # the same outcome again is a replay
+                rt.complete(lease, other, now_ms=T0 + 4)
+            logs.append([(*entry[:5], {**entry[5], "actor": None}) for entry in _log(rt, run_id)])
+            assert rt.verify_projections().ok
+        finally:
+            rt.close()
+    assert logs[0] == logs[1]
+
+
+def test_a_completion_past_the_deadline_times_the_run_out(rt):
+    rt.publish(manifest(DIAMOND, timeout_ms=1_000), now_ms=T0)
+    run_id = rt.start("demo", "flow", admission_key="k", run_id=RUN_ID, now_ms=T0).run_id
     (lease,) = rt.lease_attempts("w1", now_ms=T0, start=True)
-    rt.cancel(run_id, now_ms=T0 + 1)
-    assert rt.get_run(run_id).steps["b"].status == "cancelled"  # nobody held it
-    assert rt.complete(lease, "succeeded", now_ms=T0 + 2) == "cancelled"
-    assert rt.get_run(run_id).status == "running"  # the completion left the Run's end
-    rt.cycle(now_ms=T0 + 3)
-    assert rt.get_run(run_id).status == "cancelled"
-    with pytest.raises(FenceError):
-        rt.complete(lease, "failed", now_ms=T0 + 4)
+    assert rt.complete(lease, "succeeded", now_ms=T0 + 2_000) == "timed_out"
+    assert rt.get_run(run_id).status == "timed_out"  # no cycle between
 
 
 def test_start_claims_the_ready_roots_a_worker_leases_at_once(rt):

@@ -24,13 +24,14 @@ QUICK = {
     "edge": [
         ("admission.after_commit", 1),
         ("complete.before_commit", 6),  # the retried failure, before its commit
-        ("cancellation.after_begin", 2),
+        ("cancellation.after_begin", 1),
         ("recovery.after_commit", 2),
         ("renew.after_commit", 2),
         ("schedule.after_append", 2),  # the scheduled Run admitted, its cursor not moved
         ("lease_start.after_commit", 1),  # lease and start barrier committed, answer lost
         ("queue.after_append", 1),  # the queued Run dequeued with its claim, not committed
         ("complete.after_commit", 1),  # a Run's end freed its Workflow's slot, answer lost
+        ("complete.before_commit", 10),  # the held Attempt's end ends the cancelled Run
     ],
     "standalone": [
         ("publish.after_commit", 1),
@@ -48,7 +49,7 @@ QUICK = {
     "cluster": [
         ("admission.before_commit", 3),
         ("complete.after_commit", 6),  # the retried failure: r back to ready
-        ("cancellation.before_commit", 2),
+        ("cancellation.before_commit", 1),
         ("recovery.before_commit", 1),
         ("start.after_commit", 1),
         ("schedule.before_commit", 3),  # the skip of a revoked publisher's occurrence
@@ -56,6 +57,7 @@ QUICK = {
         ("lease.after_commit", 3),  # a limited Task's slot taken under its lock, answer lost
         ("queue.before_commit", 2),  # the dequeue under the slot's lock, not committed
         ("complete.before_commit", 3),  # the completion that frees a's slot, not committed
+        ("complete.after_commit", 11),  # the held Attempt's end timed its Run out, answer lost
     ],
 }
 WRITE_PATHS = (

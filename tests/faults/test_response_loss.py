@@ -8,11 +8,11 @@ Two ways to lose the answer:
 - `simulated` (both stores): the unit's `after_commit` point raises.
 
 A short script (publish, start, cycles, worker writes, a cancel intent while a step
-runs) is played once with the answer of one write lost — admission, completion,
-cancel intent, or the cycle's cancellation phase — and the caller retrying as a
-careful caller would. Its final log must equal, stream by stream, the log of the
-same script played without any loss: same event ids, versions and content, and
-the retry itself writes nothing.
+runs, whose worker then vanishes) is played once with the answer of one write lost
+— admission, completion, cancel intent, or the cycle's cancellation phase — and the
+caller retrying as a careful caller would. Its final log must equal, stream by
+stream, the log of the same script played without any loss: same event ids,
+versions and content, and the retry itself writes nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +43,11 @@ class Step:
     target: str | None = None  # which LOSABLE write this step is
 
 
+Y_TTL_MS = 30_000  # every lease's; y's expires with its worker gone
+
+
 def lease_of(rt, step_key: str, now_ms: int):
-    [lease] = rt.lease_attempts("w1", limit=1, now_ms=now_ms, step_key=step_key)
+    [lease] = rt.lease_attempts("w1", limit=1, ttl_ms=Y_TTL_MS, now_ms=now_ms, step_key=step_key)
     return lease
 
 
@@ -81,9 +84,9 @@ def script() -> list[Step]:
         # the cancel ends w (nobody holds it) with its intent; y waits for its worker
         Step("cancel", lambda rt: rt.cancel(run_id(rt), now_ms=T0 + 9), "cancel_intent"),
         Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 10)),
-        Step("complete y", lambda rt: rt.complete(leases["y"], "succeeded", now_ms=T0 + 11)),
-        # y recorded cancelled: the cancellation phase ends the Run
-        Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 12), "cancellation"),
+        # y's worker never reports (its completion would end the Run itself): once its
+        # lease expires, recovery records y lost and the cancellation phase ends the Run
+        Step("cycle", lambda rt: rt.cycle(now_ms=T0 + 7 + Y_TTL_MS), "cancellation"),
     ]
 
 

@@ -50,8 +50,9 @@ def test_failover_keeps_every_commit_and_replays_exactly(pair):
     assert values["primary"]["halt_status"] == values["halt"]["status"] == "cancelled"
     assert values["halt"]["steps"] == {"x": "cancelled", "y": "cancelled"}
     assert set(values["halt"]["leases"].values()) <= {"completed@v2", "completed@v3"}
-    assert values["replayed_records"]["convergence"] == ["workflow.cancelled"]
+    # the lost completion carried the Run's end: recomputed, it replays onto both
     assert "lease.completed" in values["replayed_records"]["completion"]
+    assert "workflow.cancelled" in values["replayed_records"]["completion"]
     # the Run in flight across the failover finished on the new primary
     assert values["primary"]["main_status"] == "running"
     assert values["new_primary"]["main_status"] == "succeeded"
