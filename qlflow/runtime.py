@@ -309,7 +309,8 @@ class Runtime(Inspection, Scheduling, FlowControl):
     # -- the cycle -----------------------------------------------------------
     def cancel(self, run_id: str, reason: str = "user", now_ms: int | None = None) -> bool:
         """Record cancel intent (idempotent) and, in the same commit, end what no
-        worker holds; the cycle converges the rest. `reason` is one of
+        worker holds; the completion of the last held Attempt (or, for a worker that
+        never reports, the cycle) converges the rest. `reason` is one of
         `domain.transitions.CANCEL_REASONS` (user, policy, shutdown, reconcile,
         timeout). True if this call recorded it."""
         run_id, reason = text("run_id", run_id), check_cancel_reason(reason)
@@ -326,7 +327,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
         """`cancel` for several Runs in one commit; for each Run, in order, True if this
         call recorded its intent. A Run that does not exist (NotFound) or a bad reason
         refuses the whole call and writes nothing."""
-        ids = text_list("run_ids", run_ids, MAX_BATCH)
+        ids, reason = text_list("run_ids", run_ids, MAX_BATCH), check_cancel_reason(reason)
         if not ids:
             return []
         return workers.cancel_many(self._authority, ids, reason, _given(now_ms))

@@ -358,6 +358,8 @@ def test_cancel_many_refuses_an_unknown_run_or_reason_and_writes_nothing(rt):
         rt.cancel_many([run_id, "nope"], now_ms=T0 + 1)
     with pytest.raises(InvalidInput, match="reason"):
         rt.cancel_many([run_id], reason="whim", now_ms=T0 + 1)
+    with pytest.raises(InvalidInput, match="reason"):  # not a str at all
+        rt.cancel_many([run_id], reason=[], now_ms=T0 + 1)
     with pytest.raises(InvalidInput, match="run_ids"):
         rt.cancel_many(run_id, now_ms=T0 + 1)
     assert rt.store.head_position() == before
