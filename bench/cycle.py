@@ -6,8 +6,9 @@
    claimed, leased, running; user cancel or deadline passed), converged by
    `cycle()` (standalone / cluster profile) while a scripted worker finishes the
    Attempts it holds between cycles. Figure: Workflows settled per second of
-   cycle time, and beside it per second of cycle and worker time together (the
-   completion of a Run's last held Attempt ends that Run itself).
+   cycle time; beside it the worker's time (it marks running and completes every
+   held Attempt, and the completion of a Run's last held Attempt ends that Run) and
+   how many Runs such completions ended.
 2. One cycle over 100 fresh candidates (Runs with cancel intent) in a store with
    100 vs 100,000 dormant Runs (one-step Runs waiting on a running worker, or
    terminal). Figure: ratio of the median cycle times.
@@ -563,9 +564,9 @@ def _side_summary(side: Side, workflows: int) -> dict:
         "workflows": workflows,
         "cycle_seconds": side.seconds,
         "settled_per_s": workflows / side.seconds,
+        # the worker's mark_running and complete of every held Attempt; a completion
+        # ends the Run it was the last hold of, work the cycle no longer does
         "worker_seconds": side.worker_seconds,
-        # a held Attempt's completion ends the Run it was the last hold of: work the
-        # cycle no longer does, so the figure with the worker's calls is shown beside
         "settled_per_s_with_worker": workflows / (side.seconds + side.worker_seconds),
         "cycles": side.cycles,
         "busy_cycles": side.busy_cycles,
@@ -790,9 +791,9 @@ def rows(results: dict) -> list[tuple[str, str, str, str, bool | None]]:
                 f"1 cancellation convergence ({conv['actors']['workflows']:,} x 8)",
                 f"{dialect} {conv['profile']['name']}",
                 f"{per_s:,.0f} Workflows/s ({conv['actors']['cycles']} cycles, "
-                f"{conv['actors']['cycle_seconds']:.2f} s); with the worker's calls "
-                f"{conv['actors']['settled_per_s_with_worker']:,.0f}/s "
-                f"(+{conv['actors']['worker_seconds']:.2f} s)",
+                f"{conv['actors']['cycle_seconds']:.2f} s); the worker's calls between "
+                f"cycles {conv['actors']['worker_seconds']:.2f} s, "
+                f"{conv['actors']['settled_by_worker']:,} Runs ended by a completion",
                 f">= {target:,}/s" + ("" if dialect == "sqlite" else " (SQLite only)"),
                 _met(per_s, target, True) if dialect == "sqlite" else None,
             )
