@@ -211,7 +211,8 @@ def _check_workflow(folder: Path, workflow: str) -> None:
 @app.command(
     rich_help_panel=RUN_AND_HOST,
     epilog="Example: [bold]qlflow cancel run:0b1c... --reason user[/bold]  (records the "
-    "intent; the next cycle converges the Run, running steps are told to stop)",
+    "intent and ends what no worker holds; running steps are told to stop, and the "
+    "Run ends with the last one's completion)",
 )
 def cancel(
     ctx: typer.Context,
@@ -220,7 +221,7 @@ def cancel(
     json_out: JsonOption = False,
 ) -> None:
     """Cancel a Run (idempotent): what no worker holds ends at once; a step a worker
-    holds is asked to stop, and the cycle ends the Run when it has."""
+    holds is asked to stop, and its completion ends the Run."""
     with opened(ctx) as rt:
         run_id = rt.resolve_run_id(run_id)  # the id, or any unique prefix of it
         view = rt.get_run(run_id)
@@ -244,7 +245,7 @@ def cancel(
     elif recorded:
         console.print(
             f"cancel intent recorded for run {run_id} (reason {reason}); a worker holds a "
-            "step of it: the Run ends once that step stops (the cycle converges it)"
+            "step of it: the Run ends once that step stops and its completion is recorded"
         )
     else:
         console.print(f"run {run_id} already has cancel intent (reason {view.cancel_reason})")

@@ -355,7 +355,8 @@ class Dashboard(Starting, Schedules):
         return self.runtime.rerun(run_id, from_steps, admission_key=key, now_ms=self.now_ms())
 
     def cancel(self, run_id: str) -> bool:
-        """Record a user cancel intent (idempotent); the cycle converges the Run."""
+        """Record a user cancel intent (idempotent); what no worker holds ends with it,
+        the rest when its workers' completions are recorded."""
         self.runtime.get_run(run_id)  # an unknown id is a NotFound, not a silent no-op
         return self.runtime.cancel(run_id, "user", now_ms=self.now_ms())
 

@@ -145,7 +145,7 @@ def test_help_explains_every_command_with_an_example(tmp_path: Path):
     # a summary wrapped in its docstring is one line in the table (typer's rich mode
     # printed the source's line break mid-sentence)
     lines = top.stdout.splitlines()
-    assert any("cancel" in line and "the cycle ends the Run when it has" in line for line in lines)
+    assert any("cancel" in line and "and its completion ends the Run" in line for line in lines)
     runner = CliRunner()
     for command in COMMANDS:
         assert command in top.stdout
