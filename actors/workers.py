@@ -617,10 +617,10 @@ def cancel_many(
 ) -> list[bool]:
     """Record cancel intent on each Run in one commit (idempotent), and with it what
     cancellation convergence ends at once (`run_path.cancel_and_converge`) where the
-    Run's active Attempts' locks are free — else the intent alone, and the cycle
-    converges. For each Run, in order: True if this call recorded its intent (a Run
-    named twice: the first time). NotFound for a Run that does not exist, writing
-    nothing."""
+    Run's active Attempts' locks are free — else the intent alone, and the rest ends
+    with the held Attempts' completions (or the cycle). For each Run, in order: True
+    if this call recorded its intent (a Run named twice: the first time). NotFound for
+    a Run that does not exist, writing nothing."""
     answers = _cancel_each(authority, [CancelRequest(r, reason) for r in run_ids], now_ms, True)
     return [answer is True for answer in answers]
 
@@ -657,7 +657,8 @@ def _cancel_each(
 
         def intent(reason: str) -> Callable[[RunAggregate], Decision]:
             # an Attempt's lock held elsewhere (a worker writing its lease) leaves the
-            # Run's convergence to the cycle: the intent alone is recorded
+            # Run's convergence to that worker's completion or the cycle: the intent
+            # alone is recorded
             return lambda aggregate: request_cancel(aggregate, reason, now())
 
         written: list[Written] = []

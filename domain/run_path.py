@@ -200,7 +200,8 @@ def dequeue_and_claim(aggregate: RunAggregate, now_ms: int) -> Decision:
 
 def cancel_and_converge(aggregate: RunAggregate, reason: str, now_ms: int) -> Decision:
     """`request_cancel`, then `decide_cancellation` on the Run it leaves: what no worker
-    holds ends now, the rest stays blocked for the cycle. An intent already recorded
+    holds ends now, the rest stays blocked until its workers' completions (or, for a
+    worker that never reports, the cycle) end it. An intent already recorded
     (or a terminal Run) gives an empty decision, as `request_cancel` does."""
     intent = request_cancel(aggregate, reason, now_ms)
     if not intent.appends:
