@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.records import NewEvent, StreamAppend
+from eventstore import open_store
 from eventstore.validation import encode_appends
 from tests.hypothesis_budget import examples
 
@@ -53,3 +56,24 @@ def test_encoding_is_sorted_compact_orjson():
     assert encoded_data({"b": [1.5, None], "a": {"z": True, "y": "é"}}) == (
         '{"a":{"y":"é","z":true},"b":[1.5,null]}'
     )
+
+
+class _Kind(StrEnum):
+    DONE = "job.done"
+
+
+def test_a_type_named_by_a_str_enum_is_stored_as_its_plain_text(tmp_path):
+    # the domain names types with StrEnum members; the appended record carries the
+    # plain str a replay of the log reads back, not the member
+    event = NewEvent("e1", _Kind.DONE, {"n": 1})
+    [encoded] = encode_appends([StreamAppend("run-a", 0, (event,))]).events
+    assert type(encoded.type) is str and encoded.type == "job.done"
+
+    store = open_store(f"sqlite:///{tmp_path / 'kinds.db'}")
+    try:
+        [appended] = store.append([StreamAppend("run-a", 0, (event,))])
+        [read] = store.read_stream("run-a")
+    finally:
+        store.close()
+    assert type(appended.type) is str
+    assert appended == read
