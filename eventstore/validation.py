@@ -183,14 +183,12 @@ def _encode_event(event: object, stream_id: str, version: int) -> EncodedEvent |
     event_id, event_type = event.event_id, event.type
     if type(event_id) is not str or not _event_id_ok(event_id):
         return None
+    if not isinstance(event_type, str) or not 0 < len(event_type) <= MAX_TYPE_LENGTH:
+        return None
     if type(event_type) is not str:
-        if not isinstance(event_type, str):
-            return None
         # the domain names types with StrEnum members: stored and folded as the plain
         # str a replay reads back (a member compares several times slower)
         event_type = str.__str__(event_type)
-    if not 0 < len(event_type) <= MAX_TYPE_LENGTH:
-        return None
     data, metadata = event.data, event.metadata
     if type(data) is not dict or type(metadata) is not dict:
         return None
