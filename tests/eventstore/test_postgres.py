@@ -8,6 +8,7 @@ import pytest
 
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
 from eventstore import open_store, pg_statistics
+from eventstore.pg_unavailable import RANDOM_PAGE_COST
 from eventstore.postgres_store import (
     FILLED_PAGE_BYTES,
     SPARSE_MIN_PAGES,
@@ -248,3 +249,27 @@ def test_an_index_is_sparse_under_half_its_fresh_pages_and_past_a_minimum_size()
         ("events_pkey_ccnew", 5000, rows, False, 8.0),
     ]
     assert sparse_indexes(facts) == ["events_pkey"]
+
+
+# the append's lock of its heads (qlflow_append), as the function's kept plan sees it
+_HEADS_FOR_UPDATE = (
+    'SELECT 1 FROM streams h WHERE h.stream_id = ANY (%b) ORDER BY h.stream_id COLLATE "C" '
+    "FOR UPDATE"
+)
+
+
+def test_a_table_of_a_few_hundred_rows_is_read_by_key_not_scanned(pg_url):
+    # with the server's default price of a random page (4), a generic plan scans a
+    # table of a few hundred rows for three keys, and keeps scanning as it grows until
+    # the next ANALYZE; the store's sessions price cached pages (RANDOM_PAGE_COST)
+    store = open_store(pg_url, pool_max_size=2)
+    try:
+        store.append([stream(f"run-h{n}", 0, event(f"h{n}")) for n in range(600)])
+        with store.transaction() as tx:
+            tx.execute("ANALYZE streams")
+        [(price,)] = store.query("SELECT current_setting('random_page_cost')")
+        plan = _generic_plan(store, _HEADS_FOR_UPDATE, "text[]", "'{run-h1,run-h2,run-h3}'")
+    finally:
+        store.close()
+    assert float(price) <= RANDOM_PAGE_COST
+    assert "Index" in plan and "Seq Scan on streams" not in plan, plan
