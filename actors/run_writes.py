@@ -32,7 +32,7 @@ from domain.run_path import applied, chained
 from domain.streams import run_stream
 from eventstore.api import Transaction
 from eventstore.validation import EncodedBatch, encode_appends
-from projections.registry import commit_encoded
+from projections.registry import commit_encoded, read_ahead_of_runs
 
 K = TypeVar("K")
 
@@ -115,10 +115,14 @@ def write_runs(
         # a write that tries its Run's active Attempts' locks after the head tries,
         # with the same read, those of the Run as this process last left it: checked
         # against the Run as read below (a guess that missed is tried again)
+        named = {a for a in slots}
         for run_id in sorted({w.run_id for w in writes if w.if_attempts_held}):
             base = cache.get(run_id) if cache is not None else None
             if base is not None:
                 guessed[run_id] = tx.try_lock_each_ahead(active_attempt_keys(base))
+                named.update(a.attempt_id for a in base.active_attempts())
+        # and the read models' rows its records will likely touch, with the same read
+        read_ahead_of_runs(tx, sorted(locked), sorted(named))
     elif not any(slots.values()):
         # no limit slot to read under its lock: try each lock and read every Run in one
         # round trip; what another transaction holds is skipped (its read is not used)
@@ -129,6 +133,7 @@ def write_runs(
         if attempts or run_ids:
             tried = tx.try_lock_each_ahead([attempt_lock(a) for a in attempts])
             heads = tx.lock_heads_each_ahead([run_stream(r) for r in run_ids])
+            read_ahead_of_runs(tx, sorted(run_ids), sorted(attempts))
             streams = read_runs(tx, run_ids, cache)
             taken = tried()
             held_attempts = {a for a in attempts if attempt_lock(a) not in taken}
@@ -176,7 +181,7 @@ def write_runs(
     after = {run_id: current[run_id] for run_id in decisions}
     if decisions:
         batches = [encode_appends(_joined(found).appends) for found in decisions.values()]
-        commit_encoded(tx, joined_batch(batches), folded=after)
+        commit_encoded(tx, joined_batch(batches), folded=after, locked=True)
     return Batch(written, after)
 
 
@@ -279,5 +284,5 @@ def commit_prepared(
         batches.append(turn.batch)
         after[turn.aggregate.run_id] = turn.after
     if batches:
-        commit_encoded(tx, joined_batch(batches), folded=after)
+        commit_encoded(tx, joined_batch(batches), folded=after, locked=True)
     return fates, after

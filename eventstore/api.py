@@ -38,6 +38,10 @@ from domain.records import Record, StreamAppend
 from eventstore.observers import Observers
 from eventstore.validation import EncodedBatch
 
+PENDING_POSITION = 0
+"""The position of a record whose append is not sent yet (`Transaction.append_at_commit`):
+positions start at 1."""
+
 
 class LockJoin(NamedTuple):
     """`Transaction.try_lock_join`'s SQL: `join` after the FROM table, `suffix` last."""
@@ -122,6 +126,15 @@ class Transaction(Reads, Protocol):
     ) -> list[Record]:
         """`append_encoded` through a server-side definer function that checks its own
         rule first (PostgreSQL); plainly where the database has no functions."""
+        ...
+
+    def append_at_commit(self, batch: EncodedBatch) -> list[Record]:
+        """`append_encoded` for a writer that holds the locks of the batch's streams:
+        a store may send the append with the statements after it and COMMIT (PostgreSQL:
+        one round trip for all). Records returned before it was sent carry
+        `PENDING_POSITION`; `appended` gets them with their positions at COMMIT. A
+        refusal then aborts the transaction and raises at COMMIT (VersionConflict), not
+        here, and is never taken for an exact replay."""
         ...
 
     def try_lock_join(self, name_sql: str) -> LockJoin:

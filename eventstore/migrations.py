@@ -73,6 +73,9 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     # PostgreSQL: the append function again, now knowing the limit- streams and
     # `workflow.dequeued` (docs/DESIGN.md "Flow control")
     {"sqlite": [], "postgresql": list(pg_append.SHAPED)},
+    # PostgreSQL: the append that aborts its transaction when refused, sent with COMMIT
+    # (docs/DESIGN.md "Two round trips")
+    {"sqlite": [], "postgresql": list(pg_append.ABORTING)},
 )
 
 

@@ -32,6 +32,13 @@ from domain.streams import CATEGORIES
 
 APPEND_FUNCTION = "qlflow_append"
 APPEND_CORE = "qlflow_append_core"
+# the same append, which raises instead of answering a refusal: sent in one pipeline
+# with the writes that follow it and COMMIT, a refusal aborts them all
+APPEND_OR_ABORT = "qlflow_append_or_abort"
+# SQLSTATE of its refusal: the message names the stream whose head was not at the
+# expected version and the detail that head's version (both empty: an event id of the
+# batch is stored already, elsewhere)
+REFUSED_SQLSTATE = "QLAR1"
 RIGHTS_TABLE = "qlflow_append_rights"
 ADMITTED_TYPE = EventType.WORKFLOW_ADMITTED  # the one type only admission may append
 # SQLSTATE of a definer function's refusal to start a Run; the message begins with
@@ -280,6 +287,19 @@ END
 """
 
 
+_ABORTING_BODY = f"""
+BEGIN
+    SELECT c.positions, c.refused, c.moved INTO positions, refused, moved
+    FROM {APPEND_CORE}(false, {BATCH_NAMES}) c;
+    IF positions IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '{REFUSED_SQLSTATE}', MESSAGE = coalesce(refused, ''),
+            DETAIL = coalesce((SELECT h.version::text FROM streams h WHERE h.stream_id = refused),
+                              '');
+    END IF;
+END
+"""
+
+
 def _create(name: str, parameters: str, types: str, body: str) -> str:
     body = body.replace("%", "%%")  # the text passes through format()
     return f"""DO $do$ BEGIN EXECUTE format($f$
@@ -349,7 +369,14 @@ SHAPED: tuple[str, ...] = (
 its fold could not decode (domain.event_shapes). A change to those shapes ships as a
 new step, like any other change to a shipped function."""
 
+ABORTING: tuple[str, ...] = (
+    _create(APPEND_OR_ABORT, _BATCH_DECLARED, BATCH_TYPES, _ABORTING_BODY),
+)
+"""The PostgreSQL statements of eventstore schema step 10: `qlflow_append_or_abort`, the
+append a writer sends in one pipeline with COMMIT (docs/DESIGN.md "Two round trips")."""
+
 # binary parameters: a text array in text format is quoted and escaped element by
 # element (a regular expression per JSON document), in binary it is copied as is
 BATCH_MARKS = ", ".join(f"%b::{kind}" for _name, kind in BATCH_PARAMETERS)
 APPEND_SQL = f"SELECT positions, refused, moved FROM {APPEND_FUNCTION}({BATCH_MARKS})"
+APPEND_OR_ABORT_SQL = f"SELECT positions FROM {APPEND_OR_ABORT}({BATCH_MARKS})"

@@ -44,6 +44,7 @@ from eventstore.locks import DEFAULT_LOCK_TIMEOUT_MS
 from eventstore.pg_append import (
     APPEND_CORE,
     APPEND_FUNCTION,
+    APPEND_OR_ABORT,
     BATCH_TYPES,
     CORE_TYPES,
     LOCK_HEADS,
@@ -435,6 +436,9 @@ def _append_functions(
     append = sql.SQL("{}.{}({})").format(
         sql.Identifier(schema), sql.Identifier(APPEND_FUNCTION), sql.SQL(BATCH_TYPES)
     )
+    aborting = sql.SQL("{}.{}({})").format(
+        sql.Identifier(schema), sql.Identifier(APPEND_OR_ABORT), sql.SQL(BATCH_TYPES)
+    )
     core = sql.SQL("{}.{}({})").format(
         sql.Identifier(schema), sql.Identifier(APPEND_CORE), sql.SQL(CORE_TYPES)
     )
@@ -442,7 +446,7 @@ def _append_functions(
     lock_heads = sql.SQL("{}.{}(text[], boolean)").format(
         sql.Identifier(schema), sql.Identifier(LOCK_HEADS)
     )
-    for function in (append, core, lock_heads):
+    for function in (append, aborting, core, lock_heads):
         conn.execute(
             sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(function, sql.Identifier(names[OWNER]))
         )
@@ -458,7 +462,7 @@ def _append_functions(
             sql.SQL("INSERT INTO {} (role, prefixes) VALUES (%s, %s)").format(table),
             (names[kind], list(prefixes)),
         )
-        for function in (append, lock_heads):
+        for function in (append, aborting, lock_heads):
             conn.execute(
                 sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
                     function, sql.Identifier(names[kind])

@@ -61,14 +61,17 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from domain.errors import (
+    IdempotencyConflict,
     LockTimeout,
     NotFound,
     SchemaError,
     StartGuardError,
     StoreUnavailable,
+    VersionConflict,
 )
+from domain.records import Record
 from eventstore import pg_statistics
-from eventstore.api import LockJoin, Row
+from eventstore.api import PENDING_POSITION, LockJoin, Row
 from eventstore.locks import (
     DEFAULT_LOCK_TIMEOUT_MS,
     LOCK_TABLE,
@@ -76,13 +79,20 @@ from eventstore.locks import (
     advisory_key,
     lock_bucket,
 )
-from eventstore.pg_append import APPEND_SQL, BATCH_MARKS, GUARD_SQLSTATE, LOCK_HEADS
+from eventstore.pg_append import (
+    APPEND_OR_ABORT_SQL,
+    APPEND_SQL,
+    BATCH_MARKS,
+    GUARD_SQLSTATE,
+    LOCK_HEADS,
+    REFUSED_SQLSTATE,
+)
 from eventstore.pg_arrays import JSON_COLUMN_TYPES, Int8Array, JsonRows, TextArray, column_array
 from eventstore.pg_unavailable import bounded_session, unavailable
 from eventstore.replay import BaseReplaySession
 from eventstore.store import BaseStore
 from eventstore.transaction import EVENT_COLUMNS, BaseTransaction, Refused
-from eventstore.validation import EncodedBatch, EncodedEvent
+from eventstore.validation import EncodedBatch, EncodedEvent, record_from_event
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +172,10 @@ class PostgresTransaction(BaseTransaction):
         # and sends them in the pipeline of the next statement or of COMMIT: the read
         # models' writes after an append cost no round trip of their own
         self._defers = explicit_begin and _PIPELINE
-        self._queued: list[tuple[str, list[Sequence[Any]]]] = []
+        # (sql, params of each execution, the cursor that keeps its answer or None)
+        self._queued: list[tuple[str, list[Sequence[Any]], psycopg.Cursor | None]] = []
+        # append_at_commit: each batch and the cursor its positions come back on
+        self._at_commit: list[tuple[EncodedBatch, psycopg.Cursor]] = []
         # try_lock_each_ahead and the like: statements whose answer is read later, each
         # on its cursor
         self._answered: list[tuple[str, Sequence[Any], psycopg.Cursor]] = []
@@ -250,6 +263,23 @@ class PostgresTransaction(BaseTransaction):
             )
             self.failure = error
             raise error from exc
+        except psycopg.Error as exc:
+            if exc.sqlstate != REFUSED_SQLSTATE:
+                raise
+            refused = self._refusal(exc)
+            self.failure = refused
+            raise refused from None
+
+    def _refusal(self, exc: psycopg.Error) -> VersionConflict | IdempotencyConflict:
+        """What `qlflow_append_or_abort` refused, as `append` would say it (the
+        transaction is aborted: nothing of it is written)."""
+        stream_id, head = exc.diag.message_primary or "", exc.diag.message_detail or ""
+        for batch, _cursor in self._at_commit:
+            for append in batch.appends:
+                if append.stream_id == stream_id:
+                    return VersionConflict(stream_id, append.expected_version, int(head or 0))
+        first = self._at_commit[0][0].events[0].event_id if self._at_commit else "?"
+        return IdempotencyConflict(first, "elsewhere in the log (an id of this batch)")
 
     def _lock_ahead(self, keys: list[str], stream_ids: list[str]) -> None:
         if not self._defers:
@@ -257,9 +287,9 @@ class PostgresTransaction(BaseTransaction):
             return
         # sent with the next statement, in this order (docs/DESIGN.md "Locks")
         if keys:
-            self._queued.append((LOCK_ALL_SQL, [(keys,)]))
+            self._queued.append((LOCK_ALL_SQL, [(keys,)], None))
         if stream_ids:
-            self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)]))
+            self._queued.append((_LOCK_HEADS_SQL, [(stream_ids, True)], None))
         self._locks_queued = True
 
     def _try_lock_each_ahead(self, keys: list[str]) -> Callable[[], frozenset[str]]:
@@ -331,7 +361,7 @@ class PostgresTransaction(BaseTransaction):
         if self._defers:
             params = list(seq_of_params)
             if params:
-                self._queued.append((_native(sql), params))
+                self._queued.append((_native(sql), params, None))
             return
         # psycopg pipelines the executions: one round trip for the lot, not one each
         with self._conn.cursor() as cursor:
@@ -376,7 +406,7 @@ class PostgresTransaction(BaseTransaction):
                 for column, values in zip(columns, zip(*rows, strict=True), strict=True)
             ]
         if self._defers:
-            self._queued.append((sql, [params]))
+            self._queued.append((sql, [params], None))
             return
         with self._conn.cursor() as cursor:
             if self._begin_pending:
@@ -410,9 +440,9 @@ class PostgresTransaction(BaseTransaction):
         queued, self._queued = self._queued, []
         if queued:
             cursor = self._conn.cursor()
-            for sql, many in queued:
+            for sql, many, own in queued:
                 for params in many:
-                    cursor.execute(sql, params)
+                    (own or cursor).execute(sql, params)
         answered, self._answered = self._answered, []
         for sql, params, own in answered:
             own.execute(sql, params)
@@ -463,7 +493,25 @@ class PostgresTransaction(BaseTransaction):
             conn.execute("COMMIT", prepare=False)
         elif self.begun and not conn.broken:  # a lost connection has nothing to roll back
             self._queued = []
+            self._at_commit = []
             conn.execute("ROLLBACK", prepare=False)
+        if commit:
+            for batch, cursor in self._at_commit:
+                [(positions,)] = cursor.fetchall()
+                self.appended += map(record_from_event, batch.events, positions)
+            self._at_commit = []
+
+    def append_at_commit(self, batch: EncodedBatch) -> list[Record]:
+        """Queued (PostgreSQL write transactions): the append goes with the next
+        statement or with COMMIT, through `qlflow_append_or_abort`, so that a refusal
+        aborts what follows it (docs/DESIGN.md "Two round trips")."""
+        self._check_usable()
+        if not self._defers or self._through is not None:
+            return super().append_at_commit(batch)
+        cursor = self._conn.cursor()
+        self._queued.append((APPEND_OR_ABORT_SQL, [self._batch_params(batch)], cursor))
+        self._at_commit.append((batch, cursor))
+        return [record_from_event(event, PENDING_POSITION) for event in batch.events]
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(
@@ -569,18 +617,7 @@ class PostgresTransaction(BaseTransaction):
 
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
         # CAS, position allocation and insert in one function call: one round trip
-        events = batch.events
-        params = [
-            TextArray([a.stream_id for a in batch.appends]),
-            Int8Array([a.expected_version for a in batch.appends]),
-            Int8Array([a.new_version for a in batch.appends]),
-            TextArray([e.event_id for e in events]),
-            TextArray([e.stream_id for e in events]),
-            Int8Array([e.stream_version for e in events]),
-            TextArray([e.type for e in events]),
-            TextArray([e.data for e in events]),
-            TextArray([e.metadata for e in events]),
-        ]
+        params = self._batch_params(batch)
         sql = APPEND_SQL
         if self._through is not None:
             function, args = self._through
@@ -603,6 +640,22 @@ class PostgresTransaction(BaseTransaction):
             return list(positions)
         stream = next((a for a in batch.appends if a.stream_id == refused), None)
         return Refused(stream, heads_moved=bool(moved))
+
+    @staticmethod
+    def _batch_params(batch: EncodedBatch) -> list[Any]:
+        """The append functions' batch arguments (binary arrays)."""
+        events = batch.events
+        return [
+            TextArray([a.stream_id for a in batch.appends]),
+            Int8Array([a.expected_version for a in batch.appends]),
+            Int8Array([a.new_version for a in batch.appends]),
+            TextArray([e.event_id for e in events]),
+            TextArray([e.stream_id for e in events]),
+            Int8Array([e.stream_version for e in events]),
+            TextArray([e.type for e in events]),
+            TextArray([e.data for e in events]),
+            TextArray([e.metadata for e in events]),
+        ]
 
     def _insert(self, events: Sequence[EncodedEvent]) -> list[int] | None:
         raise AssertionError("PostgreSQL appends go through qlflow_append (_write)")

@@ -182,6 +182,10 @@ class BaseTransaction(ABC):
         finally:
             self._through = None
 
+    def append_at_commit(self, batch: EncodedBatch) -> list[Record]:
+        """See the Transaction protocol; at once unless the adapter defers it."""
+        return self.append_encoded(batch)
+
     def _write(self, batch: EncodedBatch) -> list[int] | Refused:
         """CAS every stream in id order, then insert: the positions, or what stopped it."""
         appends: Sequence[EncodedAppend] = batch.appends

@@ -22,8 +22,14 @@ Migrations = Sequence[Mapping[str, str | Sequence[str]]]
 """Schema steps, each `{dialect: sql or [sql, ...]}` (see `EventStore.migrate`)."""
 
 
-ReadsAhead = Callable[[Sequence[Record]], Sequence[tuple[str, Sequence[Any]]]]
-"""`reads_ahead(records)`: the queries (sql, params) `apply` of them reads first."""
+ReadsAhead = Callable[[Sequence[Record], Folded | None], Sequence[tuple[str, Sequence[Any]]]]
+"""`reads_ahead(records, folded)`: the queries (sql, params) `apply(tx, records,
+folded)` reads first."""
+
+ReadsAheadOfRuns = Callable[[Sequence[str], Sequence[str]], Sequence[tuple[str, Sequence[Any]]]]
+"""`reads_ahead_of_runs(run_ids, attempt_ids)`: the queries `apply` reads first for
+the records a write on these Runs usually makes (records of the Runs naming these of
+their Attempts), known before the write is decided."""
 
 
 class Replayer(Protocol):
@@ -57,8 +63,11 @@ class Projection(Protocol):
       rows `apply` would (None: the rebuild calls `apply` per batch);
     - `backfill(store, from_version)` or None: fills, after an upgrade from
       `from_version`, what its schema steps could not compute;
-    - `reads_ahead(records)` or None: the queries `apply` of these records reads
-      first, which a writer may send with its append (`Transaction.read_ahead`).
+    - `reads_ahead(records, folded)` or None: the queries `apply` of these records
+      reads first, which a writer may send with its append (`Transaction.read_ahead`);
+    - `reads_ahead_of_runs(run_ids, attempt_ids)` or None: the same, guessed before
+      a write on those Runs is decided, for a writer to send with the read it decides
+      on (a guess that misses costs the round trip `reads_ahead` would have saved).
     """
 
     @property
@@ -83,9 +92,10 @@ class Projection(Protocol):
     def backfill(self) -> Callable[[EventStore, int], object] | None: ...
 
     @property
-    def reads_ahead(
-        self,
-    ) -> Callable[[Sequence[Record]], Sequence[tuple[str, Sequence[Any]]]] | None: ...
+    def reads_ahead(self) -> ReadsAhead | None: ...
+
+    @property
+    def reads_ahead_of_runs(self) -> ReadsAheadOfRuns | None: ...
 
     def apply(
         self, tx: Transaction, records: Sequence[Record], folded: Folded | None = None

@@ -52,6 +52,7 @@ TABLES = {TABLE: ("target",)}
 Replay = None  # the rebuild calls `apply` batch by batch
 backfill = None  # nothing to fill after an upgrade
 reads_ahead = None  # apply reads nothing worth sending ahead
+reads_ahead_of_runs = None
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
 
 

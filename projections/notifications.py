@@ -77,6 +77,7 @@ TABLES = {TABLE: ("run_id", "rule")}
 # the runtime writes a Run's terminal commit (the due records) and the attempts
 Replay = None  # the rebuild calls `apply` batch by batch
 reads_ahead = None  # apply reads nothing worth sending ahead
+reads_ahead_of_runs = None
 GRANTS = {TABLE: {RUNTIME: MOVE, AUDIT: READ}}
 
 

@@ -103,6 +103,7 @@ TABLES = {
 }
 backfill = None  # nothing to fill after an upgrade
 reads_ahead = None  # apply reads nothing worth sending ahead
+reads_ahead_of_runs = None
 GRANTS = {
     "publications": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},
     "publishers": {ADMISSION: READ, PUBLISHER: MOVE, AUDIT: READ},

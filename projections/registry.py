@@ -96,7 +96,7 @@ def commit_through(
     return records
 
 
-def read_ahead(tx: Transaction, batch: EncodedBatch) -> None:
+def read_ahead(tx: Transaction, batch: EncodedBatch, folded: Folded | None = None) -> None:
     """Ask the store to send what the read models' upkeep of `batch` reads first with
     the append (`Transaction.read_ahead`: one round trip for both on PostgreSQL). A
     module with `reads_ahead(records)` names those queries; the records are the
@@ -109,17 +109,35 @@ def read_ahead(tx: Transaction, batch: EncodedBatch) -> None:
     for module in modules_ahead:
         mine = [r for r in records if r.stream_id.startswith(module.STREAM_PREFIXES)]
         if mine and module.reads_ahead is not None:
-            queries += module.reads_ahead(mine)
+            queries += module.reads_ahead(mine, folded)
     if queries:
         tx.read_ahead(queries)
 
 
 def commit_encoded(
-    tx: Transaction, batch: EncodedBatch, folded: Folded | None = None
+    tx: Transaction, batch: EncodedBatch, folded: Folded | None = None, *, locked: bool = False
 ) -> list[Record]:
-    """`commit` for appends already validated and encoded (`encode_appends`)."""
-    read_ahead(tx, batch)
-    records = tx.append_encoded(batch)
+    """`commit` for appends already validated and encoded (`encode_appends`).
+    `locked`: the writer holds the locks of the batch's streams (it decided under
+    them), so the store may send the append with COMMIT (`Transaction.append_at_commit`;
+    the records returned may then carry `PENDING_POSITION`)."""
+    read_ahead(tx, batch, folded)
+    records = tx.append_at_commit(batch) if locked else tx.append_encoded(batch)
     apply_records(tx, records, folded)
     faults.hit_append()
     return records
+
+
+def read_ahead_of_runs(tx: Transaction, run_ids: Sequence[str], attempt_ids: Sequence[str]) -> None:
+    """Before a write on these Runs is decided: ask the store to send, with the read it
+    decides on, what the read models' upkeep of its records will likely read (records
+    of these Runs naming these Attempts of theirs). Where the guess holds, the append
+    needs no read of its own and can go with COMMIT (docs/DESIGN.md "Two round trips")."""
+    if not run_ids or not tx.sends_reads_ahead:
+        return
+    queries: list[tuple[str, Sequence[Any]]] = []
+    for module in modules():
+        if module.reads_ahead_of_runs is not None:
+            queries += module.reads_ahead_of_runs(run_ids, attempt_ids)
+    if queries:
+        tx.read_ahead(queries)

@@ -65,6 +65,7 @@ TABLES = {TABLE: ("run_id",)}
 Replay = None  # the rebuild calls `apply` batch by batch
 backfill = None  # nothing to fill after an upgrade
 reads_ahead = None  # apply reads nothing worth sending ahead
+reads_ahead_of_runs = None
 GRANTS = {TABLE: {RUNTIME: READ, ADMISSION: READ, AUDIT: READ}}
 # the Runs read model's tables and the snapshots, by the column naming the Run
 _RUN_ROWS = ("runs", "step_runs", "attempts", "run_snapshots")

@@ -34,7 +34,7 @@ from domain.phases import RUN_PHASES
 from domain.records import Record
 from domain.streams import lease_stream, run_stream
 from domain.transitions import Status
-from eventstore.api import EventStore, Transaction
+from eventstore.api import PENDING_POSITION, EventStore, Transaction
 from eventstore.in_lists import chunks
 from projections.contract import Folded
 from projections.runs_fold import (
@@ -44,6 +44,7 @@ from projections.runs_fold import (
     _query_in,
     _Rows,
     load_queries,
+    load_queries_of_runs,
 )
 from projections.runs_replay import Replay  # the rebuild's fold (projections.registry)
 from projections.runs_schema import (  # the module's contract (projections.registry)
@@ -71,18 +72,29 @@ from projections.runs_windows import (
 __all__ = [
     "COMPONENT", "GRANTS", "GRANT_COLUMNS", "MIGRATIONS", "STREAM_PREFIXES", "TABLES",
     "WINDOW_COLUMNS", "WORK_STEP", "EXECUTION_STEP", "Replay", "apply", "backfill", "reads_ahead",
+    "reads_ahead_of_runs",
 ]  # fmt: skip
 
 
-def reads_ahead(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
+def reads_ahead(
+    records: Sequence[Record], folded: Folded | None = None
+) -> list[tuple[str, list[str]]]:
     """What `apply` of these records reads first (`projections.registry`: read ahead)."""
-    return load_queries(records)
+    return load_queries(records, folded)
+
+
+def reads_ahead_of_runs(
+    run_ids: Sequence[str], attempt_ids: Sequence[str]
+) -> list[tuple[str, list[str]]]:
+    """What `apply` reads first for records of these Runs naming these Attempts of theirs
+    (`projections.registry`: read ahead before a write is decided)."""
+    return load_queries_of_runs(run_ids, attempt_ids)
 
 
 def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = None) -> None:
     """Fold freshly appended run, step and lease records into the read models
     (`folded`: Runs as their writer's decisions left them, after these records)."""
-    rows = _load(tx, records)
+    rows = _load(tx, records, folded)
     touched: set[str] = set()
     for record in records:
         run_id = _fold(rows, record)
@@ -92,6 +104,21 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
         _refresh_work(rows, aggregate)
     for table in (RUNS, STEP_RUNS, ATTEMPTS):
         rows.store(tx, table)
+    # a claim whose append goes with COMMIT has its position on the server only
+    # (`Transaction.append_at_commit`): the Attempt's claimed_position is read there
+    pending = [
+        (record.event_id, record.data["attempt_id"])
+        for record in records
+        if record.global_position == PENDING_POSITION and record.type == EventType.ATTEMPT_CLAIMED
+    ]
+    if pending:
+        tx.executemany(_CLAIMED_POSITION, pending)
+
+
+_CLAIMED_POSITION = (
+    "UPDATE attempts SET claimed_position ="
+    " (SELECT e.global_position FROM events e WHERE e.event_id = ?) WHERE attempt_id = ?"
+)
 
 
 def backfill(store: EventStore, from_version: int) -> int:

@@ -16,6 +16,7 @@ from domain.records import Record
 from domain.transitions import STEP_TERMINAL, Status
 from eventstore.api import Reads, Transaction
 from eventstore.in_lists import chunks, marks
+from projections.contract import Folded
 from projections.runs_schema import (
     _LEASE,
     _RUN,
@@ -76,12 +77,12 @@ class _Rows:
             tx.upsert(table.name, table.columns, table.key, values, stored=stored)
 
 
-def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
+def _load(tx: Reads, records: Sequence[Record], folded: Folded | None = None) -> _Rows:
     """Every row the records can touch and that exists already (a Run these records
     admit, an Attempt they claim, is not stored yet): key lookups by Run and by
     Attempt, `eventstore.in_lists.IN_CHUNK` ids each, all sent together (`query_all`)."""
     rows = _Rows()
-    queries, count = _load_queries(records)
+    queries, count = _load_queries(records, folded)
     if not queries:
         return rows
     found = tx.query_all(queries, prepared=True)
@@ -101,21 +102,50 @@ def _load(tx: Reads, records: Sequence[Record]) -> _Rows:
     return rows
 
 
-def load_queries(records: Sequence[Record]) -> list[tuple[str, list[str]]]:
+def load_queries(
+    records: Sequence[Record], folded: Folded | None = None
+) -> list[tuple[str, list[str]]]:
     """The queries `_load` sends for these records (what a writer may read ahead:
     `Transaction.read_ahead`); positions play no part."""
-    return _load_queries(records)[0]
+    return _load_queries(records, folded)[0]
 
 
-def _load_queries(records: Sequence[Record]) -> tuple[list[tuple[str, list[str]]], int]:
+def load_queries_of_runs(
+    run_ids: Iterable[str], attempt_ids: Iterable[str]
+) -> list[tuple[str, list[str]]]:
+    """The queries `_load` sends for records of these Runs that name these Attempts of
+    theirs, none of them new (a worker's write on its Attempt, a cancel of a Run's
+    active ones): what a writer may read ahead before it decides."""
+    return _queries(sorted(set(run_ids)), sorted(set(attempt_ids)), [])[0]
+
+
+def _load_queries(
+    records: Sequence[Record], folded: Folded | None = None
+) -> tuple[list[tuple[str, list[str]]], int]:
     """`_load`'s queries, and how many conditions they are made of."""
     run_ids, attempt_ids, of_named_runs = _named(records)
+    if folded:
+        # an Attempt only a lease record names, of a Run its writer holds: its Run is
+        # known (the rows read are those its row would have led to)
+        for run_id, aggregate in folded.items():
+            placed = {a for a in attempt_ids - of_named_runs if a in aggregate.attempts}
+            if placed:
+                run_ids.add(run_id)
+                of_named_runs |= placed
     created_runs, created_attempts = _created(records)
     named, attempts = sorted(run_ids - created_runs), sorted(attempt_ids - created_attempts)
     # the Runs of a condition: named ones, or (a lease record names only its Attempt)
     # the ones those Attempts' rows name, where no record of the Run names it too; each
     # its own query, as an OR of the two would scan the whole table
     unplaced = [a for a in attempts if a not in of_named_runs]
+    return _queries(named, attempts, unplaced)
+
+
+def _queries(
+    named: list[str], attempts: list[str], unplaced: list[str]
+) -> tuple[list[tuple[str, list[str]]], int]:
+    """The Runs' rows (`named`, and those of the `unplaced` Attempts), their steps with
+    live Attempts, and the `attempts` rows, by key."""
     conditions = [(f"IN ({marks(chunk)})", chunk) for chunk in chunks(named, padded=True)]
     conditions += [
         (f"IN (SELECT r.run_id FROM attempts r WHERE r.attempt_id IN ({marks(chunk)}))", chunk)

@@ -111,6 +111,7 @@ for _step in MIGRATIONS:
 TABLES = {"schedules": ("schedule_id",)}
 # the runtime moves cursors; a publisher's publish re-declares its installation's rows
 reads_ahead = None  # apply reads nothing worth sending ahead
+reads_ahead_of_runs = None
 GRANTS = {"schedules": {RUNTIME: MOVE, PUBLISHER: MOVE, AUDIT: READ}}
 
 _COLUMNS = (

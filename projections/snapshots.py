@@ -46,6 +46,7 @@ TABLES: dict[str, tuple[str, ...]] = {}  # checked by verify against the log, no
 # the runtime deletes a finished Run's snapshot: a cache it may already overwrite
 backfill = None  # nothing to fill after an upgrade
 reads_ahead = None  # apply reads nothing worth sending ahead
+reads_ahead_of_runs = None
 GRANTS = {TABLE: {RUNTIME: (*MOVE, "DELETE"), AUDIT: READ}}
 _TERMINAL = frozenset(of(Family.WORKFLOW, status) for status in RUN_TERMINAL)
 

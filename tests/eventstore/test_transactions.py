@@ -6,6 +6,8 @@ import pytest
 
 from domain.errors import VersionConflict
 from eventstore import StoreUsageError
+from eventstore.api import PENDING_POSITION
+from eventstore.validation import encode_appends
 from tests.eventstore.builders import event, snapshot, stream
 
 NOTES = {
@@ -117,3 +119,37 @@ def test_dialect_is_reported(store, store_url):
     assert store.url == store_url
     with store.transaction() as tx:
         assert tx.dialect == store.dialect
+
+
+def test_an_append_at_commit_commits_with_what_follows_it(notes_store):
+    """`append_at_commit` (a writer holding its streams' locks): the append may wait for
+    COMMIT; the transaction's `appended` then has the positions the log gave."""
+    notes_store.append([stream("run-a", 0, event("a0"))])
+    with notes_store.transaction() as tx:
+        returned = tx.append_at_commit(encode_appends([stream("run-a", 1, event("a1"))]))
+        tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("a", "x"))
+
+    stored = notes_store.read_all()
+    assert [r.event_id for r in stored] == ["a0", "a1"]
+    assert tx.appended == stored[1:]
+    returned_at = [r.global_position for r in returned]
+    assert returned_at in ([PENDING_POSITION], [stored[1].global_position])
+    assert returned[0].event_id == "a1" and returned[0].data == stored[1].data
+    assert notes_store.query("SELECT note_id, body FROM notes") == [("a", "x")]
+
+
+def test_a_refused_append_at_commit_writes_nothing_of_its_transaction(notes_store):
+    """Refused at the call (SQLite) or at COMMIT (PostgreSQL, where it aborts the
+    statements sent after it): a VersionConflict either way, and nothing written."""
+    notes_store.append([stream("run-b", 0, event("b1"))])
+    before = snapshot(notes_store)
+
+    with pytest.raises(VersionConflict) as caught, notes_store.transaction() as tx:
+        tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("a", "before"))
+        tx.append_at_commit(encode_appends([stream("run-c", 0, event("c1"))]))
+        tx.append_at_commit(encode_appends([stream("run-b", 0, event("b2"))]))
+        tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("b", "after"))
+
+    assert (caught.value.stream_id, caught.value.expected, caught.value.actual) == ("run-b", 0, 1)
+    assert snapshot(notes_store) == before
+    assert notes_store.query("SELECT count(*) FROM notes") == [(0,)]

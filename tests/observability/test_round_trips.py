@@ -82,3 +82,43 @@ def test_a_grant_in_the_completions_own_run_reads_it_no_more(pg_url):
     finally:
         rt.close()
         proxy.close()
+
+
+@pytest.mark.pg
+def test_a_worker_write_is_two_round_trips(pg_url):
+    """The locks, the Run's tail and the read models' rows in one round trip; the
+    append, the read models' upkeep and COMMIT in the second (docs/DESIGN.md "Two
+    round trips"): the start barrier, a renewal, a completion that makes its dependent
+    ready (a claim, whose position only the server knows), a cancel of a pending Run."""
+    parts = urlsplit(pg_url)
+    proxy = CountingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    rt = qlflow.open(_via(pg_url, proxy.port), pool_max_size=1)
+    try:
+        rt.publish(manifest([("a", []), ("b", ["a"])]), now_ms=T0)
+        trips: dict[str, set[int]] = {}
+        for number in range(8):  # past psycopg's prepare threshold, as a host runs
+            run_id = rt.start("demo", "flow", admission_key=f"k{number}", now_ms=T0).run_id
+            (lease,) = rt.lease_attempts("w1", limit=1, now_ms=T0)
+            for name, write in (
+                ("mark_running", lambda lease=lease: rt.mark_running(lease, now_ms=T0 + 1)),
+                ("renew", lambda lease=lease: rt.renew(lease, now_ms=T0 + 2)),
+            ):
+                n, lease = proxy.count(write)
+                trips.setdefault(name, set()).add(n)
+            n, _ = proxy.count(lambda lease=lease: rt.complete(lease, "succeeded", now_ms=T0 + 3))
+            trips.setdefault("complete", set()).add(n)
+            pending = rt.start("demo", "flow", admission_key=f"p{number}", now_ms=T0).run_id
+            n, _ = proxy.count(lambda pending=pending: rt.cancel(pending, now_ms=T0 + 4))
+            trips.setdefault("cancel", set()).add(n)
+            (second,) = rt.lease_attempts("w1", limit=1, now_ms=T0 + 5, start=True)
+            assert second.run_id == run_id and second.step_key == "b"
+            rt.complete(second, "succeeded", now_ms=T0 + 6)
+            assert rt.get_run(run_id).status == "succeeded"
+            assert rt.get_run(pending).status == "cancelled"
+        assert trips == {name: {2} for name in trips}, trips
+        # the claims' positions, set on the server, are the records' own
+        report = rt.verify_projections()
+        assert report.ok, report.lines()
+    finally:
+        rt.close()
+        proxy.close()
