@@ -186,6 +186,7 @@ def start(
             params,
             authority.workflows,
             priority=priority,
+            at_commit=True,  # REPLAY_ONCE: a conflict's next try answers with the receipt
         )
 
     receipt, admitted = REPLAY_ONCE.execute(authority, unit, "admission")
@@ -234,9 +235,12 @@ def _admit(
     rerun: Rerun | None = None,
     *,
     priority: int | None = None,
+    at_commit: bool = False,
 ) -> tuple[AdmissionReceipt, RunAggregate | None]:
     """`admit_in_tx`, with the admitted Run as the commit leaves it (None: a replay).
-    A `rerun` (docs/DESIGN.md "Reruns") names its source and reuses its steps."""
+    A `rerun` (docs/DESIGN.md "Reruns") names its source and reuses its steps.
+    `at_commit`: the caller tries the whole unit again on a conflict, so the append may
+    go with COMMIT (`projections.registry.commit_encoded`)."""
     admission_key, run_id = admission_identity(admission_key, run_id)
     reads = PublicationReads(tx, workflows)
     # what decides a replay or a taken run id (and, when this process resolved the
@@ -332,7 +336,7 @@ def _admit(
             folded=folded,
         )
     else:
-        commit(tx, appends, folded=folded)
+        commit(tx, appends, folded=folded, at_commit=at_commit)
     return receipt_from_document(document, CREATED), admitted
 
 

@@ -181,7 +181,7 @@ def write_runs(
     after = {run_id: current[run_id] for run_id in decisions}
     if decisions:
         batches = [encode_appends(_joined(found).appends) for found in decisions.values()]
-        commit_encoded(tx, joined_batch(batches), folded=after, locked=True)
+        commit_encoded(tx, joined_batch(batches), folded=after, at_commit=True)
     return Batch(written, after)
 
 
@@ -284,5 +284,5 @@ def commit_prepared(
         batches.append(turn.batch)
         after[turn.aggregate.run_id] = turn.after
     if batches:
-        commit_encoded(tx, joined_batch(batches), folded=after, locked=True)
+        commit_encoded(tx, joined_batch(batches), folded=after, at_commit=True)
     return fates, after

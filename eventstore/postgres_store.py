@@ -174,8 +174,9 @@ class PostgresTransaction(BaseTransaction):
         self._defers = explicit_begin and _PIPELINE
         # (sql, params of each execution, the cursor that keeps its answer or None)
         self._queued: list[tuple[str, list[Sequence[Any]], psycopg.Cursor | None]] = []
-        # append_at_commit: each batch and the cursor its positions come back on
-        self._at_commit: list[tuple[EncodedBatch, psycopg.Cursor]] = []
+        # append_at_commit: each batch, its records as returned (positions pending) and
+        # the cursor its positions come back on
+        self._at_commit: list[tuple[list[Record], EncodedBatch, psycopg.Cursor]] = []
         # try_lock_each_ahead and the like: statements whose answer is read later, each
         # on its cursor
         self._answered: list[tuple[str, Sequence[Any], psycopg.Cursor]] = []
@@ -274,11 +275,11 @@ class PostgresTransaction(BaseTransaction):
         """What `qlflow_append_or_abort` refused, as `append` would say it (the
         transaction is aborted: nothing of it is written)."""
         stream_id, head = exc.diag.message_primary or "", exc.diag.message_detail or ""
-        for batch, _cursor in self._at_commit:
+        for _pending, batch, _cursor in self._at_commit:
             for append in batch.appends:
                 if append.stream_id == stream_id:
                     return VersionConflict(stream_id, append.expected_version, int(head or 0))
-        first = self._at_commit[0][0].events[0].event_id if self._at_commit else "?"
+        first = self._at_commit[0][1].events[0].event_id if self._at_commit else "?"
         return IdempotencyConflict(first, "elsewhere in the log (an id of this batch)")
 
     def _lock_ahead(self, keys: list[str], stream_ids: list[str]) -> None:
@@ -496,9 +497,12 @@ class PostgresTransaction(BaseTransaction):
             self._at_commit = []
             conn.execute("ROLLBACK", prepare=False)
         if commit:
-            for batch, cursor in self._at_commit:
+            for pending, _batch, cursor in self._at_commit:
                 [(positions,)] = cursor.fetchall()
-                self.appended += map(record_from_event, batch.events, positions)
+                self.appended += [
+                    Record(r.event_id, r.stream_id, r.stream_version, p, r.type, r.data, r.metadata)
+                    for r, p in zip(pending, positions, strict=True)
+                ]
             self._at_commit = []
 
     def append_at_commit(self, batch: EncodedBatch) -> list[Record]:
@@ -510,8 +514,9 @@ class PostgresTransaction(BaseTransaction):
             return super().append_at_commit(batch)
         cursor = self._conn.cursor()
         self._queued.append((APPEND_OR_ABORT_SQL, [self._batch_params(batch)], cursor))
-        self._at_commit.append((batch, cursor))
-        return [record_from_event(event, PENDING_POSITION) for event in batch.events]
+        pending = [record_from_event(event, PENDING_POSITION) for event in batch.events]
+        self._at_commit.append((pending, batch, cursor))
+        return pending
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(

@@ -9,7 +9,7 @@ from typing import Any
 
 from domain.records import Record, StreamAppend
 from eventstore import faults
-from eventstore.api import EventStore, Transaction
+from eventstore.api import PENDING_POSITION, EventStore, Transaction
 from eventstore.grants import ServerFunction
 from eventstore.validation import EncodedBatch, encode_appends, record_from_event
 from projections.contract import Folded, Projection
@@ -72,11 +72,16 @@ def apply_records(tx: Transaction, records: Sequence[Record], folded: Folded | N
 
 
 def commit(
-    tx: Transaction, appends: Sequence[StreamAppend], folded: Folded | None = None
+    tx: Transaction,
+    appends: Sequence[StreamAppend],
+    folded: Folded | None = None,
+    *,
+    at_commit: bool = False,
 ) -> list[Record]:
     """Append through the store and update the read models in the same transaction
-    (`folded`: the Runs as the appends leave them, where the writer has them)."""
-    return commit_encoded(tx, encode_appends(appends), folded)
+    (`folded`: the Runs as the appends leave them, where the writer has them;
+    `at_commit`: see `commit_encoded`)."""
+    return commit_encoded(tx, encode_appends(appends), folded, at_commit=at_commit)
 
 
 def commit_through(
@@ -101,10 +106,15 @@ def read_ahead(tx: Transaction, batch: EncodedBatch, folded: Folded | None = Non
     the append (`Transaction.read_ahead`: one round trip for both on PostgreSQL). A
     module with `reads_ahead(records)` names those queries; the records are the
     batch's (their positions unknown yet, and no query depends on them)."""
+    if batch.events and tx.sends_reads_ahead:
+        records = [record_from_event(event, PENDING_POSITION) for event in batch.events]
+        _read_ahead(tx, records, folded)
+
+
+def _read_ahead(tx: Transaction, records: Sequence[Record], folded: Folded | None) -> None:
     modules_ahead = [m for m in modules() if m.reads_ahead is not None]
-    if not modules_ahead or not batch.events or not tx.sends_reads_ahead:
+    if not modules_ahead or not records or not tx.sends_reads_ahead:
         return
-    records = [record_from_event(event, 0) for event in batch.events]
     queries: list[tuple[str, Sequence[Any]]] = []
     for module in modules_ahead:
         mine = [r for r in records if r.stream_id.startswith(module.STREAM_PREFIXES)]
@@ -115,14 +125,22 @@ def read_ahead(tx: Transaction, batch: EncodedBatch, folded: Folded | None = Non
 
 
 def commit_encoded(
-    tx: Transaction, batch: EncodedBatch, folded: Folded | None = None, *, locked: bool = False
+    tx: Transaction, batch: EncodedBatch, folded: Folded | None = None, *, at_commit: bool = False
 ) -> list[Record]:
     """`commit` for appends already validated and encoded (`encode_appends`).
-    `locked`: the writer holds the locks of the batch's streams (it decided under
-    them), so the store may send the append with COMMIT (`Transaction.append_at_commit`;
-    the records returned may then carry `PENDING_POSITION`)."""
-    read_ahead(tx, batch, folded)
-    records = tx.append_at_commit(batch) if locked else tx.append_encoded(batch)
+
+    `at_commit`: the store may send the append with COMMIT
+    (`Transaction.append_at_commit`; the records returned may then carry
+    `PENDING_POSITION`). For a writer to whom a refusal is a conflict to decide again,
+    never an exact replay to answer: one that decided under its streams' locks, or
+    that tries its whole unit again (a start: the next try finds the receipt)."""
+    if at_commit:
+        # queued where the store defers it: the reads go with it all the same
+        records = tx.append_at_commit(batch)
+        _read_ahead(tx, records, folded)
+    else:
+        read_ahead(tx, batch, folded)
+        records = tx.append_encoded(batch)
     apply_records(tx, records, folded)
     faults.hit_append()
     return records
