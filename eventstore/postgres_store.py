@@ -18,7 +18,9 @@ Appends. Every append is one call of the server-side `qlflow_append`
 id order, the counter, the insert — one statement, one round trip, for any number of
 streams. A conflict never raises inside PostgreSQL (the function answers which stream
 refused), so it never aborts the transaction by itself. It is also the only way a
-least-privilege role writes events (`eventstore.grants`).
+least-privilege role writes events (`eventstore.grants`). `append_at_commit` queues
+its twin `qlflow_append_or_abort` instead, sent with what follows it and COMMIT: there
+a conflict raises and aborts the lot (docs/DESIGN.md "Two round trips").
 
 Round trips. A write transaction runs on an autocommit connection and sends its own
 BEGIN in the pipeline of its first statement (psycopg's implicit BEGIN waits for its
@@ -487,9 +489,13 @@ class PostgresTransaction(BaseTransaction):
         if self.begun or self._queued:
             self.round_trips += 1  # COMMIT (with what waits) or ROLLBACK
         if commit and self._queued:
-            with self._pipeline():
-                self._send_prelude()
-                conn.execute("COMMIT", prepare=False)
+            try:
+                with self._pipeline():
+                    self._send_prelude()
+                    conn.execute("COMMIT", prepare=False)
+            except (VersionConflict, IdempotencyConflict):
+                conn.execute("ROLLBACK", prepare=False)  # an append at COMMIT refused
+                raise
         elif commit and self.begun:
             conn.execute("COMMIT", prepare=False)
         elif self.begun and not conn.broken:  # a lost connection has nothing to roll back

@@ -111,14 +111,15 @@ def apply(tx: Transaction, records: Sequence[Record], folded: Folded | None = No
         for record in records
         if record.global_position == PENDING_POSITION and record.type == EventType.ATTEMPT_CLAIMED
     ]
-    if pending:
-        tx.executemany(_CLAIMED_POSITION, pending)
-
-
-_CLAIMED_POSITION = (
-    "UPDATE attempts SET claimed_position ="
-    " (SELECT e.global_position FROM events e WHERE e.event_id = ?) WHERE attempt_id = ?"
-)
+    for chunk in chunks(pending, padded=True):  # one statement for a page's claims
+        cases = " ".join(["WHEN ? THEN ?"] * len(chunk))
+        tx.executemany(  # queued, not answered: it goes with the append
+            "UPDATE attempts SET claimed_position = (SELECT e.global_position FROM events e"
+            f" WHERE e.event_id = CASE attempt_id {cases} END)"
+            f" WHERE attempt_id IN ({', '.join(['?'] * len(chunk))})",
+            [[*(v for event_id, attempt_id in chunk for v in (attempt_id, event_id)),
+              *(attempt_id for _event_id, attempt_id in chunk)]],
+        )  # fmt: skip
 
 
 def backfill(store: EventStore, from_version: int) -> int:

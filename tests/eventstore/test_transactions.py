@@ -138,18 +138,26 @@ def test_an_append_at_commit_commits_with_what_follows_it(notes_store):
     assert notes_store.query("SELECT note_id, body FROM notes") == [("a", "x")]
 
 
-def test_a_refused_append_at_commit_writes_nothing_of_its_transaction(notes_store):
-    """Refused at the call (SQLite) or at COMMIT (PostgreSQL, where it aborts the
-    statements sent after it): a VersionConflict either way, and nothing written."""
+@pytest.mark.parametrize("statement_after", [True, False])
+def test_a_refused_append_at_commit_writes_nothing_of_its_transaction(
+    notes_store, caplog, statement_after
+):
+    """Refused at the call (SQLite), or where PostgreSQL sends it: with the next
+    statement or with COMMIT, aborting what is sent after it. A VersionConflict either
+    way, nothing written, and the connection goes back rolled back (the pool has
+    nothing to roll back or warn of)."""
     notes_store.append([stream("run-b", 0, event("b1"))])
     before = snapshot(notes_store)
 
     with pytest.raises(VersionConflict) as caught, notes_store.transaction() as tx:
         tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("a", "before"))
         tx.append_at_commit(encode_appends([stream("run-c", 0, event("c1"))]))
+        tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("b", "between"))
         tx.append_at_commit(encode_appends([stream("run-b", 0, event("b2"))]))
-        tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("b", "after"))
+        if statement_after:
+            tx.execute("INSERT INTO notes (note_id, body) VALUES (?, ?)", ("c", "after"))
 
     assert (caught.value.stream_id, caught.value.expected, caught.value.actual) == ("run-b", 0, 1)
     assert snapshot(notes_store) == before
     assert notes_store.query("SELECT count(*) FROM notes") == [(0,)]
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage()]
