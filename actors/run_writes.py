@@ -115,7 +115,7 @@ def write_runs(
         # a write that tries its Run's active Attempts' locks after the head tries,
         # with the same read, those of the Run as this process last left it: checked
         # against the Run as read below (a guess that missed is tried again)
-        named = {a for a in slots}
+        named = set(slots)
         for run_id in sorted({w.run_id for w in writes if w.if_attempts_held}):
             base = cache.get(run_id) if cache is not None else None
             if base is not None:

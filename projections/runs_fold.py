@@ -124,14 +124,18 @@ def _load_queries(
 ) -> tuple[list[tuple[str, list[str]]], int]:
     """`_load`'s queries, and how many conditions they are made of."""
     run_ids, attempt_ids, of_named_runs = _named(records)
-    if folded:
+    loose = attempt_ids - of_named_runs
+    if folded and loose:
         # an Attempt only a lease record names, of a Run its writer holds: its Run is
         # known (the rows read are those its row would have led to)
         for run_id, aggregate in folded.items():
-            placed = {a for a in attempt_ids - of_named_runs if a in aggregate.attempts}
+            placed = loose.intersection(aggregate.attempts)
             if placed:
                 run_ids.add(run_id)
                 of_named_runs |= placed
+                loose -= placed
+                if not loose:
+                    break
     created_runs, created_attempts = _created(records)
     named, attempts = sorted(run_ids - created_runs), sorted(attempt_ids - created_attempts)
     # the Runs of a condition: named ones, or (a lease record names only its Attempt)
