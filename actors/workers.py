@@ -43,6 +43,7 @@ from domain.transitions import Status
 from eventstore.api import Transaction
 from projections import candidates
 from projections import limits as limit_rows
+from projections.registry import read_ahead_of_runs
 
 log = logging.getLogger("qlflow.worker")
 
@@ -534,6 +535,18 @@ def _lease_next(
         if done.next_work is not None and written.refusal is None:
             asking.setdefault(replace(done.next_work, limit=0), []).append(index)
     handed: dict[int, tuple[Lease, ...]] = {}
+    if asking:
+        # the grant's read-model rows, guessed to go with the offer's read: the Runs the
+        # completions wrote and the Attempts they claimed, the next steps a grant of
+        # their own Run names (docs/DESIGN.md "Two round trips")
+        claimed = {
+            attempt_id
+            for w in batch.written
+            if w.aggregate is not None and w.run_id in batch.after
+            for attempt_id in batch.after[w.run_id].attempts
+            if attempt_id not in w.aggregate.attempts
+        }
+        read_ahead_of_runs(tx, sorted(batch.after), sorted(claimed))
     for terms, indexes in asking.items():
         limits = [completions[i].next_work.limit for i in indexes]  # type: ignore[union-attr]
         offered = candidates.offered_attempts(
