@@ -129,12 +129,14 @@ class Transaction(Reads, Protocol):
         ...
 
     def append_at_commit(self, batch: EncodedBatch) -> list[Record]:
-        """`append_encoded` for a writer that holds the locks of the batch's streams:
-        a store may send the append with the statements after it and COMMIT (PostgreSQL:
-        one round trip for all). Records returned before it was sent carry
-        `PENDING_POSITION`; `appended` gets them with their positions at COMMIT. A
-        refusal then aborts the transaction and raises at COMMIT (VersionConflict), not
-        here, and is never taken for an exact replay."""
+        """`append_encoded` for a writer to whom a refusal is a conflict to decide again,
+        never an exact replay to answer (it holds the locks of the batch's streams, or
+        tries its whole unit again): a store may send the append with the statements
+        after it and COMMIT (PostgreSQL: one round trip for all). Records returned
+        before it was sent carry `PENDING_POSITION`; `appended` gets them with their
+        positions at COMMIT. A refusal then aborts the transaction and raises where the
+        append is sent (VersionConflict, or IdempotencyConflict for an event id stored
+        elsewhere)."""
         ...
 
     def try_lock_join(self, name_sql: str) -> LockJoin:
