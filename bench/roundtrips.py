@@ -122,10 +122,19 @@ def _event(n: int) -> NewEvent:
     )
 
 
-def _manifest(steps: int) -> str:
-    lines = ['[package]\nname = "rt"\npublisher = "bench"\n', '[tasks.t]\ncommand = ["true"]\n']
-    keys = ", ".join(f'{{ key = "s{i}", task = "t" }}' for i in range(steps))
-    lines.append(f"[workflows.w]\nsteps = [{keys}]\n")
+def _manifest(steps: int, chain: bool = False) -> str:
+    """`steps` independent steps of package rt, or (`chain`) each needing the one before,
+    package rtc."""
+    name = "rtc" if chain else "rt"
+    lines = [
+        f'[package]\nname = "{name}"\npublisher = "bench"\n',
+        '[tasks.t]\ncommand = ["true"]\n',
+    ]
+    keys = []
+    for i in range(steps):
+        needs = f', needs = ["s{i - 1}"]' if chain and i else ""
+        keys.append(f'{{ key = "s{i}", task = "t"{needs} }}')
+    lines.append(f"[workflows.w]\nsteps = [{', '.join(keys)}]\n")
     return "\n".join(lines)
 
 
@@ -157,6 +166,8 @@ def measure(url: str, steps: int) -> dict[str, float]:
             folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"{schema}-pkg"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "qlflow.toml").write_text(_manifest(steps))
+            rt.publish(str(folder), now_ms=T0)
+            (folder / "qlflow.toml").write_text(_manifest(steps, chain=True))
             rt.publish(str(folder), now_ms=T0)
             figures["start (admission)"], receipt = proxy.count(
                 lambda: rt.start("rt", "w", admission_key="bench", now_ms=T0)
@@ -221,6 +232,18 @@ def _loop_calls(rt, proxy: CountingProxy, steps: int) -> dict[str, float]:
             nexts.append(n)
     if nexts:
         figures["complete_and_lease, one next step (per step)"] = sum(nexts) / len(nexts)
+    assert rt.get_run(chained).status == "succeeded"
+    # the same where the next step is the one the completion made ready (a chain)
+    chained = rt.start("rtc", "w").run_id
+    (lease,) = rt.lease_attempts("w6", limit=1, start=True)
+    nexts = []
+    while lease is not None:
+        n, done = proxy.count(lambda lease=lease: rt.complete_and_lease(lease, "succeeded"))
+        lease = done.next_leases[0] if done.next_leases else None
+        if lease is not None:
+            nexts.append(n)
+    if nexts:
+        figures["complete_and_lease, the step it made ready (per step)"] = sum(nexts) / len(nexts)
     assert rt.get_run(chained).status == "succeeded"
     pending = rt.start("rt", "w").run_id
     figures["cancel (pending Run)"], _ = proxy.count(lambda: rt.cancel(pending))
