@@ -220,37 +220,36 @@ def _loop_calls(rt, proxy: CountingProxy, steps: int) -> dict[str, float]:
     figures["renew (per step)"] = sum(renews) / len(renews)
     figures["complete, store clock (per step)"] = sum(completes) / len(completes)
     assert rt.get_run(receipt.run_id).status == "succeeded"
-    # a worker pool's call: the completion takes the next step it made ready (or any
-    # other claimable one) in its own commit
-    chained = rt.start("rt", "w").run_id
-    (lease,) = rt.lease_attempts("w4", limit=1, start=True)
-    nexts = []
-    while lease is not None:
-        n, done = proxy.count(lambda lease=lease: rt.complete_and_lease(lease, "succeeded"))
-        lease = done.next_leases[0] if done.next_leases else None
-        if lease is not None:
-            nexts.append(n)
-    if nexts:
-        figures["complete_and_lease, one next step (per step)"] = sum(nexts) / len(nexts)
-    assert rt.get_run(chained).status == "succeeded"
-    # the same where the next step is the one the completion made ready (a chain)
-    chained = rt.start("rtc", "w").run_id
-    (lease,) = rt.lease_attempts("w6", limit=1, start=True)
-    nexts = []
-    while lease is not None:
-        n, done = proxy.count(lambda lease=lease: rt.complete_and_lease(lease, "succeeded"))
-        lease = done.next_leases[0] if done.next_leases else None
-        if lease is not None:
-            nexts.append(n)
-    if nexts:
-        figures["complete_and_lease, the step it made ready (per step)"] = sum(nexts) / len(nexts)
-    assert rt.get_run(chained).status == "succeeded"
+    # a worker pool's call: the completion takes the next step in its own commit —
+    # another claimed step of the Run (rt), or the one it made ready (rtc, a chain)
+    for package, worker, name in (
+        ("rt", "w4", "complete_and_lease, one next step (per step)"),
+        ("rtc", "w6", "complete_and_lease, the step it made ready (per step)"),
+    ):
+        nexts = _complete_and_lease_all(rt, proxy, package, worker)
+        if nexts:
+            figures[name] = sum(nexts) / len(nexts)
     pending = rt.start("rt", "w").run_id
     figures["cancel (pending Run)"], _ = proxy.count(lambda: rt.cancel(pending))
     held = rt.start("rt", "w").run_id
     rt.lease_attempts("w3", limit=1)
     figures["cancel (a step leased)"], _ = proxy.count(lambda: rt.cancel(held))
     return figures
+
+
+def _complete_and_lease_all(rt, proxy: CountingProxy, package: str, worker: str) -> list[int]:
+    """Start a Run of `package` and finish it by `complete_and_lease` alone: the round
+    trips of each call that handed out a next lease."""
+    run_id = rt.start(package, "w").run_id
+    (lease,) = rt.lease_attempts(worker, limit=1, start=True)
+    nexts = []
+    while lease is not None:
+        n, done = proxy.count(lambda lease=lease: rt.complete_and_lease(lease, "succeeded"))
+        lease = done.next_leases[0] if done.next_leases else None
+        if lease is not None:
+            nexts.append(n)
+    assert rt.get_run(run_id).status == "succeeded"
+    return nexts
 
 
 def _per_workflow(rt, proxy: CountingProxy, workflows: int = 10) -> dict[str, float]:

@@ -344,7 +344,9 @@ class PostgresTransaction(BaseTransaction):
     def read_ahead(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> None:
         self._check_usable()
         if self._defers:
-            self._ahead = list(queries)
+            # what a guess read ahead already (`read_ahead_of_runs`) is not sent again
+            answered = self._ahead_rows
+            self._ahead = [q for q in queries if (q[0], tuple(q[1])) not in answered]
 
     @property
     def sends_reads_ahead(self) -> bool:
