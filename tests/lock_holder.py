@@ -19,3 +19,13 @@ def hold_locks(url: str, names: Sequence[str]) -> psycopg.Connection:
         (list(names),),
     )
     return conn
+
+
+def lock_buckets(url: str, names: Sequence[str]) -> list[int]:
+    """The lock bucket of each name, in order: names that share one share their lock."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            f"SELECT {lock_bucket('k')} FROM unnest(%s::text[]) WITH ORDINALITY u(k, o) ORDER BY o",
+            (list(names),),
+        ).fetchall()
+    return [bucket for (bucket,) in rows]

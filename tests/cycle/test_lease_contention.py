@@ -12,19 +12,31 @@ import qlflow
 from actors.loading import ATTEMPT_LOCK, attempt_lock
 from projections.candidates import claimable_attempts, offered_attempts
 from tests.cycle.helpers import T0, manifest
-from tests.lock_holder import hold_locks
+from tests.lock_holder import hold_locks, lock_buckets
 
 pytestmark = pytest.mark.pg
 
 ROOTS = [(f"r{i}", []) for i in range(8)]
+# A fixed Run id, so the Attempts' ids and their lock buckets are the same every run: a
+# lock covers a bucket of names (eventstore.locks), and with a random Run id one free
+# Attempt in about a thousand runs shared a held one's bucket and was passed over with it.
+RUN_ID = "contention-1"
+
+
+def _claimable_with_own_locks(rt, pg_url: str) -> list[str]:
+    """The Run's claimable Attempts in lease order, each checked to have a lock bucket of
+    its own (what these tests hold and skip is one Attempt per lock)."""
+    order = [a for a, _run, _slot in claimable_attempts(rt.store, T0, 100)]
+    assert len(order) == len(ROOTS)
+    assert len(set(lock_buckets(pg_url, [attempt_lock(a) for a in order]))) == len(order)
+    return order
 
 
 def test_a_page_another_worker_is_leasing_is_passed_over_for_the_next(pg_url):
     with qlflow.open(pg_url, profile="cluster", lock_timeout_ms=300) as rt:
         rt.publish(manifest(ROOTS), now_ms=T0)
-        run_id = rt.start("demo", "flow", now_ms=T0).run_id
-        order = [a for a, _run, _slot in claimable_attempts(rt.store, T0, 100)]
-        assert len(order) == len(ROOTS)
+        run_id = rt.start("demo", "flow", run_id=RUN_ID, now_ms=T0).run_id
+        order = _claimable_with_own_locks(rt, pg_url)
         # another worker's grant holds the first page a lease of 2 reads (twice its limit)
         holder = hold_locks(pg_url, [attempt_lock(a) for a in order[:4]])
         try:
@@ -42,8 +54,8 @@ def test_a_page_another_worker_is_leasing_is_passed_over_for_the_next(pg_url):
 def test_leases_side_by_side_are_offered_different_attempts_in_lease_order(pg_url):
     with qlflow.open(pg_url, profile="cluster", lock_timeout_ms=300) as rt:
         rt.publish(manifest(ROOTS), now_ms=T0)
-        rt.start("demo", "flow", now_ms=T0)
-        order = [a for a, _run, _slot in claimable_attempts(rt.store, T0, 100)]
+        rt.start("demo", "flow", run_id=RUN_ID, now_ms=T0)
+        order = _claimable_with_own_locks(rt, pg_url)
         first = rt.store.transaction()
         tx = first.__enter__()
         try:
