@@ -191,6 +191,9 @@ class PostgresTransaction(BaseTransaction):
         # read_ahead: queries to send after the next statement, then their rows
         self._ahead: list[tuple[str, Sequence[Any]]] = []
         self._ahead_rows: dict[tuple[str, tuple[Any, ...]], list[Row]] = {}
+        # append_at_commit: the pipeline its append went out in, open until the next
+        # statement that waits for an answer (or COMMIT) syncs it
+        self._open_pipeline: AbstractContextManager[psycopg.Pipeline] | None = None
 
     def clock_ms(self) -> int:
         """The server's `clock_timestamp()` as the transaction's first statement left
@@ -254,9 +257,20 @@ class PostgresTransaction(BaseTransaction):
         """A pipeline; a lock queued by `lock_ahead` that times out in it is a
         LockTimeout (and the transaction can only roll back)."""
         locks, self._locks_queued = self._locks_queued, False
+        opened, self._open_pipeline = self._open_pipeline, None
         try:
-            with self._conn.pipeline():
-                yield
+            if opened is None:
+                with self._conn.pipeline():
+                    yield
+            else:
+                # what follows goes in the pipeline the append opened, and its sync
+                # answers the append too: no round trip of its own
+                try:
+                    yield
+                except BaseException as exc:
+                    opened.__exit__(type(exc), exc, exc.__traceback__)
+                    raise
+                opened.__exit__(None, None, None)
         except pg_errors.LockNotAvailable as exc:
             if not locks:
                 raise
@@ -424,8 +438,8 @@ class PostgresTransaction(BaseTransaction):
         """Each column's type, from the catalog (once per table and store)."""
         found = self._column_types.get(table)
         if found is None:
-            self.round_trips += 1
-            rows = self._conn.execute(
+            rows = self._send(
+                self._conn.cursor(),
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                 "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
                 (table,),
@@ -458,7 +472,13 @@ class PostgresTransaction(BaseTransaction):
         prepare = None if prepared else False
         conn = self._conn
         self.round_trips += 1
-        if self._begin_pending or self._queued or self._answered or self._ahead:
+        if (
+            self._begin_pending
+            or self._queued
+            or self._answered
+            or self._ahead
+            or self._open_pipeline is not None
+        ):
             if not _PIPELINE:
                 self._send_begin()
                 self.round_trips += 1
@@ -490,7 +510,9 @@ class PostgresTransaction(BaseTransaction):
         conn = self._conn
         if self.begun or self._queued:
             self.round_trips += 1  # COMMIT (with what waits) or ROLLBACK
-        if commit and self._queued:
+        if not commit:
+            self._close_pipeline()
+        if commit and (self._queued or self._open_pipeline is not None):
             try:
                 with self._pipeline():
                     self._send_prelude()
@@ -498,6 +520,8 @@ class PostgresTransaction(BaseTransaction):
             except (VersionConflict, IdempotencyConflict):
                 conn.execute("ROLLBACK", prepare=False)  # an append at COMMIT refused
                 raise
+            finally:
+                self._close_pipeline()  # a failure before its sync left it open
         elif commit and self.begun:
             conn.execute("COMMIT", prepare=False)
         elif self.begun and not conn.broken:  # a lost connection has nothing to roll back
@@ -524,7 +548,32 @@ class PostgresTransaction(BaseTransaction):
         self._queued.append((APPEND_OR_ABORT_SQL, [self._batch_params(batch)], cursor))
         pending = [record_from_event(event, PENDING_POSITION) for event in batch.events]
         self._at_commit.append((pending, batch, cursor))
+        if not self._begin_pending and not self._answered:
+            self._send_unsynced()
         return pending
+
+    def _send_unsynced(self) -> None:
+        """Send what waits (the append last) in a pipeline left open, without a sync:
+        the server works on it while this process folds the read models' rows, and the
+        statement that next waits for an answer (or COMMIT) goes in the same pipeline
+        (docs/DESIGN.md "Two round trips"). Only statements whose answers are read
+        after a sync go this way: a fetch in a pipeline whose append was refused would
+        wait for rows the server never sends."""
+        if self._open_pipeline is None:
+            opened = self._conn.pipeline()
+            opened.__enter__()
+            self._open_pipeline = opened
+        self._send_prelude()
+
+    def _close_pipeline(self) -> None:
+        """End a pipeline `append_at_commit` left open that nothing synced (the
+        transaction rolls back: its answers, an error among them, are not wanted)."""
+        opened, self._open_pipeline = self._open_pipeline, None
+        if opened is not None and not self._conn.broken:
+            try:
+                opened.__exit__(None, None, None)
+            except psycopg.Error as exc:
+                log.debug("the pipeline of a transaction rolled back ended with: %s", exc)
 
     def _rows_by_event_id(self, event_ids: Sequence[str]) -> list[Row]:
         return self._send(
