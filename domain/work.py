@@ -168,7 +168,9 @@ def _decides(decide: Callable[..., Decision], aggregate: RunAggregate, now_ms: i
 
 def _grantable(aggregate: RunAggregate, attempt_id: str, now_ms: int) -> bool:
     try:
-        grant_lease(aggregate, attempt_id, _PROBE_WORKER, MIN_LEASE_TTL_MS, now_ms)
+        grant_lease(aggregate, attempt_id, _PROBE_WORKER, MIN_LEASE_TTL_MS, now_ms, probe=True)
+    except HasWork:
+        return True
     except (FenceError, InvalidInput):  # InvalidInput: even the shortest lease would
         return False  # expire past the latest instant
     return True

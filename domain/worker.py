@@ -112,11 +112,14 @@ def grant_lease(
     now_ms: int,
     *,
     worker: WorkerInfo | None = None,
+    probe: bool = False,
 ) -> Decision:
     """Lease a claimed Attempt to `worker_id` for `ttl_ms` (5 s – 10 min).
 
     `worker` is what the worker says of itself (its host, its slots), recorded on
-    the grant only where given (docs/DESIGN.md, "Workers").
+    the grant only where given (docs/DESIGN.md, "Workers"). `probe`: only asked
+    whether it would lease (`domain.work`): `HasWork` where it would, as
+    `DecisionBuilder.on` says.
 
     Refused (FenceError) when the Run is terminal or has cancel intent, the
     Attempt is not claimed at its admitted ready epoch, or another lease is live.
@@ -142,7 +145,8 @@ def grant_lease(
         )
     _require_admitted_epoch(aggregate, attempt)
     lease = attempt.lease
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(worker_id))
+    expires_at_ms = lease_expiry(now_ms, ttl_ms)  # refused before any record is added
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(worker_id), probe=probe)
     if lease is not None and lease.status == LEASE_LEASED:
         if lease.is_live(now_ms):
             raise FenceError(
@@ -157,7 +161,6 @@ def grant_lease(
         )
     version = builder.lease_version(attempt_id) + 1
     lease_id = derive_id(LEASE_ID, attempt_id, version)
-    expires_at_ms = lease_expiry(now_ms, ttl_ms)
     builder.lease_event(
         attempt_id,
         EventType.LEASE_GRANTED,
