@@ -54,6 +54,7 @@ import select
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
@@ -148,6 +149,16 @@ def _native(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
+@dataclass(slots=True)
+class _UpsertGroup:
+    """Upserts of distinct tables queued as one statement (`_queue_upsert`)."""
+
+    entry: tuple[str, list[Sequence[Any]], psycopg.Cursor | None]
+    tables: set[str]
+    statements: list[str]
+    params: list[Any]
+
+
 class PostgresTransaction(BaseTransaction):
     """A transaction (or read session) on one pooled connection."""
 
@@ -191,6 +202,8 @@ class PostgresTransaction(BaseTransaction):
         # read_ahead: queries to send after the next statement, then their rows
         self._ahead: list[tuple[str, Sequence[Any]]] = []
         self._ahead_rows: dict[tuple[str, tuple[Any, ...]], list[Row]] = {}
+        # the queued upserts the next one of another table joins (_queue_upsert)
+        self._upserts: _UpsertGroup | None = None
         # append_at_commit: the pipeline its append went out in, open until the next
         # statement that waits for an answer (or COMMIT) syncs it
         self._open_pipeline: AbstractContextManager[psycopg.Pipeline] | None = None
@@ -425,7 +438,7 @@ class PostgresTransaction(BaseTransaction):
                 for column, values in zip(columns, zip(*rows, strict=True), strict=True)
             ]
         if self._defers:
-            self._queued.append((sql, [params], None))
+            self._queue_upsert(table, sql, params)
             return
         with self._conn.cursor() as cursor:
             if self._begin_pending:
@@ -433,6 +446,27 @@ class PostgresTransaction(BaseTransaction):
                 self.round_trips += 1
             self.round_trips += 1
             cursor.execute(sql, params)
+
+    def _queue_upsert(self, table: str, sql: str, params: list[Any]) -> None:
+        """Queue an upsert; one that follows queued upserts of other tables joins
+        them in one statement (a data-modifying WITH): the read models' writes of a
+        transaction cost one statement, not one per table. Upserts of one table are
+        never joined (a row updated twice in one statement is an error), nor is
+        anything else (a statement in a WITH does not see the others' rows)."""
+        group = self._upserts
+        queued_last = group is not None and self._queued and self._queued[-1] is group.entry
+        if group is not None and queued_last and table not in group.tables:
+            group.tables.add(table)
+            group.statements.append(sql)
+            group.params.extend(params)
+            *joined, last = group.statements
+            with_sql = ", ".join(f"u{i} AS ({s})" for i, s in enumerate(joined))
+            group.entry = (f"WITH {with_sql} {last}", [group.params], None)
+            self._queued[-1] = group.entry
+            return
+        entry: tuple[str, list[Sequence[Any]], psycopg.Cursor | None] = (sql, [params], None)
+        self._queued.append(entry)
+        self._upserts = _UpsertGroup(entry, {table}, [sql], list(params))
 
     def _types_of(self, table: str) -> dict[str, str]:
         """Each column's type, from the catalog (once per table and store)."""

@@ -17,6 +17,7 @@ ITEMS = {
     ),
 }
 INDEX = {dialect: "CREATE INDEX items_state ON items (state, n)" for dialect in ITEMS}
+OTHERS = {dialect: "CREATE TABLE others (other_id TEXT PRIMARY KEY, n BIGINT)" for dialect in ITEMS}
 COLUMNS = ("item_id", "state", "n", "note")
 KEYS = st.sampled_from([f"i{k}" for k in range(6)])
 VALUES = st.tuples(
@@ -34,7 +35,7 @@ VALUES = st.tuples(
 
 @pytest.fixture
 def items_store(store):
-    store.migrate("test-items", [ITEMS, INDEX])
+    store.migrate("test-items", [ITEMS, INDEX, OTHERS])
     return store
 
 
@@ -93,3 +94,43 @@ def test_on_sqlite_a_row_read_before_is_written_in_the_columns_that_differ(sqlit
         )
     assert _table(items_store) == {"a": ("run", 2, "kept")}
     items_store.close()
+
+
+# one write of a transaction: an upsert of `items` or `others` (key, n), or an UPDATE
+# of an `items` row (key, n)
+WRITES = st.lists(
+    st.tuples(st.sampled_from(["items", "others", "update"]), KEYS, st.integers(0, 99)),
+    max_size=12,
+)
+
+
+def test_writes_of_one_transaction_end_as_made_one_after_another(items_store):
+    """Upserts of several tables, of one table several times (one row among them), and
+    statements between them, all in one transaction: each sees the rows of the writes
+    before it (a store may send several as one statement, never in a way that changes
+    what they write)."""
+
+    @settings(max_examples=examples(40), deadline=None)
+    @given(WRITES)
+    def write(writes):
+        with items_store.transaction() as tx:
+            tx.execute("DELETE FROM items")
+            tx.execute("DELETE FROM others")
+        expected: dict[str, dict] = {"items": {}, "others": {}}
+        with items_store.transaction() as tx:
+            for kind, key, n in writes:
+                if kind == "update":
+                    tx.execute("UPDATE items SET note = ? WHERE item_id = ?", (f"u{n}", key))
+                    if key in expected["items"]:
+                        expected["items"][key] = (*expected["items"][key][:2], f"u{n}")
+                elif kind == "items":
+                    tx.upsert("items", COLUMNS, ("item_id",), [(key, "run", n, None)])
+                    expected["items"][key] = ("run", n, None)
+                else:
+                    tx.upsert("others", ("other_id", "n"), ("other_id",), [(key, n)])
+                    expected["others"][key] = n
+        assert _table(items_store) == expected["items"]
+        others = items_store.query("SELECT other_id, n FROM others")
+        assert dict(others) == expected["others"]
+
+    write()
