@@ -134,9 +134,9 @@ class Transaction(Reads, Protocol):
         tries its whole unit again): a store may send the append with the statements
         after it and COMMIT (PostgreSQL: one round trip for all). Records returned
         before it was sent carry `PENDING_POSITION`; `appended` gets them with their
-        positions at COMMIT. A refusal then aborts the transaction and raises where the
-        append is sent (VersionConflict, or IdempotencyConflict for an event id stored
-        elsewhere)."""
+        positions at COMMIT. A refusal then aborts the transaction and raises at the
+        next statement that waits for an answer, or at COMMIT (VersionConflict, or
+        IdempotencyConflict for an event id stored elsewhere)."""
         ...
 
     def try_lock_join(self, name_sql: str) -> LockJoin:
