@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pykka
@@ -32,6 +33,10 @@ from projections import limits as limit_rows
 from projections import schedules as schedule_rows
 
 log = logging.getLogger("qlflow.cycle")
+# the threads a page's Workflow actors take turns on: a turn is CPU under the GIL (its
+# Run's streams are read before), so more threads only add their start and switches
+# (docs/DESIGN.md "Pages, the supervisor and Workflow actors")
+PAGE_THREADS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +136,25 @@ def run_page(
         failed = f"the page's read failed: {type(error).__name__}: {error}"
         return [WorkflowOutcome(run_id, error=failed) for run_id in run_ids]
     actors = []
+    threads = ThreadPoolExecutor(PAGE_THREADS, thread_name_prefix=f"page-{phase}")
     try:
-        # started inside the try: if a thread cannot start, the ones that did are stopped
-        # (a live actor thread would keep the process from ever exiting)
-        for run_id in run_ids:
-            actors.append(WorkflowActor.start(run_id, streams.get(run_id), phase, now_ms))
-        turns: list[Turn] = list(
-            pykka.get_all([actor.ask("turn", block=False) for actor in actors])
-        )
-        return commit_page(authority, turns, phase)
+        try:
+            for run_id in run_ids:
+                actors.append(
+                    WorkflowActor.start(run_id, streams.get(run_id), phase, now_ms, threads)
+                )
+            asked = [actor.ask("turn", block=False) for actor in actors]
+        finally:
+            # each actor is told to stop right behind its turn: its loop answers, ends
+            # and frees its thread for the next actor (a page's actors share its
+            # threads, so none may wait for another's stop); if a start failed, the
+            # actors that did start end too (a live loop would keep its thread)
+            stopped = [actor.stop(block=False) for actor in actors]
+        turns: list[Turn] = list(pykka.get_all(asked))
+        pykka.get_all(stopped)
     finally:
-        pykka.get_all([actor.stop(block=False) for actor in actors])
+        threads.shutdown(wait=True)
+    return commit_page(authority, turns, phase)
 
 
 def commit_page(authority: Units, turns: list[Turn], phase: str) -> list[WorkflowOutcome]:

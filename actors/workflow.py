@@ -13,13 +13,14 @@ a conflict, and its Run is left for the next cycle
 Run (what the commit leaves) is made here too, so the write lock is held for the
 checks, the append, the read-model update and COMMIT only.
 
-The actor folds and decides on its own thread from the streams its supervisor read
+The actor folds and decides on its page's thread from the streams its supervisor read
 for it: a Workflow's turn costs no hand-over to the operation authority and no
 connection of its own (docs/DESIGN.md "Pages, the supervisor and Workflow actors").
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import pykka
@@ -81,14 +82,29 @@ def decide_turn(streams: RunStreams, phase: str, now_ms: int) -> Turn:
 
 class WorkflowActor(pykka.ThreadingActor):
     """Lives for one page: decides one Run's turn for one phase, from the streams its
-    supervisor read for it (None: the Run does not exist), and reports it."""
+    supervisor read for it (None: the Run does not exist), and reports it. Its loop
+    runs on one of its page's threads (`threads`), not on a thread of its own."""
 
-    def __init__(self, run_id: str, streams: RunStreams | None, phase: str, now_ms: int) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        streams: RunStreams | None,
+        phase: str,
+        now_ms: int,
+        threads: Executor,
+    ) -> None:
         super().__init__()
         self._run_id = run_id
         self._streams = streams
         self._phase = phase
         self._now_ms = now_ms
+        self._threads = threads
+
+    def _start_actor_loop(self) -> None:
+        # pykka starts a thread per actor; a page's actors take turns on the page's
+        # few threads instead (docs/DESIGN.md "Pages, the supervisor and Workflow
+        # actors"): the loop ends when the actor is stopped, freeing its thread
+        self._threads.submit(self._actor_loop)
 
     def on_receive(self, message: object) -> Turn:
         # Every failure is reported, never raised: a pykka actor dies silently on
