@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pykka
@@ -128,13 +128,19 @@ def run_page(
     authority: Units, run_ids: list[str], phase: str, now_ms: int
 ) -> list[WorkflowOutcome]:
     """Converge one page: the page's Runs are read together, an actor per Run decides
-    its turn, the page commits the turns together, every actor is stopped."""
+    its turn, every actor is stopped, the page commits the turns together."""
+    return commit_page(authority, decide_page(authority, run_ids, phase, now_ms), phase)
+
+
+def decide_page(authority: Units, run_ids: list[str], phase: str, now_ms: int) -> list[Turn]:
+    """The page's turns, undecided ones as their errors: the page's Runs are read
+    together, an actor per Run decides its turn, every actor is stopped."""
     cache = authority.aggregates
     try:
         streams = authority.read(lambda tx: read_runs(tx, run_ids, cache))
     except Exception as error:
         failed = f"the page's read failed: {type(error).__name__}: {error}"
-        return [WorkflowOutcome(run_id, error=failed) for run_id in run_ids]
+        return [Turn(WorkflowOutcome(run_id, error=failed)) for run_id in run_ids]
     actors = []
     threads = ThreadPoolExecutor(PAGE_THREADS, thread_name_prefix=f"page-{phase}")
     try:
@@ -154,7 +160,7 @@ def run_page(
         pykka.get_all(stopped)
     finally:
         threads.shutdown(wait=True)
-    return commit_page(authority, turns, phase)
+    return turns
 
 
 def commit_page(authority: Units, turns: list[Turn], phase: str) -> list[WorkflowOutcome]:
@@ -305,20 +311,33 @@ class Cycle:
         return total
 
     def _phase(self, phase: str, now_ms: int) -> PageResult:
+        """Up to `pages_per_phase` pages of the phase's candidates. A page's commit runs
+        while the next page is read and decided: their Runs differ, and each commit
+        checks the versions its turns read (docs/DESIGN.md "Pages, the supervisor and
+        Workflow actors"); one commit at a time, every one done when the phase ends."""
         total = PageResult()
         seen: set[str] = set()
         store = self._authority.store
-        for _ in range(self._pages_per_phase):
-            after = self._cursor[phase]
-            found = candidates.work_page(store, phase, now_ms, self._page_size, after)
-            if len(found) < self._page_size and after is not None:
-                # wrap around: the start of the list comes after its end
-                found += candidates.work_page(store, phase, now_ms, self._page_size - len(found))
-            run_ids = [r for r in dict.fromkeys(r for _, r in found) if r not in seen]
-            if not run_ids:
-                self._cursor[phase] = None
-                break
-            seen.update(run_ids)
-            total += PageResult.of(run_page(self._authority, run_ids, phase, now_ms))
-            self._cursor[phase] = found[-1] if len(found) == self._page_size else None
+        writing: Future[list[WorkflowOutcome]] | None = None
+        with ThreadPoolExecutor(1, thread_name_prefix=f"commit-{phase}") as committer:
+            for _ in range(self._pages_per_phase):
+                after = self._cursor[phase]
+                found = candidates.work_page(store, phase, now_ms, self._page_size, after)
+                if len(found) < self._page_size and after is not None:
+                    # wrap around: the start of the list comes after its end
+                    found += candidates.work_page(
+                        store, phase, now_ms, self._page_size - len(found)
+                    )
+                run_ids = [r for r in dict.fromkeys(r for _, r in found) if r not in seen]
+                if not run_ids:
+                    self._cursor[phase] = None
+                    break
+                seen.update(run_ids)
+                turns = decide_page(self._authority, run_ids, phase, now_ms)
+                if writing is not None:
+                    total += PageResult.of(writing.result())
+                writing = committer.submit(commit_page, self._authority, turns, phase)
+                self._cursor[phase] = found[-1] if len(found) == self._page_size else None
+            if writing is not None:
+                total += PageResult.of(writing.result())
         return total

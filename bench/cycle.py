@@ -354,39 +354,38 @@ class PgSchemas:
 # --- measuring ----------------------------------------------------------------------
 
 
-def _loop_page(units, run_ids: list[str], phase: str, now_ms: int):
+def _loop_turns(units, run_ids: list[str], phase: str, now_ms: int):
     """The page read as the supervisor reads it, each Run's turn decided in turn on the
-    calling thread, then committed as the actors' page is."""
+    calling thread (the supervisor commits them as it commits the actors' turns)."""
     streams = units.read(lambda tx: read_runs(tx, run_ids, units.aggregates))
-    turns = [
+    return [
         decide_turn(streams[r], phase, now_ms) if r in streams else prepare(units, r, phase, now_ms)
         for r in run_ids
     ]
-    return commit_page(units, turns, phase)
 
 
 def _direct_page(authority, run_ids: list[str], phase: str, now_ms: int):
-    """The page without actors, through the authority."""
-    return _loop_page(authority, run_ids, phase, now_ms)
+    """The page's turns without actors, through the authority."""
+    return _loop_turns(authority, run_ids, phase, now_ms)
 
 
 def _inline_page(authority, run_ids: list[str], phase: str, now_ms: int):
-    """The page on the calling thread, no authority (profiling only)."""
-    return _loop_page(LocalUnits(authority.store), run_ids, phase, now_ms)
+    """The page's turns on the calling thread, no authority (profiling only)."""
+    return _loop_turns(LocalUnits(authority.store), run_ids, phase, now_ms)
 
 
 @contextlib.contextmanager
-def _pages(run_page: Callable | None) -> Iterator[None]:
-    """Swap the supervisor's page runner for the duration (None: the actors)."""
-    if run_page is None:
+def _pages(decide_page: Callable | None) -> Iterator[None]:
+    """Swap how the supervisor decides a page for the duration (None: the actors)."""
+    if decide_page is None:
         yield
         return
-    original = supervisor.run_page
-    supervisor.run_page = run_page
+    original = supervisor.decide_page
+    supervisor.decide_page = decide_page
     try:
         yield
     finally:
-        supervisor.run_page = original
+        supervisor.decide_page = original
 
 
 class HoldRecorder:
@@ -426,7 +425,7 @@ class Side:
 
     label: str
     runtime: qlflow.Runtime
-    run_page: Callable | None = None
+    decide_page: Callable | None = None  # how the supervisor decides a page (None: actors)
     seconds: float = 0.0
     worker_seconds: float = 0.0  # the worker's calls (a completion may end its Run)
     cycles: int = 0
@@ -469,7 +468,7 @@ def converge_sides(
                 continue
             if recorder is not None:
                 recorder.side = side.label
-            with _pages(side.run_page):
+            with _pages(side.decide_page):
                 begun = time.perf_counter()
                 result = side.runtime.cycle(now_ms=now)
                 side.seconds += time.perf_counter() - begun
@@ -595,7 +594,7 @@ def bench_convergence(
         actors_rt = stack.enter_context(qlflow.open(urls[0]))
         direct_rt = stack.enter_context(qlflow.open(urls[1]))
         actors = Side("actors", actors_rt)
-        direct = Side("direct", direct_rt, run_page=_direct_page)
+        direct = Side("direct", direct_rt, decide_page=_direct_page)
         sides = [actors, direct]
         if reference_url is not None:
             normal_rt = stack.enter_context(qlflow.open(reference_url, synchronous="NORMAL"))
@@ -761,7 +760,7 @@ def profile_convergence(url: str, held: list[Held], top: int = 25) -> str:
 
     profiler = cProfile.Profile()
     with qlflow.open(url) as rt:
-        side = Side("profile", rt, run_page=_inline_page)
+        side = Side("profile", rt, decide_page=_inline_page)
         profiler.enable()
         converge_sides([side], held)
         profiler.disable()

@@ -270,7 +270,7 @@ def test_late_completion_after_terminal_is_refused(rt):
 
 def test_a_pages_actors_take_turns_on_its_threads(rt, monkeypatch):
     # one actor per Run, but not a thread per actor: a page's actors share
-    # PAGE_THREADS threads, and every one of them has ended when the cycle returns
+    # PAGE_THREADS threads, and every thread has ended when the cycle returns
     runs = [start(rt, chain(2), timeout_ms=1_000, key=f"k{n}") for n in range(30)]
     started: list[threading.Thread] = []
     thread_start = threading.Thread.start
@@ -284,8 +284,27 @@ def test_a_pages_actors_take_turns_on_its_threads(rt, monkeypatch):
     monkeypatch.undo()
     assert result.cancellation.settled_runs == 30
     assert {rt.get_run(run_id).status for run_id in runs} == {"timed_out"}
-    assert 1 <= len(started) <= supervisor.PAGE_THREADS
+    # the page's thread(s), and the phase's one thread that commits its pages
+    page_threads = [thread for thread in started if thread.name.startswith("page-")]
+    assert 1 <= len(page_threads) <= supervisor.PAGE_THREADS
+    assert [thread.name for thread in started if thread not in page_threads] == [
+        "commit-cancellation_0"
+    ]
     assert not any(thread.is_alive() for thread in started)
+
+
+def test_a_phase_of_many_pages_counts_every_page(store_url):
+    # a page commits while the next is decided: every page's Runs are written and
+    # counted, the last one too, and the cursor resumes where the fourth page ended
+    with qlflow.open(store_url, page_size=4) as small:
+        runs = [start(small, chain(2), timeout_ms=1_000, key=f"k{n}") for n in range(20)]
+        first = small.cycle(now_ms=T0 + 1_000)
+        assert first.cancellation.scanned == 16  # four pages of four
+        assert first.cancellation.settled_runs == 16
+        second = small.cycle(now_ms=T0 + 1_000)
+        assert second.cancellation.settled_runs == 4
+        assert {small.get_run(run_id).status for run_id in runs} == {"timed_out"}
+        assert small.cycle(now_ms=T0 + 1_000).changed == 0
 
 
 def test_unknown_run_is_not_found(rt):
