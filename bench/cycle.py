@@ -19,9 +19,10 @@
    COMMIT and the COMMIT itself; the disk's raw fsync latency is measured in the
    same run for reference, and a third copy of 1. is converged with
    synchronous=NORMAL (no fsync per COMMIT) to show the disk's share.
-4. The same pages with Workflow actors vs a plain loop calling
-   `actors.workflow.converge` through the operation authority: two identical
-   copies of the 1. store converged cycle by cycle, interleaved.
+4. The same pages with Workflow actors vs a plain loop deciding each page's turns
+   in turn on the calling thread (`actors.workflow.decide_turn`), committed as the
+   actors' are: two identical copies of the 1. store converged cycle by cycle,
+   interleaved.
 5. Peak RSS (VmHWM) of a child process with the edge profile converging 1,000
    Workflows of the 1. mix, and of a child that only opens the runtime.
 
