@@ -311,15 +311,18 @@ class Cycle:
         return total
 
     def _phase(self, phase: str, now_ms: int) -> PageResult:
-        """Up to `pages_per_phase` pages of the phase's candidates. A page's commit runs
-        while the next page is read and decided: their Runs differ, and each commit
-        checks the versions its turns read (docs/DESIGN.md "Pages, the supervisor and
-        Workflow actors"); one commit at a time, every one done when the phase ends."""
+        """Up to `pages_per_phase` pages of the phase's candidates. A full page (more
+        may follow) commits on the phase's commit thread while the next page is read
+        and decided: their Runs differ, and each commit checks the versions its turns
+        read (docs/DESIGN.md "Pages, the supervisor and Workflow actors"); one commit
+        at a time, every one done when the phase ends. A short page, the phase's last,
+        commits on the caller's thread (a phase of one page starts no commit thread)."""
         total = PageResult()
         seen: set[str] = set()
         store = self._authority.store
         writing: Future[list[WorkflowOutcome]] | None = None
-        with ThreadPoolExecutor(1, thread_name_prefix=f"commit-{phase}") as committer:
+        committer: ThreadPoolExecutor | None = None
+        try:
             for _ in range(self._pages_per_phase):
                 after = self._cursor[phase]
                 found = candidates.work_page(store, phase, now_ms, self._page_size, after)
@@ -336,8 +339,18 @@ class Cycle:
                 turns = decide_page(self._authority, run_ids, phase, now_ms)
                 if writing is not None:
                     total += PageResult.of(writing.result())
+                    writing = None
+                full = len(found) == self._page_size
+                self._cursor[phase] = found[-1] if full else None
+                if not full:
+                    total += PageResult.of(commit_page(self._authority, turns, phase))
+                    continue
+                if committer is None:
+                    committer = ThreadPoolExecutor(1, thread_name_prefix=f"commit-{phase}")
                 writing = committer.submit(commit_page, self._authority, turns, phase)
-                self._cursor[phase] = found[-1] if len(found) == self._page_size else None
             if writing is not None:
                 total += PageResult.of(writing.result())
+        finally:
+            if committer is not None:
+                committer.shutdown(wait=True)
         return total
