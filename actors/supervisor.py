@@ -124,14 +124,6 @@ class CycleResult:
         return sum(getattr(self, phase).changed for phase in PHASES)
 
 
-def run_page(
-    authority: Units, run_ids: list[str], phase: str, now_ms: int
-) -> list[WorkflowOutcome]:
-    """Converge one page: the page's Runs are read together, an actor per Run decides
-    its turn, every actor is stopped, the page commits the turns together."""
-    return commit_page(authority, decide_page(authority, run_ids, phase, now_ms), phase)
-
-
 def decide_page(authority: Units, run_ids: list[str], phase: str, now_ms: int) -> list[Turn]:
     """The page's turns, undecided ones as their errors: the page's Runs are read
     together, an actor per Run decides its turn, every actor is stopped."""
