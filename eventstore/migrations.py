@@ -76,6 +76,9 @@ EVENTSTORE_STEPS: tuple[MigrationStep, ...] = (
     # PostgreSQL: the append that aborts its transaction when refused, sent with COMMIT
     # (docs/DESIGN.md "Two round trips")
     {"sqlite": [], "postgresql": list(pg_append.ABORTING)},
+    # PostgreSQL: the append's core and the heads' lock plan their statements once
+    # (docs/DESIGN.md "Two round trips")
+    {"sqlite": [], "postgresql": list(pg_append.PLANNED_ONCE)},
 )
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from domain.errors import InvalidInput, SchemaError, StoreUnavailable
-from eventstore import open_store, pg_statistics
+from eventstore import open_store, pg_append, pg_statistics
 from eventstore.pg_unavailable import RANDOM_PAGE_COST
 from eventstore.postgres_store import (
     FILLED_PAGE_BYTES,
@@ -123,6 +123,45 @@ def test_kept_plans_of_the_tail_read_and_the_locks_never_scan_and_are_kept(pg_ur
         store.close()
     assert "Index" in tail and "Seq Scan on events" not in tail, tail
     assert kept == [3, 3]
+
+
+def _function_settings(store) -> dict[str, list[str] | None]:
+    with store.transaction() as tx:
+        rows = tx.query(
+            "SELECT p.proname, p.proconfig FROM pg_proc p"
+            " WHERE p.pronamespace = current_schema()::regnamespace"
+            " AND p.proname IN ('qlflow_append_core', 'qlflow_lock_heads')"
+        )
+    return {name: config for name, config in rows}
+
+
+def test_the_append_and_the_heads_lock_plan_their_statements_once(pg_url):
+    # the heads' FOR UPDATE (`= ANY (array)`) was planned again at every append
+    generic = "plan_cache_mode=force_generic_plan"
+    store = open_store(pg_url, pool_max_size=2)
+    try:
+        fresh = _function_settings(store)
+        with store.transaction() as tx:  # as a store at step 10 has them
+            for name, types in (
+                ("qlflow_append_core", pg_append.CORE_TYPES),
+                ("qlflow_lock_heads", "text[], boolean"),
+            ):
+                tx.execute(f"ALTER FUNCTION {name}({types}) RESET plan_cache_mode")
+            tx.execute("UPDATE schema_versions SET version = 10 WHERE component = 'eventstore'")
+        before = _function_settings(store)
+    finally:
+        store.close()
+    store = open_store(pg_url, pool_max_size=2)  # migrates 10 -> 11
+    try:
+        migrated = _function_settings(store)
+        positions = store.append([stream("run-s1", 0, event("planned-once"))])
+    finally:
+        store.close()
+    assert all(generic in config for config in fresh.values()), fresh
+    assert len(fresh) == 2
+    assert not any(generic in config for config in before.values()), before
+    assert migrated == fresh
+    assert len(positions) == 1
 
 
 def test_postgres_scheme_is_accepted(pg_url):
