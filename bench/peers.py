@@ -40,8 +40,10 @@ A step's body is trivial, or sleeps `--step-ms` on every side (a step that waits
 I/O): that is where N workers running steps side by side should win.
 
 Figures per side: workflows/s (wall, starting included), process CPU ms per
-workflow, write transactions per workflow (qlflow: its committed units of work;
-DBOS: SQLAlchemy transactions that wrote), cancellation of 200 pending Workflows
+workflow, on PostgreSQL the server's CPU ms per workflow (its processes on this
+machine, read from /proc; "-" when the server runs elsewhere), write transactions
+per workflow (qlflow: its committed units of work; DBOS: SQLAlchemy transactions
+that wrote), cancellation of 200 pending Workflows
 (qlflow: admitted with their roots claimed, `cancel` each then `cycle()` until one
 changes nothing; DBOS: workflows waiting in `recv`, `cancel_workflow` each) and of 200
 more in one call (qlflow `cancel_many`, DBOS `cancel_workflows`), peak RSS
@@ -94,6 +96,38 @@ def _manifest() -> dict:
 def _cpu_s(who: int = resource.RUSAGE_SELF) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+def _server_cpu_s(url: str) -> float | None:
+    """CPU seconds so far of the PostgreSQL processes this machine runs (None for
+    SQLite, or when no server process is visible here). The sides run one at a time,
+    so over a side's timed calls the difference is the server's work for that side,
+    its background writers included: on one connection the client and the server take
+    turns, and this is the server's part of a Workflow's time."""
+    if not url.startswith("postgres"):
+        return None
+    total, seen = 0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip() != "postgres":
+                    continue
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile, or is not ours to read
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+        seen = True
+    return total / os.sysconf("SC_CLK_TCK") if seen else None
+
+
+def _server_ms_per_workflow(url: str, before: float | None, workflows: int) -> float | None:
+    after = _server_cpu_s(url)
+    if before is None or after is None:
+        return None
+    return (after - before) * 1000 / workflows
 
 
 def _peak_rss_mib() -> float:
@@ -338,6 +372,7 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
     profiler = cProfile.Profile() if profile else None
     batch = {"one": 64, "call": PER_CALL_LIMIT}.get(mode, max(1, 64 // workers))
     started = _start_workers(url, workers, batch) if mode == "procs" else []
+    server0 = _server_cpu_s(url)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     if profiler:
         profiler.enable()
@@ -352,6 +387,7 @@ def qlflow_child(url: str, side: str, workflows: int, cancels: int, workers: int
     out = {
         "workflows_per_s": workflows / wall,
         "cpu_ms_per_workflow": cpu * 1000 / workflows,
+        "server_cpu_ms_per_workflow": _server_ms_per_workflow(url, server0, workflows),
         "wall_s": wall,
     }
     if mode != "procs":
@@ -430,6 +466,7 @@ def dbos_child(url: str, side: str, workflows: int, cancels: int) -> dict:
 
     DBOS.launch()
     writes0 = counts["writes"]
+    server0 = _server_cpu_s(url)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     if side == "dbos":
         for _ in range(workflows):
@@ -443,6 +480,7 @@ def dbos_child(url: str, side: str, workflows: int, cancels: int) -> dict:
     out = {
         "workflows_per_s": workflows / wall,
         "cpu_ms_per_workflow": cpu * 1000 / workflows,
+        "server_cpu_ms_per_workflow": _server_ms_per_workflow(url, server0, workflows),
         "wall_s": wall,
         "commits_per_workflow": (counts["writes"] - writes0) / workflows,
     }
@@ -587,7 +625,8 @@ def _median(rounds: list[dict], key: str) -> float | None:
 
 
 def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
-    keys = ("workflows_per_s", "cpu_ms_per_workflow", "commits_per_workflow",
+    keys = ("workflows_per_s", "cpu_ms_per_workflow", "server_cpu_ms_per_workflow",
+            "commits_per_workflow",
             "cancelled_per_s", "cancelled_batch_per_s", "rss_mib")  # fmt: skip
     summary: dict = {}
     for store, sides in raw.items():
@@ -632,17 +671,17 @@ def render(summary: dict) -> str:
     for store, figures in summary.items():
         lines.append(f"== {store} (median of rounds)")
         lines.append(
-            f"{'side':<14}{'wf/s':>9}{'CPU ms/wf':>11}{'commits/wf':>12}"
+            f"{'side':<14}{'wf/s':>9}{'CPU ms/wf':>11}{'server ms/wf':>14}{'commits/wf':>12}"
             f"{'cancel/s':>10}{'batch/s':>10}{'RSS MiB':>9}"
         )
         for side, m in figures["medians"].items():
             cells = [m.get(k) for k in ("workflows_per_s", "cpu_ms_per_workflow",
-                     "commits_per_workflow", "cancelled_per_s", "cancelled_batch_per_s",
-                     "rss_mib")]  # fmt: skip
+                     "server_cpu_ms_per_workflow", "commits_per_workflow",
+                     "cancelled_per_s", "cancelled_batch_per_s", "rss_mib")]  # fmt: skip
             text = ["-" if v is None else f"{v:.1f}" for v in cells]
             lines.append(
-                f"{side:<14}{text[0]:>9}{text[1]:>11}{text[2]:>12}{text[3]:>10}{text[4]:>10}"
-                f"{text[5]:>9}"
+                f"{side:<14}{text[0]:>9}{text[1]:>11}{text[2]:>14}{text[3]:>12}{text[4]:>10}"
+                f"{text[5]:>10}{text[6]:>9}"
             )
         for name, value in figures["ratios"].items():
             lines.append(f"  {name}: {value:.2f}")
