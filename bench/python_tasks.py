@@ -11,7 +11,8 @@ The same 8-step DAG (a -> b..g -> h) of functions that return at once:
   clock (a host starts them once); their CPU is counted with the host's.
 - `dbos`: the DAG as a DBOS workflow of `@DBOS.step` functions called in turn, the
   Workflows one after another; `dbos_threads`: all started at once.
-Figures: workflows/s (wall, starts included), CPU ms per workflow, peak RSS.
+Figures: workflows/s (wall, starts included), CPU ms per workflow, on PostgreSQL the
+server's CPU ms per workflow (`bench.peers._server_cpu_s`), peak RSS.
 
 `--parallel`: the host side of "4 python steps that each wait 50 ms": a Workflow of
 4 independent steps each sleeping 50 ms (`--parallel-workflows` of them, 40 by
@@ -41,7 +42,14 @@ from pathlib import Path
 import orjson
 
 from bench.output import results_path
-from bench.peers import STEPS, _cpu_s, _peak_rss_mib, _place
+from bench.peers import (
+    STEPS,
+    _cpu_s,
+    _peak_rss_mib,
+    _place,
+    _server_cpu_s,
+    _server_ms_per_workflow,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("qlflow_thread", "qlflow_process", "dbos", "dbos_threads")
@@ -99,6 +107,7 @@ def qlflow_child(url: str, side: str, workflows: int, slots: int, workdir: Path)
         pool.start()  # a host starts its pool once, before any step
     pool_pids = [p.pid for p in pool._idle]
     pool_cpu0 = sum(_proc_cpu_s(pid) for pid in pool_pids)
+    server0 = _server_cpu_s(url)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     run_ids = [rt.start(PACKAGE, "dag").run_id for _ in range(workflows)]
     drain0 = time.perf_counter()
@@ -108,12 +117,14 @@ def qlflow_child(url: str, side: str, workflows: int, slots: int, workdir: Path)
     end = time.perf_counter()
     wall, drain = end - wall0, end - drain0
     cpu = _cpu_s() - cpu0 + sum(_proc_cpu_s(pid) for pid in pool_pids) - pool_cpu0
+    server_ms = _server_ms_per_workflow(url, server0, workflows)
     statuses = {rt.get_run(run_id).status for run_id in run_ids}
     assert statuses == {"succeeded"}, statuses
     out = {
         "workflows_per_s": workflows / wall,
         "drain_workflows_per_s": workflows / drain,  # the starts left out
         "cpu_ms_per_workflow": cpu * 1000 / workflows,
+        "server_cpu_ms_per_workflow": server_ms,
         "wall_s": wall,
         "rss_mib": _peak_rss_mib(),
         "pool_processes": len(pool_pids),
@@ -143,6 +154,7 @@ def dbos_child(url: str, side: str, workflows: int) -> dict:
         step("h")
 
     DBOS.launch()
+    server0 = _server_cpu_s(url)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     if side == "dbos":
         for _ in range(workflows):
@@ -155,6 +167,7 @@ def dbos_child(url: str, side: str, workflows: int) -> dict:
     out = {
         "workflows_per_s": workflows / wall,
         "cpu_ms_per_workflow": cpu * 1000 / workflows,
+        "server_cpu_ms_per_workflow": _server_ms_per_workflow(url, server0, workflows),
         "wall_s": wall,
         "rss_mib": _peak_rss_mib(),
     }
@@ -183,7 +196,8 @@ def summarise(raw: dict) -> dict:
     for store, sides in raw.items():
         medians = {
             side: {k: _median(rounds, k) for k in ("workflows_per_s", "drain_workflows_per_s",
-                                                   "cpu_ms_per_workflow", "rss_mib")}
+                                                   "cpu_ms_per_workflow",
+                                                   "server_cpu_ms_per_workflow", "rss_mib")}
             for side, rounds in sides.items()
         }  # fmt: skip
         ratios = {}
@@ -210,11 +224,12 @@ def render(summary: dict) -> str:
     lines = []
     for store, figures in summary.items():
         lines.append(f"== {store} (median of rounds)")
-        lines.append(f"{'side':<22}{'wf/s':>9}{'CPU ms/wf':>11}{'RSS MiB':>9}")
+        lines.append(f"{'side':<22}{'wf/s':>9}{'CPU ms/wf':>11}{'server ms/wf':>14}{'RSS MiB':>9}")
         for side, m in figures["medians"].items():
-            cells = [m.get(k) for k in ("workflows_per_s", "cpu_ms_per_workflow", "rss_mib")]
+            cells = [m.get(k) for k in ("workflows_per_s", "cpu_ms_per_workflow",
+                     "server_cpu_ms_per_workflow", "rss_mib")]  # fmt: skip
             text = ["-" if v is None else f"{v:.1f}" for v in cells]
-            lines.append(f"{side:<22}{text[0]:>9}{text[1]:>11}{text[2]:>9}")
+            lines.append(f"{side:<22}{text[0]:>9}{text[1]:>11}{text[2]:>14}{text[3]:>9}")
         for name, value in figures["ratios"].items():
             lines.append(f"  {name}: {value:.2f}")
     return "\n".join(lines)
