@@ -98,15 +98,16 @@ def _cpu_s(who: int = resource.RUSAGE_SELF) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _server_cpu_s(url: str) -> float | None:
-    """CPU seconds so far of the PostgreSQL processes this machine runs (None for
-    SQLite, or when no server process is visible here). The sides run one at a time,
-    so over a side's timed calls the difference is the server's work for that side,
-    its background writers included: on one connection the client and the server take
-    turns, and this is the server's part of a Workflow's time."""
+def _server_cpu_s(url: str) -> dict[int, float] | None:
+    """CPU seconds so far of each PostgreSQL process this machine runs, by process id
+    (None for SQLite, or when no server process is visible here). The sides run one
+    at a time, so over a side's timed calls the growth is the server's work for that
+    side, its background writers included: on one connection the client and the
+    server take turns, and this is the server's part of a Workflow's time."""
     if not url.startswith("postgres"):
         return None
-    total, seen = 0, False
+    found: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -118,16 +119,21 @@ def _server_cpu_s(url: str) -> float | None:
                 fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:  # the process ended meanwhile, or is not ours to read
             continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
-        seen = True
-    return total / os.sysconf("SC_CLK_TCK") if seen else None
+        found[int(pid)] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return found or None
 
 
-def _server_ms_per_workflow(url: str, before: float | None, workflows: int) -> float | None:
+def _server_ms_per_workflow(
+    url: str, before: dict[int, float] | None, workflows: int
+) -> float | None:
+    """The server's CPU ms per Workflow since `before`: what each process alive now
+    spent since then (all of it, for one started since). A process that ended in
+    between is missing, so read this before the side closes its connections."""
     after = _server_cpu_s(url)
     if before is None or after is None:
         return None
-    return (after - before) * 1000 / workflows
+    spent = sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+    return spent * 1000 / workflows
 
 
 def _peak_rss_mib() -> float:

@@ -21,6 +21,7 @@ def test_the_server_cpu_grows_with_the_server_work(pg_url):
         pytest.skip("the PostgreSQL server does not run on this machine: no /proc to read")
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("SELECT count(*) FROM generate_series(1, 3000000)").fetchone()
-        # read while the backend lives: /proc forgets an ended process's CPU
+        # read while the backend lives: /proc forgets an ended process's CPU (and
+        # one of another test ending meanwhile takes nothing away)
         spent = _server_ms_per_workflow(pg_url, before, 1)
     assert spent is not None and spent >= 50, spent  # ~0.3 s of work; /proc counts 10 ms ticks
