@@ -98,6 +98,17 @@ def _cpu_s(who: int = resource.RUSAGE_SELF) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _proc_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process `pid` has used so far; None once it ended
+    (or is not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _server_cpu_s(url: str) -> dict[int, float] | None:
     """CPU seconds so far of each PostgreSQL process this machine runs, by process id
     (None for SQLite, or when no server process is visible here). The sides run one
@@ -107,7 +118,6 @@ def _server_cpu_s(url: str) -> dict[int, float] | None:
     if not url.startswith("postgres"):
         return None
     found: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -115,11 +125,10 @@ def _server_cpu_s(url: str) -> dict[int, float] | None:
             with open(f"/proc/{pid}/comm") as comm:
                 if comm.read().strip() != "postgres":
                     continue
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:  # the process ended meanwhile, or is not ours to read
             continue
-        found[int(pid)] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        if (seconds := _proc_cpu_s(int(pid))) is not None:
+            found[int(pid)] = seconds
     return found or None
 
 

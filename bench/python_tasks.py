@@ -47,6 +47,7 @@ from bench.peers import (
     _cpu_s,
     _peak_rss_mib,
     _place,
+    _proc_cpu_s,
     _server_cpu_s,
     _server_ms_per_workflow,
 )
@@ -84,14 +85,6 @@ def _package(folder: Path, isolation: str, parallel: bool) -> Path:
     return folder
 
 
-def _proc_cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def qlflow_child(url: str, side: str, workflows: int, slots: int, workdir: Path) -> dict:
     import qlflow
 
@@ -106,7 +99,7 @@ def qlflow_child(url: str, side: str, workflows: int, slots: int, workdir: Path)
     if isolation == "process":
         pool.start()  # a host starts its pool once, before any step
     pool_pids = [p.pid for p in pool._idle]
-    pool_cpu0 = sum(_proc_cpu_s(pid) for pid in pool_pids)
+    pool_cpu0 = sum(_proc_cpu_s(pid) or 0.0 for pid in pool_pids)
     server0 = _server_cpu_s(url)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     run_ids = [rt.start(PACKAGE, "dag").run_id for _ in range(workflows)]
@@ -116,7 +109,7 @@ def qlflow_child(url: str, side: str, workflows: int, slots: int, workdir: Path)
     )  # fmt: skip  (a finished step wakes it at once)
     end = time.perf_counter()
     wall, drain = end - wall0, end - drain0
-    cpu = _cpu_s() - cpu0 + sum(_proc_cpu_s(pid) for pid in pool_pids) - pool_cpu0
+    cpu = _cpu_s() - cpu0 + sum(_proc_cpu_s(pid) or 0.0 for pid in pool_pids) - pool_cpu0
     server_ms = _server_ms_per_workflow(url, server0, workflows)
     statuses = {rt.get_run(run_id).status for run_id in run_ids}
     assert statuses == {"succeeded"}, statuses
