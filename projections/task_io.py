@@ -11,13 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-import orjson
-
 from domain.errors import NotFound
 from domain.plan import task_ref
 from domain.revision import revision_from_json
 from domain.tasks import ON_INTERRUPT_DEFAULT
-from domain.transitions import ATTEMPT_SUCCEEDED
 from eventstore.api import EventStore
 from projections import views
 from projections.published_revisions import published_revisions
@@ -81,13 +78,13 @@ class TaskInputs(TypedDict):
     needs: dict[str, dict[str, Any] | None]
 
 
-def task_inputs(store: EventStore, run_id: str, step_key: str) -> TaskInputs:
-    """`{"params": {...}, "needs": {"<step key>": <output or null>}}` for one step: the
-    Run's bound parameters and each need's succeeded output."""
-    run = views.get_run(store, run_id)
+def step_inputs(run: views.RunView, step_key: str) -> TaskInputs:
+    """The inputs of the Run's step `step_key`: its bound parameters and each need's
+    output (`StepView.output`). The one rule every path that hands a step its inputs
+    asks, whichever way it came by the Run."""
     step = run.steps.get(step_key)
     if step is None:
-        raise NotFound(f"run {run_id!r} has no step {step_key!r}")
+        raise NotFound(f"run {run.run_id!r} has no step {step_key!r}")
     return {
         "params": dict(run.params),
         "needs": {need: run.steps[need].output for need in step.needs},
@@ -104,44 +101,10 @@ class AttemptInputs:
     max_attempts: int
 
 
-def attempt_inputs(store: EventStore, run_id: str, step_key: str, attempt_id: str) -> AttemptInputs:
-    """The inputs of the step and the number of Attempt `attempt_id` in it: three small
-    reads sent together (one round trip on PostgreSQL), not the whole Run."""
-    run_rows, step_rows, attempt_rows, reused_rows = store.query_all(
-        [
-            ("SELECT params FROM runs WHERE run_id = ?", (run_id,)),
-            (
-                "SELECT needs, max_attempts FROM step_runs WHERE run_id = ? AND step_key = ?",
-                (run_id, step_key),
-            ),
-            (
-                """SELECT step_key, attempt_id, attempt_number, status, output FROM attempts
-                   WHERE run_id = ? AND (status = ? OR attempt_id = ?)""",
-                (run_id, ATTEMPT_SUCCEEDED, attempt_id),
-            ),
-            (  # a rerun's reused steps (docs/DESIGN.md "Reruns") hold their output
-                "SELECT step_key, reused_output FROM step_runs "
-                "WHERE run_id = ? AND reused_from IS NOT NULL",
-                (run_id,),
-            ),
-        ],
-        prepared=True,
-    )
-    if not run_rows:
-        raise NotFound(f"run {run_id!r} does not exist; `qlflow runs` lists the runs")
-    if not step_rows:
-        raise NotFound(f"run {run_id!r} has no step {step_key!r}")
-    (params,), (needs_text, max_attempts) = run_rows[0], step_rows[0]
-    needs = [need for need in needs_text.split(",") if need]
-    outputs: dict[str, dict[str, Any] | None] = dict.fromkeys(needs)
-    number = 0
-    for key, attempt, attempt_number, status, output in attempt_rows:
-        if attempt == attempt_id:
-            number = attempt_number
-        if status == ATTEMPT_SUCCEEDED and key in outputs and output is not None:
-            outputs[key] = orjson.loads(output)
-    for key, output in reused_rows:
-        if key in outputs and output is not None:
-            outputs[key] = orjson.loads(output)
-    inputs: TaskInputs = {"params": orjson.loads(params) if params else {}, "needs": outputs}
-    return AttemptInputs(inputs, number, max_attempts)
+def attempt_inputs(run: views.RunView, step_key: str, attempt_id: str) -> AttemptInputs:
+    """The inputs of Attempt `attempt_id` of the Run's step `step_key` (`step_inputs`),
+    its number (0 where the Run does not hold it) and its step's Attempt limit."""
+    inputs = step_inputs(run, step_key)
+    step = run.steps[step_key]
+    number = next((a.attempt_number for a in step.attempts if a.attempt_id == attempt_id), 0)
+    return AttemptInputs(inputs, number, step.max_attempts)

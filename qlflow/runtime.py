@@ -490,7 +490,17 @@ class Runtime(Inspection, Scheduling, FlowControl):
         """What the leased step is given: `{"params": {...}, "needs": {key: output or
         None}}` (the Run's parameters, the succeeded output of each step it needs)."""
         lease = lease_of(lease)
-        return task_io.task_inputs(self.store, lease.run_id, lease.step_key)
+        return task_io.step_inputs(self._run_holding(lease), lease.step_key)
+
+    def _run_holding(self, lease: Lease) -> views.RunView:
+        """The leased Attempt's Run, as far as it holds the Attempt: from the Run this
+        process's last write left (cached: the grant of the lease left it, and what a
+        step is given was settled before its Attempt was claimed), else as the read
+        models hold it (docs/DESIGN.md "What a step is given")."""
+        aggregate = self._authority.aggregates.get(lease.run_id)
+        if aggregate is not None and lease.attempt_id in aggregate.attempts:
+            return views.view_of_aggregate(aggregate)
+        return views.get_run(self.store, lease.run_id)
 
     def task_definition(self, lease: Lease) -> task_io.TaskDefinitionView:
         """The leased Task's command, env, files and package folder, from the revision

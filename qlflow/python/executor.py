@@ -445,7 +445,7 @@ def call_for(rt: Runtime, lease: Lease, command: TaskCommand) -> Call:
     function, and its context's data read from the store."""
     assert command.python is not None and command.source_digest is not None
     target = parse_target(command.python)
-    facts = attempt_inputs(rt.store, lease.run_id, lease.step_key, lease.attempt_id)
+    facts = attempt_inputs(rt._run_holding(lease), lease.step_key, lease.attempt_id)
     return Call(
         folder=str(command.cwd),
         module=target.module,
