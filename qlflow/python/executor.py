@@ -442,7 +442,8 @@ class PythonExecutor:
 
 def call_for(rt: Runtime, lease: Lease, command: TaskCommand) -> Call:
     """The Call of a leased Attempt of a python Task (`command` from `resolve`): its
-    function, and its context's data read from the store."""
+    function, and its context's data (`Runtime._run_holding`: the Run as this process
+    left it, or as the read models hold it)."""
     assert command.python is not None and command.source_digest is not None
     target = parse_target(command.python)
     facts = attempt_inputs(rt._run_holding(lease), lease.step_key, lease.attempt_id)
