@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 import qlflow
-from projections import task_io
 from qlflow.errors import AdmissionCollision, InvalidInput
 
 T0 = 1_800_000_000_000
@@ -235,32 +234,3 @@ def test_an_output_over_64_kib_is_refused_and_nothing_is_written(rt):
         rt.complete(lease, "succeeded", output={"blob": "x" * 65_536}, now_ms=T0)
     assert caught.value.rule == "output_size"
     assert _event_count(rt) == before
-
-
-def test_a_steps_inputs_are_the_same_from_the_run_written_here_and_from_the_read_models(
-    rt, store_url
-):
-    """The runtime that granted a lease hands the step its inputs from the Run its own
-    write left (no read); another runtime on the same store reads the read models.
-    Both answer what the step is given: parameters, the needs' outputs, which Attempt
-    this is and how many the step may have."""
-    rt.publish(manifest(max_attempts=3, backoff_ms=1_000), now_ms=T0)
-    run_id = rt.start("daily", "nightly", params={"date": "2026-12-01"}, now_ms=T0).run_id
-    rt.cycle(now_ms=T0)
-    _run(rt, T0, "succeeded", {"rows": 7})
-    rt.cycle(now_ms=T0 + 1)
-    _run(rt, T0 + 1, "failed")
-    rt.cycle(now_ms=T0 + 1_002)
-    lease = _lease(rt, T0 + 1_002)
-    held = rt._authority.aggregates.get(run_id)
-    assert held is not None and lease.attempt_id in held.attempts  # the path under test
-    with qlflow.open(store_url) as other:
-        assert other._authority.aggregates.get(run_id) is None
-        expected = {
-            "params": {"date": "2026-12-01", "dry": False, "limit": 10},
-            "needs": {"fetch": {"rows": 7}},
-        }
-        assert rt.task_inputs(lease) == other.task_inputs(lease) == expected
-        here = task_io.attempt_inputs(rt._run_holding(lease), "load", lease.attempt_id)
-        there = task_io.attempt_inputs(other._run_holding(lease), "load", lease.attempt_id)
-    assert here == there == task_io.AttemptInputs(expected, 2, 3)
