@@ -502,6 +502,14 @@ class Runtime(Inspection, Scheduling, FlowControl):
             return views.view_of_aggregate(aggregate)
         return views.get_run(self.store, lease.run_id)
 
+    def _publication_of(self, run_id: str) -> str:
+        """The publication the Run was admitted with (a Run's never changes): from its
+        aggregate when this process holds one, else its read-model row."""
+        aggregate = self._authority.aggregates.get(run_id)
+        if aggregate is not None:
+            return aggregate.run.plan.publication_id
+        return views.get_run(self.store, text("run_id", run_id)).publication_id
+
     def task_definition(self, lease: Lease) -> task_io.TaskDefinitionView:
         """The leased Task's command, env, files and package folder, from the revision
         the Run was admitted with."""

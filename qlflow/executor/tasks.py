@@ -69,7 +69,6 @@ class PublishedTasks:
         self._rt = rt
         self._folders: dict[str, Path] = {}
         self._revisions: dict[str, tuple[MaterializedRevision, Path | None]] = {}
-        self._publication_by_run: dict[str, str] = {}
         # (folder, source digest) -> the files' stat signature when they last hashed
         # to that digest: an unchanged signature needs no second read and hash
         self._verified: dict[tuple[Path, str], tuple[tuple[int, ...], ...]] = {}
@@ -174,13 +173,8 @@ class PublishedTasks:
         return task, revision, folder
 
     def _publication_of(self, run_id: str) -> str:
-        with self._lock:
-            known = self._publication_by_run.get(run_id)
-        if known is None:
-            known = self._rt.get_run(run_id).publication_id
-            with self._lock:
-                self._publication_by_run[run_id] = known
-        return known
+        # not remembered here: one entry per Run would grow for as long as the host runs
+        return self._rt._publication_of(run_id)
 
     def _revision(self, publication_id: str) -> tuple[MaterializedRevision, Path | None]:
         with self._lock:

@@ -23,7 +23,7 @@ def test_a_steps_inputs_are_the_same_from_the_run_written_here_and_from_the_read
     """The runtime that granted a lease hands the step its inputs from the Run its own
     write left (no read); another runtime on the same store reads the read models.
     Both answer what the step is given: parameters, the needs' outputs, which Attempt
-    this is and how many the step may have."""
+    this is and how many the step may have — and the Run's publication."""
     rt.publish(manifest(max_attempts=3, backoff_ms=1_000), now_ms=T0)
     run_id = rt.start("daily", "nightly", params={"date": "2026-12-01"}, now_ms=T0).run_id
     rt.cycle(now_ms=T0)
@@ -41,6 +41,9 @@ def test_a_steps_inputs_are_the_same_from_the_run_written_here_and_from_the_read
             "needs": {"fetch": {"rows": 7}},
         }
         assert rt.task_inputs(lease) == other.task_inputs(lease) == expected
+        # the Run's publication, which a host resolves the step's Task from, alike
+        publication = rt.get_run(run_id).publication_id
+        assert rt._publication_of(run_id) == other._publication_of(run_id) == publication
         here = task_io.attempt_inputs(rt._run_holding(lease), "load", lease.attempt_id)
         there = task_io.attempt_inputs(other._run_holding(lease), "load", lease.attempt_id)
     assert here == there == task_io.AttemptInputs(expected, 2, 3)
