@@ -303,14 +303,18 @@ def _backwards(
         high = low + 1
 
 
-def view_of_aggregate(aggregate: RunAggregate) -> RunView:
+def view_of_aggregate(aggregate: RunAggregate, step_keys: Iterable[str] | None = None) -> RunView:
     """A Run aggregate (the state at some version) in the shape of the read models'
     RunView, with what only the read models know (times of attempts, end of the
-    Run) left empty."""
+    Run) left empty. `step_keys`: the views of those steps only (what a step's inputs
+    need: it and its needs), the Run's own fields as ever."""
     run = aggregate.run
     plan = run.plan
+    wanted = None if step_keys is None else frozenset(step_keys)
     steps = {}
     for key, step in aggregate.steps.items():
+        if wanted is not None and key not in wanted:
+            continue
         attempts = []
         for attempt_id in step.attempt_ids:
             attempt = aggregate.attempts[attempt_id]
@@ -364,8 +368,8 @@ def view_of_aggregate(aggregate: RunAggregate) -> RunView:
         result_code=run.result_code,
         error_code=run.error_code,
         terminal_at_ms=None,
-        step_count=len(steps),
-        open_steps=sum(1 for step in steps.values() if step.status not in STEP_TERMINAL),
+        step_count=len(aggregate.steps),
+        open_steps=sum(1 for s in aggregate.steps.values() if s.status not in STEP_TERMINAL),
         params=plan.param_values,
         steps=steps,
     )

@@ -493,13 +493,15 @@ class Runtime(Inspection, Scheduling, FlowControl):
         return task_io.step_inputs(self._run_holding(lease), lease.step_key)
 
     def _run_holding(self, lease: Lease) -> views.RunView:
-        """The leased Attempt's Run, as far as it holds the Attempt: from the Run this
-        process's last write left (cached: the grant of the lease left it, and what a
-        step is given was settled before its Attempt was claimed), else as the read
-        models hold it (docs/DESIGN.md "What a step is given")."""
+        """The leased Attempt's Run with (at least) its step and the steps it needs:
+        from the Run this process's last write left, if that holds the Attempt (the
+        grant of the lease left it, and what a step is given was settled before its
+        Attempt was claimed), else as the read models hold it (docs/DESIGN.md "What a
+        step is given")."""
         aggregate = self._authority.aggregates.get(lease.run_id)
         if aggregate is not None and lease.attempt_id in aggregate.attempts:
-            return views.view_of_aggregate(aggregate)
+            step = aggregate.steps[lease.step_key]
+            return views.view_of_aggregate(aggregate, (step.key, *step.needs))
         return views.get_run(self.store, lease.run_id)
 
     def _publication_of(self, run_id: str) -> str:
