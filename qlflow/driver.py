@@ -283,7 +283,10 @@ class Driver:
         renew this host's Attempts of such a Run now instead of up to ttl/3 later.
         Whether it has intent (recorded, or a passed deadline) the domain decides."""
         now_ms = self._rt.clock_ms()  # leases and deadlines are on the store's clock
-        for run_id in {p.run_id for p in self.executor.running()} - self._relayed:
+        running = {p.run_id for p in self.executor.running()}
+        # only the Runs still running here are remembered: `serve` runs for a year
+        self._relayed &= running
+        for run_id in running - self._relayed:
             view = self._rt.get_run(run_id)
             if view.terminal or cancel_intent(view, now_ms) is not None:
                 self._relayed.add(run_id)

@@ -253,11 +253,19 @@ def test_cancel_sends_sigterm_then_sigkill_after_the_grace_period(rt, tmp_path: 
     )
     pid_file = folder / "hold.pid"
 
+    drivers = []
+
     def cancel_once_started(driver):
+        drivers.append(driver)
         wait_for(lambda: read_pid(pid_file), 20, "the step to start")
         driver.request_cancel()
 
     run, result = drive(rt, folder, tmp_path, kill_after_s=0.3, while_running=cancel_once_started)
+    # the cancel was relayed to the running step; once nothing of the Run runs here,
+    # the host's next tick remembers nothing of it (`serve` relays for a year)
+    (driver,) = drivers
+    driver._relay_cancel_intent()
+    assert driver._relayed == set()
 
     pid = read_pid(pid_file)
     attempt = run.steps["only"].attempts[0]
