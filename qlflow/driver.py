@@ -29,6 +29,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ from qlflow.executor.seam import Executor
 from qlflow.retention_policy import RetentionPolicy
 from qlflow.runtime import CycleResult, Runtime
 from qlflow.transient import Backoff, transient_errors
-from qlflow.worker_pool import WorkerPool
+from qlflow.worker_pool import KEPT_REPORTS, WorkerPool
 
 log = logging.getLogger("qlflow.driver")
 
@@ -176,6 +177,7 @@ class Driver:
         )
         self.pool.next_work = not once  # `once`: the Attempts of one lease, no more
         self._relayed: set[str] = set()
+        self._reports: deque[AttemptReport] = deque()  # the drive's, while it runs
         self._cancel_recorded = False
 
     def request_cancel(self) -> None:
@@ -196,7 +198,14 @@ class Driver:
         self._wake.set()
 
     def run(self) -> DriveResult:
-        """Loop until the Run is terminal, `once` is done, or stop / abort is set."""
+        """Loop until the Run is terminal, `once` is done, or stop / abort is set. The
+        result's reports: every Attempt of the drive, or, for a host that runs until
+        stopped, the newest `KEPT_REPORTS` of them."""
+        bounded = self.until_run is not None or self.once
+        with self.pool.collecting(None if bounded else KEPT_REPORTS) as self._reports:
+            return self._run()
+
+    def _run(self) -> DriveResult:
         result = DriveResult()
         leased_once = False
         cycle_failures = 0
@@ -210,7 +219,7 @@ class Driver:
             try:
                 cycle_failures, trouble = self._tick(result, cycle_failures)
                 if result.run is not None and result.run.terminal and self.pool.busy == 0:
-                    result.reports = list(self.pool.reports)
+                    result.reports = list(self._reports)
                     return result
                 if not (self.once and leased_once) and not self.stop.is_set():
                     self.pool.fill()
@@ -222,7 +231,7 @@ class Driver:
             except host_errors() as error:
                 pause = _store_failing(backoff, f"{type(error).__name__}: {error}")
             if self.once and leased_once and self.pool.busy == 0:
-                result.reports = list(self.pool.reports)
+                result.reports = list(self._reports)
                 return result
             self._wake.wait(pause)
             self._wake.clear()
@@ -299,7 +308,7 @@ class Driver:
         result.stopped = True
         began = time.monotonic()
         running = self.pool.busy
-        done_before = len(self.pool.reports)
+        done_before = self.pool.finished
         deadline = began + self.drain_s
         cycle_failures = 0
         while self.pool.busy and not self.abort.is_set():
@@ -316,7 +325,7 @@ class Driver:
                     _store_failing(backoff, trouble)
             except host_errors() as error:
                 _store_failing(backoff, f"{type(error).__name__}: {error}")
-        finished = len(self.pool.reports) - done_before
+        finished = self.pool.finished - done_before
         if self.abort.is_set():
             return self._abort(result)
         stopped = self.pool.busy
@@ -331,7 +340,7 @@ class Driver:
                 self._tick(result, 0)  # settle what the drain ended
         result.left_running = self.executor.running()
         self.executor.close()
-        result.reports = list(self.pool.reports)
+        result.reports = list(self._reports)
         result.drain = DrainReport(running, finished, stopped, time.monotonic() - began)
         return result
 
@@ -340,7 +349,7 @@ class Driver:
         result.left_running = self.executor.running()
         self.executor.kill_all()
         self.pool.join(ABORT_RECORD_S)
-        result.reports = list(self.pool.reports)
+        result.reports = list(self._reports)
         if self.until_run:
             with contextlib.suppress(QlflowError):
                 result.run = self._rt.get_run(self.until_run)

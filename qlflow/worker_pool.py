@@ -11,7 +11,9 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from qlflow.executor import AttemptReport
@@ -22,6 +24,9 @@ HOST = socket.gethostname()[:255] or None  # recorded on the grants (`qlflow wor
 # how long the servable task refs are trusted: a step that ends must not cost a read
 # of every publication before its next work is leased; a new generation waits this long
 SERVABLE_TTL_S = 1.0
+# the reports a host loop that runs until it is stopped hands back at the end: the
+# newest ones (every Attempt is logged as it ends; a year of them does not fit)
+KEPT_REPORTS = 10_000
 log = logging.getLogger("qlflow.driver")
 
 
@@ -94,7 +99,10 @@ class WorkerPool:
         self._runners = _Runners(self._execute)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self.reports: list[AttemptReport] = []
+        # the reports go to whoever collects them (`collecting`), never kept here: a
+        # host that runs for a year ends millions of Attempts
+        self.finished = 0  # Attempts that ended with a report, so far
+        self._collectors: list[deque[AttemptReport]] = []
         # False: completions take no next work (a host that stops, or leases once)
         self.next_work = True
         executor.completer = self._complete
@@ -196,6 +204,19 @@ class WorkerPool:
         assert done.status is not None
         return done.status
 
+    @contextmanager
+    def collecting(self, limit: int | None = None) -> Iterator[deque[AttemptReport]]:
+        """The reports of the Attempts that end while inside, in the order they end
+        (the newest `limit` of them; None: all)."""
+        reports: deque[AttemptReport] = deque(maxlen=limit)
+        with self._lock:
+            self._collectors.append(reports)
+        try:
+            yield reports
+        finally:
+            with self._lock:
+                self._collectors = [c for c in self._collectors if c is not reports]
+
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait until no Attempt is running (at most `timeout_s`); True if idle."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -224,7 +245,9 @@ class WorkerPool:
             with self._idle:
                 self._threads.pop(lease.attempt_id, None)
                 if report is not None:
-                    self.reports.append(report)
+                    self.finished += 1
+                    for collector in self._collectors:
+                        collector.append(report)
                 self._idle.notify_all()
             if report is not None and self._on_finish is not None:
                 self._on_finish(report)

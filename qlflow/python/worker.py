@@ -19,7 +19,7 @@ from qlflow.executor.tasks import PublishedTasks
 from qlflow.python.executor import PythonExecutor
 from qlflow.python.routing import TaskRouter
 from qlflow.runtime import Runtime
-from qlflow.worker_pool import WorkerPool
+from qlflow.worker_pool import KEPT_REPORTS, WorkerPool
 
 DEFAULT_LOG_DIR = ".qlflow-logs"
 
@@ -85,13 +85,12 @@ class Worker:
     ) -> list[AttemptReport]:
         """Lease up to the free slots (of one Run, or any), run them, wait for them
         (at most `timeout_s`) and return how each ended."""
-        with self._pool_lock:
-            before = len(self.pool.reports)
+        with self._pool_lock, self.pool.collecting() as reports:
             self.pool.run_id = run_id
             self.pool.next_work = False  # the Attempts of this one lease
             self.pool.fill()
             self.pool.join(timeout_s)
-            return list(self.pool.reports[before:])
+            return list(reports)
 
     def work(
         self,
@@ -102,9 +101,9 @@ class Worker:
     ) -> list[AttemptReport]:
         """Lease and run until `until()` is true (checked every `interval_s` and after
         each Attempt). `cycle=True` also calls `rt.cycle()` every `interval_s` (a host
-        with no other process cycling). Returns the Attempts it ran."""
-        with self._pool_lock:
-            before = len(self.pool.reports)
+        with no other process cycling). Returns the Attempts it ran (the newest
+        `KEPT_REPORTS` of them, for a call that runs more)."""
+        with self._pool_lock, self.pool.collecting(KEPT_REPORTS) as reports:
             self.pool.run_id = None
             self.pool.next_work = True  # a completion takes what it made ready
             next_cycle = 0.0
@@ -120,7 +119,7 @@ class Worker:
                 self._wake.clear()
             self.pool.next_work = False  # done: what runs ends, nothing new starts
             self.pool.join()
-            return list(self.pool.reports[before:])
+            return list(reports)
 
     async def arun_once(
         self, run_id: str | None = None, timeout_s: float | None = None

@@ -320,7 +320,7 @@ def test_a_worker_that_loses_its_lease_kills_its_process_and_records_nothing(rt,
         # Someone else renews twice: now the worker's version is stale for good.
         rt.renew(rt.renew(current_lease(), ttl_ms=30_000), ttl_ms=30_000)
         executor.renew_now()
-        wait_for(lambda: driver.pool.reports, 10, "the worker to give up")
+        wait_for(lambda: driver.pool.finished, 10, "the worker to give up")
         driver.request_stop()
         return pid
 

@@ -343,3 +343,32 @@ def test_a_host_killed_mid_step_takes_its_pool_process_with_it(
     assert [a.status for a in step.attempts] == ["lost"]
     assert (step.status, step.result_code) == ("failed", "lease_expired")
     assert _started(folder) == [pid]
+
+
+def test_a_worker_that_runs_on_hands_back_its_newest_reports_and_keeps_none(
+    rt, tmp_path: Path, monkeypatch
+) -> None:
+    """A host loop runs for a year: `work` hands back the newest `KEPT_REPORTS` of the
+    Attempts it ran (each was logged as it ended), and the pool holds no report once
+    the call is over — only the count."""
+    import qlflow.python.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "KEPT_REPORTS", 3)
+    folder = _package(tmp_path, "thread", FLOWS)
+    rt.publish(folder)
+    runs = [rt.start("etlpy", "daily").run_id for _ in range(4)]
+    with Worker(rt, [folder], log_dir=tmp_path / "logs", slots=2) as worker:
+        reports = worker.work(
+            lambda: all(rt.get_run(r).status == "succeeded" for r in runs), interval_s=0.05
+        )
+        assert worker.pool.finished == 8  # two steps of four Runs
+        assert worker.pool._collectors == []
+    assert len(reports) == 3
+    attempts = {
+        attempt.attempt_id
+        for run_id in runs
+        for step in rt.get_run(run_id).steps.values()
+        for attempt in step.attempts
+    }
+    assert {r.attempt_id for r in reports} <= attempts
+    assert all(r.recorded_status == "succeeded" for r in reports)
