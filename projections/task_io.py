@@ -38,10 +38,10 @@ class TaskDefinitionView:
     on_interrupt: str = ON_INTERRUPT_DEFAULT  # what a stop by its host does: requeue | fail
 
 
-def task_definition(store: EventStore, run_id: str, ref: str) -> TaskDefinitionView:
-    """The Task `ref` ("<package>@<generation>#<task>") of the Run's publication;
-    NotFound for a Task it has not, or has disabled (a plan never names one)."""
-    publication_id = views.get_run(store, run_id).publication_id
+def task_definition(store: EventStore, publication_id: str, ref: str) -> TaskDefinitionView:
+    """The Task `ref` ("<package>@<generation>#<task>") of the publication a Run was
+    admitted with; NotFound for a Task it has not, or has disabled (a plan never names
+    one)."""
     found = published_revisions(store, publication_id=publication_id)
     if not found:
         raise NotFound(f"publication {publication_id!r} has no published revision")

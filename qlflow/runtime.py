@@ -516,7 +516,9 @@ class Runtime(Inspection, Scheduling, FlowControl):
         """The leased Task's command, env, files and package folder, from the revision
         the Run was admitted with."""
         lease = lease_of(lease)
-        return task_io.task_definition(self.store, lease.run_id, lease.task_ref)
+        return task_io.task_definition(
+            self.store, self._publication_of(lease.run_id), lease.task_ref
+        )
 
     def runs(
         self,

@@ -19,6 +19,7 @@ from domain.errors import NotFound
 from domain.plan import PlannedWorkflow, bind_plan, plan_to_dict, step_run_ids_for
 from domain.publication import publication_from_json
 from domain.revision import revision_from_json
+from projections import views
 from projections.task_io import task_definition
 from tests.cycle.helpers import T0, drive
 
@@ -199,9 +200,10 @@ def test_a_plan_whose_text_the_domain_reads_otherwise_is_refused(roles, publishe
 def test_a_worker_is_not_given_a_disabled_tasks_definition(rt, roles, published):
     receipt = rt.start("demo", "w", admission_key="k", now_ms=T0)
     store = rt.runtime.store
-    assert task_definition(store, receipt.run_id, "demo@1#a").task_id == "a"
+    publication_id = views.get_run(store, receipt.run_id).publication_id
+    assert task_definition(store, publication_id, "demo@1#a").task_id == "a"
     with pytest.raises(NotFound, match="disabled"):
-        task_definition(store, receipt.run_id, "demo@1#off")
+        task_definition(store, publication_id, "demo@1#off")
 
 
 # --- 2. every appended event decodes ---------------------------------------------------
