@@ -20,7 +20,7 @@ from typing import Any
 from actors.authority import Units
 from actors.clock import Now
 from actors.group_commit import GroupCommit
-from actors.loading import ATTEMPT_LOCK
+from actors.loading import ATTEMPT_LOCK, read_runs
 from actors.retrying import DECIDE_AGAIN
 from actors.run_writes import (
     Batch,
@@ -34,11 +34,11 @@ from domain.aggregate import RunAggregate
 from domain.cancellation import request_cancel
 from domain.decision import EMPTY, Decision, LeaseGrant
 from domain.errors import InvalidInput, LockTimeout, QlflowError, VersionConflict
-from domain.event_types import Family
+from domain.event_types import EventType, Family
 from domain.flow import limit_of
 from domain.slots import SlotBook, attempt_slot
 from domain.step_timeouts import step_deadline_ms
-from domain.streams import run_stream
+from domain.streams import lease_stream, run_stream
 from domain.transitions import Status
 from eventstore.api import Transaction
 from projections import candidates
@@ -183,10 +183,12 @@ def _grant_in(
     worker: worker_rules.WorkerInfo | None,
     blocked: set[str],
     written_here: Mapping[str, RunAggregate] | None = None,
+    causes: Sequence[str] = (),
 ) -> Batch:
     """Grant up to `limit` of the `offered` candidates in `tx` (skipping what another
     transaction holds and what a full limit slot blocks: added to `blocked`);
-    `written_here`: Runs `tx` wrote before, as `write_runs` takes them."""
+    `written_here`: Runs `tx` wrote before, as `write_runs` takes them; `causes`: the
+    causation of each grant in turn, where it is not the Run's latest event."""
     rule = run_path.lease_and_start if start else worker_rules.grant_lease
     granted = 0
     book = SlotBook({}, {}, ())
@@ -209,7 +211,10 @@ def _grant_in(
                 assert ref is not None
                 blocked.add(ref.slot)
                 return EMPTY
-            decision = rule(aggregate, attempt_id, worker_id, ttl_ms, now(), worker=worker)
+            cause = causes[granted] if granted < len(causes) else None
+            decision = rule(
+                aggregate, attempt_id, worker_id, ttl_ms, now(), worker=worker, caused_by=cause
+            )
             book.take(ref)
             granted += 1
             return decision
@@ -529,12 +534,18 @@ def _lease_next(
     completion's `next_work` asks for, granted as `lease_attempts(start=True)` grants
     them (the candidates read in this transaction see what the completions made
     ready). Completions asking alike (one worker, its terms) share one grant, its
-    leases handed out in their order. `batch.after` takes the Runs the grants leave."""
+    leases handed out in their order, each caused by the completion it is handed to.
+    A replayed completion is handed again what its first commit granted with it
+    (`_granted_with`), nothing new. `batch.after` takes the Runs the grants leave."""
     asking: dict[NextWork, list[int]] = {}  # by the terms asked, the limit left out
-    for index, (done, written) in enumerate(zip(completions, batch.written, strict=True)):
-        if done.next_work is not None and written.refusal is None:
-            asking.setdefault(replace(done.next_work, limit=0), []).append(index)
     handed: dict[int, tuple[Lease, ...]] = {}
+    for index, (done, written) in enumerate(zip(completions, batch.written, strict=True)):
+        if done.next_work is None or written.refusal is not None:
+            continue
+        if written.result()[1].replayed:
+            handed[index] = _granted_with(tx, authority, done.lease, now())
+        else:
+            asking.setdefault(replace(done.next_work, limit=0), []).append(index)
     if asking:
         # the grant's read-model rows, guessed to go with the offer's read: the Runs the
         # completions wrote and the Attempts they claimed, the next steps a grant of
@@ -555,9 +566,14 @@ def _lease_next(
         )  # fmt: skip
         if not offered:
             continue
+        causes = [
+            _completed_event_id(completions[index].lease, batch.written[index])
+            for index, limit in zip(indexes, limits, strict=True)
+            for _ in range(limit)
+        ]
         granted = _grant_in(
             tx, authority, terms.worker_id, offered, sum(limits), terms.ttl_ms, now, True,
-            terms.worker, set(), written_here=batch.after,
+            terms.worker, set(), written_here=batch.after, causes=causes,
         )  # fmt: skip
         batch.after.update(granted.after)
         leases = _granted(granted, started=True)
@@ -568,6 +584,71 @@ def _lease_next(
         for index, limit in zip(indexes, limits, strict=True):
             handed[index], leases = tuple(leases[:limit]), leases[limit:]
     return handed
+
+
+def _completed_event_id(lease: Lease, written: Written) -> str:
+    """The id of the `lease.completed` record a completion appends."""
+    _, decision = written.result()
+    return next(
+        e.event_id
+        for e in decision.events(lease_stream(lease.attempt_id))
+        if e.type == EventType.LEASE_COMPLETED
+    )
+
+
+GRANTS_PAGE = 256  # records read at a time looking for a lost commit's grants
+
+
+def _granted_with(
+    tx: Transaction, authority: Units, completed: Lease, now_ms: int
+) -> tuple[Lease, ...]:
+    """The leases the commit that recorded `completed`'s completion granted with it,
+    in their order, that are still live:
+    the answer a lost COMMIT response did not bring. Those grants name the
+    completion's `lease.completed` as their cause, and a commit's records have
+    consecutive positions, all at one instant: they are read from that record on,
+    up to the first record of another instant (docs/DESIGN.md "A lost answer of a
+    completion that leased")."""
+    completed_record = next(
+        (
+            r
+            for r in tx.read_stream(lease_stream(completed.attempt_id))
+            if r.type == EventType.LEASE_COMPLETED and r.data["lease_id"] == completed.lease_id
+        ),
+        None,
+    )
+    if completed_record is None:
+        return ()
+    cause, at_ms = completed_record.event_id, completed_record.metadata["at_ms"]
+    grants: list[Mapping[str, Any]] = []
+    position = completed_record.global_position
+    while True:
+        page = tx.read_all(position, GRANTS_PAGE)
+        for record in page:
+            if record.metadata["at_ms"] != at_ms:
+                page = []
+                break
+            if record.type == EventType.LEASE_GRANTED and record.metadata["causation_id"] == cause:
+                grants.append(record.data)
+        if len(page) < GRANTS_PAGE:
+            break
+        position = page[-1].global_position
+    runs = read_runs(tx, {grant["run_id"] for grant in grants}, authority.aggregates)
+    leases = []
+    for grant in grants:
+        streams = runs.get(grant["run_id"])
+        if streams is None:
+            continue  # removed since (retention): nothing to hand
+        aggregate = streams.fold()
+        lease = aggregate.attempts[grant["attempt_id"]].lease
+        if lease is None or lease.lease_id != grant["lease_id"] or not lease.is_live(now_ms):
+            continue  # it lapsed, or moved on: it is no one's to hand now
+        held = LeaseGrant(
+            grant["attempt_id"], lease.lease_id, lease.version, lease.worker_id,
+            lease.expires_at_ms,
+        )  # fmt: skip
+        leases.append(_lease_value(aggregate, held, started=True))
+    return tuple(leases)
 
 
 class GroupedCompletions:

@@ -117,10 +117,14 @@ def lease_and_start(
     now_ms: int,
     *,
     worker: WorkerInfo | None = None,
+    caused_by: str | None = None,
 ) -> Decision:
-    """Grant the lease (as `grant_lease`) and cross the start barrier under it (as
-    `mark_starting`) in one decision; its `lease` is the granted lease."""
-    grant = grant_lease(aggregate, attempt_id, worker_id, ttl_ms, now_ms, worker=worker)
+    """Grant the lease (as `grant_lease`, `caused_by` its cause) and cross the start
+    barrier under it (as `mark_starting`) in one decision; its `lease` is the granted
+    lease."""
+    grant = grant_lease(
+        aggregate, attempt_id, worker_id, ttl_ms, now_ms, worker=worker, caused_by=caused_by
+    )
     assert grant.lease is not None
     granted = applied(aggregate, grant)
     start = mark_starting(granted, attempt_id, grant.lease.lease_id, grant.lease.version, now_ms)

@@ -113,13 +113,17 @@ def grant_lease(
     *,
     worker: WorkerInfo | None = None,
     probe: bool = False,
+    caused_by: str | None = None,
 ) -> Decision:
     """Lease a claimed Attempt to `worker_id` for `ttl_ms` (5 s – 10 min).
 
     `worker` is what the worker says of itself (its host, its slots), recorded on
     the grant only where given (docs/DESIGN.md, "Workers"). `probe`: only asked
     whether it would lease (`domain.work`): `HasWork` where it would, as
-    `DecisionBuilder.on` says.
+    `DecisionBuilder.on` says. `caused_by`: the event the grant follows from, as its
+    records' causation (default: the Run's latest event); a grant made with a
+    completion names the completion's `lease.completed` (docs/DESIGN.md "A lost
+    answer of a completion that leased").
 
     Refused (FenceError) when the Run is terminal or has cancel intent, the
     Attempt is not claimed at its admitted ready epoch, or another lease is live.
@@ -146,7 +150,7 @@ def grant_lease(
     _require_admitted_epoch(aggregate, attempt)
     lease = attempt.lease
     expires_at_ms = lease_expiry(now_ms, ttl_ms)  # refused before any record is added
-    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(worker_id), probe=probe)
+    builder = DecisionBuilder.on(aggregate, now_ms, worker_actor(worker_id), caused_by, probe=probe)
     if lease is not None and lease.status == LEASE_LEASED:
         if lease.is_live(now_ms):
             raise FenceError(
