@@ -603,12 +603,13 @@ def _granted_with(
     tx: Transaction, authority: Units, completed: Lease, now_ms: int
 ) -> tuple[Lease, ...]:
     """The leases the commit that recorded `completed`'s completion granted with it,
-    in their order, that are still live:
-    the answer a lost COMMIT response did not bring. Those grants name the
-    completion's `lease.completed` as their cause, and a commit's records have
-    consecutive positions, all at one instant: they are read from that record on,
-    up to the first record of another instant (docs/DESIGN.md "A lost answer of a
-    completion that leased")."""
+    in their order, that are still live: the answer a lost COMMIT response did not
+    bring (those its Attempt never recorded running: a caller that did get the answer
+    and runs them is not handed them again once it recorded that). Those grants name
+    the completion's `lease.completed` as their cause, and a
+    commit's records have consecutive positions, all at one instant: they are read
+    from that record on, up to the first record of another instant (docs/DESIGN.md
+    "A lost answer of a completion that leased")."""
     completed_record = next(
         (
             r
@@ -619,16 +620,17 @@ def _granted_with(
     )
     if completed_record is None:
         return ()
-    cause, at_ms = completed_record.event_id, completed_record.metadata["at_ms"]
+    cause, at_ms = completed_record.event_id, completed_record.metadata.get("at_ms")
     grants: list[Mapping[str, Any]] = []
     position = completed_record.global_position
     while True:
         page = tx.read_all(position, GRANTS_PAGE)
         for record in page:
-            if record.metadata["at_ms"] != at_ms:
+            metadata = record.metadata
+            if metadata.get("at_ms") != at_ms:
                 page = []
                 break
-            if record.type == EventType.LEASE_GRANTED and record.metadata["causation_id"] == cause:
+            if record.type == EventType.LEASE_GRANTED and metadata.get("causation_id") == cause:
                 grants.append(record.data)
         if len(page) < GRANTS_PAGE:
             break
@@ -640,9 +642,12 @@ def _granted_with(
         if streams is None:
             continue  # removed since (retention): nothing to hand
         aggregate = streams.fold()
-        lease = aggregate.attempts[grant["attempt_id"]].lease
+        attempt = aggregate.attempts[grant["attempt_id"]]
+        lease = attempt.lease
         if lease is None or lease.lease_id != grant["lease_id"] or not lease.is_live(now_ms):
             continue  # it lapsed, or moved on: it is no one's to hand now
+        if attempt.status != Status.STARTING:
+            continue  # recorded running: the answer did reach a worker, which runs it
         held = LeaseGrant(
             grant["attempt_id"], lease.lease_id, lease.version, lease.worker_id,
             lease.expires_at_ms,

@@ -441,7 +441,10 @@ class Runtime(Inspection, Scheduling, FlowControl):
         right after it would lease (the Attempts the completion made ready among them): the
         worker's next work without a lease commit of its own. Returns the recorded
         status and those leases (`Completed.next_leases`, started); raises as
-        `complete`. A completion that was recorded before (a replay) leases too."""
+        `complete`. A completion sent again after its commit (a replay: its answer was
+        lost) is answered the leases that commit granted whose Attempts no one recorded
+        running yet, and leases nothing new: a caller that did get the first answer
+        must not start those twice."""
         lease = lease_of(lease)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)

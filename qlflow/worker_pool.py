@@ -155,6 +155,8 @@ class WorkerPool:
     def _start(self, leases: Iterable[Lease]) -> None:
         for lease in leases:
             with self._lock:
+                if lease.attempt_id in self._threads:
+                    continue  # handed again by a completion's replay: it runs already
                 self._threads[lease.attempt_id] = lease
             self._runners.submit(lease)
 

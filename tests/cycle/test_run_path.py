@@ -369,7 +369,8 @@ def test_cancel_many_refuses_an_unknown_run_or_reason_and_writes_nothing(rt):
 def test_completion_with_next_work_writes_what_a_lease_after_it_would(two_urls):
     """Store A: `complete_and_lease` takes the worker's next work in its commit. Store
     B: `complete`, then `lease_attempts(start=True)` at the same instant. The same
-    records at the same versions (but the actor), and the same leases handed back."""
+    records at the same versions (but the actor, and the grants' cause: on A the
+    completion they rode on), and the same leases handed back."""
     logs, handed = [], []
     for url, carried in zip(two_urls, (True, False), strict=True):
         rt = qlflow.open(url)
@@ -390,7 +391,12 @@ def test_completion_with_next_work_writes_what_a_lease_after_it_would(two_urls):
                 got.append(sorted((m.step_key, m.lease_id, m.version) for m in more))
                 queue += more
             assert rt.get_run(run_id).status == "succeeded"
-            logs.append([(*entry[:5], {**entry[5], "actor": None}) for entry in _log(rt, run_id)])
+            log = _log(rt, run_id)
+            completed_ids = {e[2] for e in log if e[3] == "lease.completed"}
+            causes = {e[5]["causation_id"] for e in log if e[3] == "lease.granted"}
+            # A: every grant after the root's names a completion; B: none does
+            assert len(causes & completed_ids) == (2 if carried else 0)
+            logs.append([_without_grant_cause({**entry[5], "actor": None}, entry) for entry in log])
             handed.append(got)
             assert rt.verify_projections().ok
         finally:
@@ -398,6 +404,12 @@ def test_completion_with_next_work_writes_what_a_lease_after_it_would(two_urls):
     assert logs[0] == logs[1]
     assert handed[0] == handed[1]
     assert [len(g) for g in handed[0]] == [6, 0, 0, 0, 0, 0, 1, 0]
+
+
+def _without_grant_cause(metadata: dict, entry: tuple) -> tuple:
+    if entry[3] == "lease.granted":
+        metadata = {**metadata, "causation_id": None}
+    return (*entry[:5], metadata)
 
 
 def test_next_work_costs_no_lease_commit(rt):
@@ -462,16 +474,26 @@ def test_next_work_of_one_run_takes_nothing_of_another(rt):
     assert len(rt.lease_attempts("w2", limit=16, run_id=second, now_ms=T0 + 3)) == 6
 
 
-def test_a_replayed_completion_answers_its_status_and_leases_what_is_left(rt):
-    """A completion sent again (its answer lost) is a replay; its next work is what is
-    claimable then: what the lost answer leased is not handed out twice."""
+def test_a_replayed_completion_answers_its_status_and_the_leases_its_commit_granted(rt):
+    """A completion sent again (its answer lost) is a replay: answered its status and
+    the leases its commit granted that no one recorded running, and nothing new is
+    leased (the limit asked for the second time does not matter)."""
     _start(rt, FAN)
     (root,) = rt.lease_attempts("w1", now_ms=T0, start=True)
     first = rt.complete_and_lease(root, "succeeded", limit=2, now_ms=T0 + 1)
-    again = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 2)
-    assert again.status == "succeeded"
     assert [lease.step_key for lease in first.next_leases] == ["b", "c"]
-    assert [lease.step_key for lease in again.next_leases] == list("defg")
+    before = rt.store.head_position()
+    again = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 2)
+    assert again.status == "succeeded" and again.next_leases == first.next_leases
+    # once b's worker recorded it running, b is its worker's, not the replay's
+    rt.mark_running(first.next_leases[0], now_ms=T0 + 3)
+    before = rt.store.head_position()
+    late = rt.complete_and_lease(root, "succeeded", limit=16, now_ms=T0 + 4)
+    assert [lease.step_key for lease in late.next_leases] == ["c"]
+    assert rt.store.head_position() == before
+    # d..g stay claimed for any worker
+    others = rt.lease_attempts("w2", limit=16, now_ms=T0 + 5)
+    assert sorted(lease.step_key for lease in others) == list("defg")
 
 
 def test_complete_and_lease_refuses_bad_values_and_writes_nothing(rt):

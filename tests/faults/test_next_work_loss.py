@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 import qlflow
+from actors import workers
 from eventstore import faults
 from tests.cycle.helpers import T0, manifest
 from tests.faults.commit_cutter import CommitCutter
@@ -132,3 +133,39 @@ def test_a_lease_that_lapsed_before_the_retry_is_not_handed(store_url):
         assert rt.store.head_position() == committed
         # while the same retry in time is handed the three
         assert len(_complete_x(rt, lease, now_ms=DONE_AT + TTL_MS - 1).next_leases) == 3
+
+
+def test_completions_that_shared_a_grant_are_each_handed_their_own_share(tmp_path, store_url):
+    """Two completions of one worker in one commit share one grant, its leases handed
+    out in their order (the first its 1, the second its 3). Their answers lost, each
+    completion sent again on its own is handed exactly its share."""
+
+    def two_fans(rt) -> list[qlflow.Lease]:
+        rt.publish(manifest(FAN), now_ms=T0)
+        for key in ("one", "two"):
+            rt.start("demo", "flow", admission_key=key, now_ms=T0 + 1)
+        rt.cycle(now_ms=T0 + 2)
+        return rt.lease_attempts("w1", limit=2, ttl_ms=TTL_MS, start=True, now_ms=T0 + 3)
+
+    def completions(leases) -> list[qlflow.Completion]:
+        return [
+            qlflow.Completion(lease, "succeeded", next_work=workers.NextWork("w1", TTL_MS, limit))
+            for lease, limit in zip(leases, (1, 3), strict=True)
+        ]
+
+    with qlflow.open(f"sqlite:///{tmp_path / 'reference.db'}", "standalone") as rt:
+        answers = rt.complete_many(completions(two_fans(rt)), now_ms=DONE_AT)
+        shares = [[_key(lease) for lease in done.next_leases] for done in answers]
+    assert [len(share) for share in shares] == [1, 3]
+    with qlflow.open(store_url) as rt:
+        leases = two_fans(rt)
+        faults.arm("complete.after_commit", "raise")
+        with pytest.raises(faults.InjectedFault):
+            rt.complete_many(completions(leases), now_ms=DONE_AT)
+        committed = rt.store.head_position()
+        retried = [
+            rt.complete_and_lease(lease, "succeeded", limit=limit, ttl_ms=TTL_MS, now_ms=DONE_AT)
+            for lease, limit in zip(leases, (1, 3), strict=True)
+        ]
+        assert rt.store.head_position() == committed, "the retries wrote nothing"
+        assert [[_key(lease) for lease in done.next_leases] for done in retried] == shares
