@@ -173,7 +173,7 @@ class Driver:
             run_id=until_run,
             tasks=tasks,
             servable=servable,
-            on_finish=lambda _report: self._wake.set(),
+            on_slot_free=self._wake.set,
         )
         self.pool.next_work = not once  # `once`: the Attempts of one lease, no more
         self._relayed: set[str] = set()

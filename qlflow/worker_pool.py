@@ -82,7 +82,7 @@ class WorkerPool:
         run_id: str | None = None,
         tasks: Iterable[str] | None = None,
         servable: Callable[[], frozenset[str]] | None = None,
-        on_finish: Callable[[AttemptReport], None] | None = None,
+        on_slot_free: Callable[[], None] | None = None,
     ) -> None:
         self._rt = rt
         self._servable = servable
@@ -93,7 +93,9 @@ class WorkerPool:
         self.ttl_ms = ttl_ms
         self.run_id = run_id
         self.tasks = list(tasks) if tasks is not None else None
-        self._on_finish = on_finish
+        # the host's loop is woken where an Attempt's end leaves a slot to fill (or
+        # nothing running), not where its completion took the next work into it
+        self._on_slot_free = on_slot_free
         self._threads: dict[str, Lease] = {}  # the Attempts running, by id
         self._taking = 0  # free slots completions in flight fill with their next work
         self._runners = _Runners(self._execute)
@@ -246,10 +248,11 @@ class WorkerPool:
         finally:
             with self._idle:
                 self._threads.pop(lease.attempt_id, None)
+                slot_free = len(self._threads) < self.slots
                 if report is not None:
                     self.finished += 1
                     for collector in self._collectors:
                         collector.append(report)
                 self._idle.notify_all()
-            if report is not None and self._on_finish is not None:
-                self._on_finish(report)
+            if slot_free and self._on_slot_free is not None:
+                self._on_slot_free()

@@ -62,6 +62,7 @@ class Worker:
                 processes=slots,
             ),
         )
+        self._wake = threading.Event()
         self.pool = WorkerPool(
             rt,
             self.executor,
@@ -69,10 +70,9 @@ class Worker:
             slots=slots,
             ttl_ms=ttl_ms,
             servable=self.tasks.task_refs,
-            on_finish=lambda _report: self._wake.set(),
+            on_slot_free=self._wake.set,
         )
         self._pool_lock = threading.Lock()
-        self._wake = threading.Event()
 
     def add_package(self, folder: str | os.PathLike[str]) -> str:
         """Serve the Tasks of one more package folder; returns its package name."""
@@ -99,10 +99,10 @@ class Worker:
         cycle: bool = False,
         interval_s: float = 0.1,
     ) -> list[AttemptReport]:
-        """Lease and run until `until()` is true (checked every `interval_s` and after
-        each Attempt). `cycle=True` also calls `rt.cycle()` every `interval_s` (a host
-        with no other process cycling). Returns the Attempts it ran (the newest
-        `KEPT_REPORTS` of them, for a call that runs more)."""
+        """Lease and run until `until()` is true (checked every `interval_s` and when an
+        Attempt's end leaves a slot free). `cycle=True` also calls `rt.cycle()` every
+        `interval_s` (a host with no other process cycling). Returns the Attempts it
+        ran (the newest `KEPT_REPORTS` of them, for a call that runs more)."""
         with self._pool_lock, self.pool.collecting(KEPT_REPORTS) as reports:
             self.pool.run_id = None
             self.pool.next_work = True  # a completion takes what it made ready
