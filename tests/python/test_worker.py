@@ -372,3 +372,27 @@ def test_a_worker_that_runs_on_hands_back_its_newest_reports_and_keeps_none(
     }
     assert {r.attempt_id for r in reports} <= attempts
     assert all(r.recorded_status == "succeeded" for r in reports)
+
+
+def test_the_host_loop_wakes_where_an_attempt_leaves_a_slot_free(rt, tmp_path: Path) -> None:
+    """A completion that takes the next work into its own slot leaves the host's loop
+    nothing to do: the loop wakes (and asks `until`) where an Attempt's end leaves a
+    slot free, not at every Attempt's end — and at the last one, not an interval later."""
+    folder = _package(tmp_path, "thread", FLOWS)
+    rt.publish(folder)
+    runs = [rt.start("etlpy", "daily").run_id for _ in range(4)]
+    asked = []
+
+    def until() -> bool:
+        asked.append(time.monotonic())
+        return all(rt.get_run(r).status == "succeeded" for r in runs)
+
+    interval_s = 60.0  # only the wakes move the loop on
+    with Worker(rt, [folder], log_dir=tmp_path / "logs", slots=2) as worker:
+        began = time.monotonic()
+        worker.work(until, interval_s=interval_s)
+        assert worker.pool.finished == 8  # two steps of four Runs
+    assert asked[-1] - began < interval_s, "the last Attempt's end woke the loop"
+    # once at the start, once where the last Attempts left their slots free (the
+    # rest took the next work into their own): before, up to once per Attempt's end
+    assert len(asked) <= 3, f"asked {len(asked)} times for 8 Attempts"
