@@ -40,7 +40,7 @@ from domain.slots import SlotBook, attempt_slot
 from domain.step_timeouts import step_deadline_ms
 from domain.streams import lease_stream, run_stream
 from domain.transitions import Status
-from eventstore.api import Transaction
+from eventstore.api import Reads, Transaction
 from projections import candidates
 from projections import limits as limit_rows
 from projections.registry import read_ahead_of_runs
@@ -89,6 +89,8 @@ def lease_attempts(
     tasks: frozenset[str] | None = None,
     start: bool = False,
     worker: worker_rules.WorkerInfo | None = None,
+    request_id: str | None = None,
+    sent_again: bool = False,
 ) -> list[Lease]:
     """Lease up to `limit` claimed Attempts in lease order (`domain.slots.lease_order`),
     in one transaction; skip any another worker got or holds, and any whose limit's
@@ -98,9 +100,20 @@ def lease_attempts(
 
     With `start` each grant also crosses the start barrier in the same commit (unit
     `lease_start`): for an executor that spawns at once. `worker` (host, slots) is
-    recorded on each grant where given (docs/DESIGN.md, "Workers")."""
+    recorded on each grant where given (docs/DESIGN.md, "Workers").
+
+    `request_id`: each grant names it as its cause. `sent_again` (a call with it
+    raised before; its answer may have been lost): answered the leases that call
+    granted that are still live and not recorded running, if any, and nothing new
+    is leased (docs/DESIGN.md "A lost answer of a lease")."""
     # the page at the store's time as last seen; each grant at its time in the unit
     page_at = now_ms if now_ms is not None else authority.store.clock_ms()
+    if request_id is not None and sent_again:
+        granted = _granted_for_request(authority, worker_id, request_id, page_at)
+        if granted:
+            log.info("worker %s: %d lease(s) of request %s handed again", worker_id,
+                     len(granted), request_id)  # fmt: skip
+            return granted[:limit]
     full: frozenset[str] = frozenset()
     passed: frozenset[str] = frozenset()
     leases: list[Lease] = []
@@ -116,8 +129,9 @@ def lease_attempts(
             **terms, **past,
         )  # fmt: skip
         granted, offered, blocked, held = _grant(
-            authority, worker_id, offer, limit - len(leases), ttl_ms, now_ms, start, worker
-        )
+            authority, worker_id, offer, limit - len(leases), ttl_ms, now_ms, start, worker,
+            request_id,
+        )  # fmt: skip
         leases += granted
         # a page that ended on claims of full slots, or on Attempts other workers are
         # leasing right now, may hide work behind them: ask again past those
@@ -142,6 +156,7 @@ def _grant(
     now_ms: int | None,
     start: bool,
     worker: worker_rules.WorkerInfo | None,
+    request_id: str | None = None,
 ) -> tuple[list[Lease], int, frozenset[str], frozenset[str]]:
     """One lease transaction over the (attempt, run, slot) candidates `offer` reads in
     it: the leases granted, how many were offered, the slots found full, and the
@@ -154,9 +169,11 @@ def _grant(
         now.bind(tx)
         blocked.clear()
         offered[:] = offer(tx)
+        causes = [request_id] * limit if request_id is not None else []
         return _grant_in(
-            tx, authority, worker_id, offered, limit, ttl_ms, now, start, worker, blocked
-        )
+            tx, authority, worker_id, offered, limit, ttl_ms, now, start, worker, blocked,
+            causes=causes,
+        )  # fmt: skip
 
     try:
         batch = _with_retries(authority, grant, "lease_start" if start else "lease")
@@ -604,9 +621,8 @@ def _granted_with(
 ) -> tuple[Lease, ...]:
     """The leases the commit that recorded `completed`'s completion granted with it,
     in their order, that are still live: the answer a lost COMMIT response did not
-    bring (those its Attempt never recorded running: a caller that did get the answer
-    and runs them is not handed them again once it recorded that). Those grants name
-    the completion's `lease.completed` as their cause, and a
+    bring (`_still_unstarted`). Those grants name the completion's `lease.completed`
+    as their cause, and a
     commit's records have consecutive positions, all at one instant: they are read
     from that record on, up to the first record of another instant (docs/DESIGN.md
     "A lost answer of a completion that leased")."""
@@ -635,6 +651,15 @@ def _granted_with(
         if len(page) < GRANTS_PAGE:
             break
         position = page[-1].global_position
+    return tuple(_still_unstarted(tx, authority, grants, now_ms))
+
+
+def _still_unstarted(
+    tx: Reads, authority: Units, grants: Sequence[Mapping[str, Any]], now_ms: int
+) -> list[Lease]:
+    """The leases of these `lease.granted` records that are still live and whose
+    Attempts no one recorded running (a caller that did get the answer and runs them
+    is not handed them again once it recorded that), in their order."""
     runs = read_runs(tx, {grant["run_id"] for grant in grants}, authority.aggregates)
     leases = []
     for grant in grants:
@@ -646,14 +671,40 @@ def _granted_with(
         lease = attempt.lease
         if lease is None or lease.lease_id != grant["lease_id"] or not lease.is_live(now_ms):
             continue  # it lapsed, or moved on: it is no one's to hand now
-        if attempt.status != Status.STARTING:
+        if attempt.status not in (Status.CLAIMED, Status.STARTING):
             continue  # recorded running: the answer did reach a worker, which runs it
         held = LeaseGrant(
             grant["attempt_id"], lease.lease_id, lease.version, lease.worker_id,
             lease.expires_at_ms,
         )  # fmt: skip
-        leases.append(_lease_value(aggregate, held, started=True))
-    return tuple(leases)
+        leases.append(_lease_value(aggregate, held, started=attempt.status == Status.STARTING))
+    return leases
+
+
+def _granted_for_request(
+    authority: Units, worker_id: str, request_id: str, now_ms: int
+) -> list[Lease]:
+    """The leases a lease call with `request_id` granted that are still live and not
+    recorded running, in the order it granted them: among the live leases
+    `worker_id` holds of Attempts not running, those whose grant names the request
+    as its cause."""
+    store = authority.store
+    held = candidates.held_unstarted(store, worker_id, now_ms)
+    if not held:
+        return []
+    streams = store.read_streams([lease_stream(attempt_id) for attempt_id, _, _ in held])
+    granted = sorted(
+        (
+            record
+            for attempt_id, _run, lease_id in held
+            for record in streams.get(lease_stream(attempt_id), ())
+            if record.type == EventType.LEASE_GRANTED
+            and record.data["lease_id"] == lease_id
+            and record.metadata.get("causation_id") == request_id
+        ),
+        key=lambda record: record.global_position,  # the order the call granted them in
+    )
+    return _still_unstarted(store, authority, [r.data for r in granted], now_ms)
 
 
 class GroupedCompletions:

@@ -18,8 +18,8 @@ from domain.transitions import ATTEMPT_ACTIVE
 from eventstore.api import LockJoin, Reads, Transaction
 
 __all__ = [
-    "active_attempt_ids", "claimable_attempts", "claimable_condition", "offered_attempts", "page",
-    "work_probe",
+    "active_attempt_ids", "claimable_attempts", "claimable_condition", "held_unstarted",
+    "offered_attempts", "page", "work_probe",
 ]  # fmt: skip
 
 
@@ -151,3 +151,16 @@ def active_attempt_ids(tx: Reads, run_id: str) -> list[str]:
         (run_id, *active),
     )
     return [row[0] for row in rows]
+
+
+def held_unstarted(store_or_tx: Reads, worker_id: str, now_ms: int) -> list[tuple[str, str, str]]:
+    """(attempt_id, run_id, lease_id) of the Attempts whose live lease `worker_id`
+    holds at `now_ms` and that no one recorded running yet (claimed or starting): a
+    range of the live leases' index."""
+    rows = store_or_tx.query(
+        """SELECT attempt_id, run_id, lease_id FROM attempts
+            WHERE lease_status = 'leased' AND expires_at_ms > ? AND worker_id = ?
+            AND status IN ('claimed', 'starting') ORDER BY attempt_id""",
+        (now_ms, worker_id),
+    )
+    return [(row[0], row[1], row[2]) for row in rows]

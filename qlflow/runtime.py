@@ -57,6 +57,7 @@ Lease = workers.Lease
 Completion = workers.Completion
 Completed = workers.Completed
 MAX_BATCH = 1024  # items in one `complete_many` or `cancel_many` call
+UNANSWERED_KEPT = 1024  # request ids of raised lease calls a runtime remembers
 __all__ = [
     "Completed", "Completion", "CycleResult", "Lease", "PageResult", "Profile", "Runtime",
     "default_url",
@@ -179,6 +180,10 @@ class Runtime(Inspection, Scheduling, FlowControl):
             raise
         self._completions = workers.GroupedCompletions(self._authority, MAX_BATCH)
         self._worker_writes = workers.GroupedWorkerWrites(self._authority, MAX_BATCH)
+        # request ids of lease calls that raised: only a call sent again with one looks
+        # for what the first granted (the newest UNANSWERED_KEPT of them)
+        self._unanswered: dict[str, None] = {}
+        self._unanswered_lock = threading.Lock()
         self._cancels = workers.grouped_cancels(self._authority, MAX_BATCH)
         self._cycle = Cycle(
             self._authority,
@@ -350,6 +355,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
         start: bool = False,
         slots: int | None = None,
         host: str | None = None,
+        request_id: str | None = None,
     ) -> list[Lease]:
         """Lease claimed Attempts for a worker, oldest first (`ttl_ms`: 5 s to 10 min).
 
@@ -358,7 +364,13 @@ class Runtime(Inspection, Scheduling, FlowControl):
         once; `mark_running` stays optional and `complete` is accepted from starting.
         `slots` (how many Attempts this worker runs at once) and `host` are recorded on
         the grants, for `workers()`; a lease of a step with a timeout carries its
-        `step_deadline_ms` once started."""
+        `step_deadline_ms` once started.
+
+        `request_id` (1–128 characters, new for each call, e.g. a uuid): a call that
+        raised, sent again with the same one to this runtime, is answered the leases
+        the first granted (if its COMMIT went through and the answer was lost) that
+        are still live and that no one recorded running, and leases nothing new;
+        none found, it leases as asked."""
         worker_id = text("worker_id", worker_id)
         positive("limit", limit, 1, 1024)
         check_lease_ttl(ttl_ms)  # refused even when there is nothing to lease
@@ -367,18 +379,33 @@ class Runtime(Inspection, Scheduling, FlowControl):
         run_id = optional_text("run_id", run_id)
         step_key = optional_text("step_key", step_key)
         said = None if slots is None and host is None else WorkerInfo(host=host, slots=slots)
-        return workers.lease_attempts(
-            self._authority,
-            worker_id,
-            limit=limit,
-            ttl_ms=ttl_ms,
-            now_ms=_given(now_ms),
-            run_id=run_id,
-            step_key=step_key,
-            tasks=task_set,
-            start=flag("start", start),
-            worker=said,
-        )
+        request_id = optional_text("request_id", request_id)
+        try:
+            leases = workers.lease_attempts(
+                self._authority,
+                worker_id,
+                limit=limit,
+                ttl_ms=ttl_ms,
+                now_ms=_given(now_ms),
+                run_id=run_id,
+                step_key=step_key,
+                tasks=task_set,
+                start=flag("start", start),
+                worker=said,
+                request_id=request_id,
+                sent_again=request_id is not None and request_id in self._unanswered,
+            )
+        except Exception:
+            if request_id is not None:
+                with self._unanswered_lock:
+                    self._unanswered[request_id] = None
+                    while len(self._unanswered) > UNANSWERED_KEPT:
+                        del self._unanswered[next(iter(self._unanswered))]
+            raise
+        if request_id is not None:
+            with self._unanswered_lock:
+                self._unanswered.pop(request_id, None)
+        return leases
 
     def mark_starting(self, lease: Lease, now_ms: int | None = None) -> Lease:
         """The start barrier: claimed+leased -> starting, before anything is spawned."""

@@ -11,6 +11,7 @@ import queue
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -107,6 +108,7 @@ class WorkerPool:
         self._collectors: list[deque[AttemptReport]] = []
         # False: completions take no next work (a host that stops, or leases once)
         self.next_work = True
+        self._unanswered: str | None = None  # the request id of a lease call that failed
         executor.completer = self._complete
 
     @property
@@ -141,6 +143,10 @@ class WorkerPool:
         tasks = self._tasks()
         if tasks == []:
             return 0
+        # a call whose answer was lost is sent again with its request id: it is handed
+        # what that call granted (started, in nobody's hands otherwise)
+        request_id = self._unanswered or uuid.uuid4().hex
+        self._unanswered = request_id
         leases = self._rt.lease_attempts(  # the executor spawns at once: start with the grant
             self.worker_id,
             limit=free,
@@ -150,7 +156,9 @@ class WorkerPool:
             start=True,
             slots=self.slots,
             host=HOST,
+            request_id=request_id,
         )
+        self._unanswered = None
         self._start(leases)
         return len(leases)
 

@@ -1,8 +1,9 @@
-"""A lost COMMIT answer of a completion that leased the worker's next work
-(`complete_and_lease`): the commit granted and started those Attempts, and the caller
-heard nothing. Its retry is answered what the commit granted — the same leases, to
-run now — and writes nothing; before, the retry replayed the completion alone, and
-the started Attempts were lost once their leases lapsed, in nobody's hands.
+"""A lost COMMIT answer of a write that granted leases — a completion that leased the
+worker's next work (`complete_and_lease`), a lease call with a request id: the commit
+granted and started those Attempts, and the caller heard nothing. Its retry is
+answered what the commit granted — the same leases, to run now — and writes
+nothing; before, the started Attempts were lost once their leases lapsed, in
+nobody's hands.
 
 The same script is played with and without the loss: the answers and the log
 must be the same, stream by stream.
@@ -169,3 +170,75 @@ def test_completions_that_shared_a_grant_are_each_handed_their_own_share(tmp_pat
         ]
         assert rt.store.head_position() == committed, "the retries wrote nothing"
         assert [[_key(lease) for lease in done.next_leases] for done in retried] == shares
+
+
+def _lease_roots(rt, request_id: str = "call-1"):
+    return rt.lease_attempts(
+        "w1", limit=3, ttl_ms=TTL_MS, start=True, request_id=request_id, now_ms=T0 + 3
+    )
+
+
+def _two_roots(rt) -> None:
+    rt.publish(manifest(FAN), now_ms=T0)
+    for key in ("one", "two"):
+        rt.start("demo", "flow", admission_key=key, now_ms=T0 + 1)
+    rt.cycle(now_ms=T0 + 2)
+
+
+def _lease_lost_then_sent_again(rt, arm_loss: Callable[[], None], reference_keys) -> None:
+    _two_roots(rt)
+    arm_loss()
+    try:
+        lost: object = _lease_roots(rt)
+    except Exception as error:  # what the caller saw instead of the answer
+        lost = error
+    assert isinstance(lost, faults.InjectedFault) or "connection" in str(lost), lost
+    committed = rt.store.head_position()
+    again = _lease_roots(rt)
+    assert rt.store.head_position() == committed, "the call sent again wrote nothing"
+    assert [_key(lease) for lease in again] == reference_keys
+    assert all(lease.started for lease in again)
+    # a new call (a new request id) finds nothing: both roots are this worker's
+    assert _lease_roots(rt, "call-2") == []
+
+
+@pytest.fixture
+def leased_roots(tmp_path) -> list[tuple]:
+    with qlflow.open(f"sqlite:///{tmp_path / 'reference.db'}", "standalone") as rt:
+        _two_roots(rt)
+        return [_key(lease) for lease in _lease_roots(rt)]
+
+
+def test_a_lease_call_sent_again_is_handed_what_its_lost_answer_granted(store_url, leased_roots):
+    assert len(leased_roots) == 2
+    with qlflow.open(store_url) as rt:
+        _lease_lost_then_sent_again(
+            rt, lambda: faults.arm("lease_start.after_commit", "raise"), leased_roots
+        )
+
+
+@pytest.mark.pg
+def test_a_lease_call_whose_connection_was_cut_at_commit_is_handed_its_grants(pg_url, leased_roots):
+    cutter = CommitCutter(pg_url)
+    try:
+        with qlflow.open(cutter.url, "cluster") as rt:
+            _lease_lost_then_sent_again(
+                rt,
+                lambda: faults.arm("lease_start.before_commit", cutter.arm, nth=1),
+                leased_roots,
+            )
+            assert cutter.cuts == 1
+    finally:
+        cutter.close()
+
+
+def test_a_lease_call_that_failed_before_its_commit_leases_when_sent_again(store_url):
+    """Nothing was granted (the fault came before COMMIT): the call sent again leases."""
+    with qlflow.open(store_url) as rt:
+        _two_roots(rt)
+        faults.arm("lease_start.before_commit", "raise")
+        before = rt.store.head_position()
+        with pytest.raises(faults.InjectedFault):
+            _lease_roots(rt)
+        assert rt.store.head_position() == before
+        assert len(_lease_roots(rt)) == 2

@@ -396,3 +396,34 @@ def test_the_host_loop_wakes_where_an_attempt_leaves_a_slot_free(rt, tmp_path: P
     # once at the start, once where the last Attempts left their slots free (the
     # rest took the next work into their own): before, up to once per Attempt's end
     assert len(asked) <= 3, f"asked {len(asked)} times for 8 Attempts"
+
+
+def test_a_lease_whose_answer_was_lost_is_run_by_the_next_fill(rt, tmp_path: Path) -> None:
+    """The host's lease (start=True) committed and its answer was lost: the started
+    Attempts are this host's and no one else's. Its next fill sends the call again
+    and is handed them: each step runs once, and the Runs end long before the lost
+    leases would have lapsed."""
+    from eventstore import faults
+
+    folder = _package(tmp_path, "thread", FLOWS)
+    rt.publish(folder)
+    runs = [rt.start("etlpy", "daily").run_id for _ in range(2)]
+    deadline = time.monotonic() + 20  # the leases would lapse after 30 s
+
+    def done() -> bool:
+        assert time.monotonic() < deadline, "the lost leases were not run"
+        return all(rt.get_run(r).status == "succeeded" for r in runs)
+
+    with Worker(rt, [folder], log_dir=tmp_path / "logs", slots=2, ttl_ms=30_000) as worker:
+        rt.cycle()
+        faults.arm("lease_start.after_commit", "raise")
+        try:
+            with pytest.raises(faults.InjectedFault):
+                worker.pool.fill()
+        finally:
+            faults.disarm()
+        assert worker.pool.busy == 0  # nothing started: the answer never came
+        worker.work(done, interval_s=0.05)
+    for run_id in runs:
+        steps = rt.get_run(run_id).steps
+        assert {key: len(step.attempts) for key, step in steps.items()} == {"fetch": 1, "load": 1}
