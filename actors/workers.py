@@ -621,11 +621,10 @@ def _granted_with(
 ) -> tuple[Lease, ...]:
     """The leases the commit that recorded `completed`'s completion granted with it,
     in their order, that are still live: the answer a lost COMMIT response did not
-    bring (`_still_unstarted`). Those grants name the completion's `lease.completed`
-    as their cause, and a
-    commit's records have consecutive positions, all at one instant: they are read
-    from that record on, up to the first record of another instant (docs/DESIGN.md
-    "A lost answer of a completion that leased")."""
+    bring (`_to_hand_again`). Those grants name the completion's `lease.completed`
+    as their cause, and a commit's records have consecutive positions, all at one
+    instant: they are read from that record on, up to the first record of another
+    instant (docs/DESIGN.md "A lost answer of a completion that leased")."""
     completed_record = next(
         (
             r
@@ -651,10 +650,10 @@ def _granted_with(
         if len(page) < GRANTS_PAGE:
             break
         position = page[-1].global_position
-    return tuple(_still_unstarted(tx, authority, grants, now_ms))
+    return tuple(_to_hand_again(tx, authority, grants, now_ms))
 
 
-def _still_unstarted(
+def _to_hand_again(
     tx: Reads, authority: Units, grants: Sequence[Mapping[str, Any]], now_ms: int
 ) -> list[Lease]:
     """The leases of these `lease.granted` records that are still live and whose
@@ -689,7 +688,7 @@ def _granted_for_request(
     `worker_id` holds of Attempts not running, those whose grant names the request
     as its cause."""
     store = authority.store
-    held = candidates.held_unstarted(store, worker_id, now_ms)
+    held = candidates.held_not_running(store, worker_id, now_ms)
     if not held:
         return []
     streams = store.read_streams([lease_stream(attempt_id) for attempt_id, _, _ in held])
@@ -704,7 +703,7 @@ def _granted_for_request(
         ),
         key=lambda record: record.global_position,  # the order the call granted them in
     )
-    return _still_unstarted(store, authority, [r.data for r in granted], now_ms)
+    return _to_hand_again(store, authority, [r.data for r in granted], now_ms)
 
 
 class GroupedCompletions:

@@ -18,7 +18,7 @@ from domain.transitions import ATTEMPT_ACTIVE
 from eventstore.api import LockJoin, Reads, Transaction
 
 __all__ = [
-    "active_attempt_ids", "claimable_attempts", "claimable_condition", "held_unstarted",
+    "active_attempt_ids", "claimable_attempts", "claimable_condition", "held_not_running",
     "offered_attempts", "page", "work_probe",
 ]  # fmt: skip
 
@@ -153,7 +153,7 @@ def active_attempt_ids(tx: Reads, run_id: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def held_unstarted(store_or_tx: Reads, worker_id: str, now_ms: int) -> list[tuple[str, str, str]]:
+def held_not_running(store_or_tx: Reads, worker_id: str, now_ms: int) -> list[tuple[str, str, str]]:
     """(attempt_id, run_id, lease_id) of the Attempts whose live lease `worker_id`
     holds at `now_ms` and that no one recorded running yet (claimed or starting): a
     range of the live leases' index."""

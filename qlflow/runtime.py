@@ -58,6 +58,7 @@ Completion = workers.Completion
 Completed = workers.Completed
 MAX_BATCH = 1024  # items in one `complete_many` or `cancel_many` call
 UNANSWERED_KEPT = 1024  # request ids of raised lease calls a runtime remembers
+MAX_REQUEST_ID = 128  # characters of a lease call's request id
 __all__ = [
     "Completed", "Completion", "CycleResult", "Lease", "PageResult", "Profile", "Runtime",
     "default_url",
@@ -366,7 +367,7 @@ class Runtime(Inspection, Scheduling, FlowControl):
         the grants, for `workers()`; a lease of a step with a timeout carries its
         `step_deadline_ms` once started.
 
-        `request_id` (1–128 characters, new for each call, e.g. a uuid): a call that
+        `request_id` (1 to 128 characters, new for each call, e.g. a uuid): a call that
         raised, sent again with the same one to this runtime, is answered the leases
         the first granted (if its COMMIT went through and the answer was lost) that
         are still live and that no one recorded running, and leases nothing new;
@@ -380,6 +381,12 @@ class Runtime(Inspection, Scheduling, FlowControl):
         step_key = optional_text("step_key", step_key)
         said = None if slots is None and host is None else WorkerInfo(host=host, slots=slots)
         request_id = optional_text("request_id", request_id)
+        if request_id is not None and len(request_id) > MAX_REQUEST_ID:
+            raise InvalidInput(
+                "request_id",
+                "max_length",
+                f"request_id holds at most {MAX_REQUEST_ID} characters, got {len(request_id)}",
+            )
         try:
             leases = workers.lease_attempts(
                 self._authority,

@@ -166,7 +166,7 @@ class WorkerPool:
         for lease in leases:
             with self._lock:
                 if lease.attempt_id in self._threads:
-                    continue  # handed again by a completion's replay: it runs already
+                    continue  # handed again by a replay: it runs already
                 self._threads[lease.attempt_id] = lease
             self._runners.submit(lease)
 

@@ -17,6 +17,7 @@ import pytest
 
 import qlflow
 from actors import workers
+from domain.errors import InvalidInput
 from eventstore import faults
 from tests.cycle.helpers import T0, manifest
 from tests.faults.commit_cutter import CommitCutter
@@ -242,3 +243,14 @@ def test_a_lease_call_that_failed_before_its_commit_leases_when_sent_again(store
             _lease_roots(rt)
         assert rt.store.head_position() == before
         assert len(_lease_roots(rt)) == 2
+
+
+@pytest.mark.parametrize("request_id", ["", "x" * 129, 7, "a\x00b"])
+def test_a_request_id_that_is_not_1_to_128_characters_of_text_is_refused(store_url, request_id):
+    with qlflow.open(store_url) as rt:
+        _two_roots(rt)
+        before = rt.store.head_position()
+        with pytest.raises(InvalidInput, match="request_id"):
+            rt.lease_attempts("w1", start=True, request_id=request_id, now_ms=T0 + 3)
+        assert rt.store.head_position() == before
+        assert len(_lease_roots(rt, "x" * 128)) == 2
