@@ -30,7 +30,11 @@ and a clock that moves by milliseconds to minutes. After every step it checks:
 (h) retention removes Runs that finished before a past instant (never the source of
     a running rerun): the removed Runs leave the lists, an acknowledged start of one
     still answers `existing` with its id and writes nothing, and at the end `verify`
-    finds the remaining log and the read models exact (every gap named).
+    finds the remaining log and the read models exact (every gap named);
+(i) lost answers on the run path: a pool's worker whose lease call (with a request
+    id) or completion-with-next-work committed while its answer was lost sends it
+    again: the retry writes nothing and hands live, started leases of its own, which
+    it runs — under (b) and (c), nothing is run twice and nothing is stranded.
 
 CI runs EXAMPLES state machines of up to 30 steps per store; QLFLOW_FUZZ_EXAMPLES=N
 scales that (tests/hypothesis_budget.py).
@@ -54,6 +58,7 @@ from domain.phases import RUN_PHASES
 from domain.slots import HELD, attempt_slot, holds_until, run_slot_state
 from domain.transitions import STEP_TIMEOUT
 from domain.work import phase_work
+from eventstore import faults
 from eventstore.url import with_search_path
 from projections import candidates
 from qlflow.errors import InvalidInput, NotFound
@@ -187,22 +192,37 @@ class RuntimeModel(RuleBasedStateMachine):
     @rule(
         outcomes=st.lists(st.sampled_from(["succeeded", "failed"]), min_size=1, max_size=4),
         limit=st.sampled_from([1, 3]),
+        lose=st.sampled_from([None, None, "lease", "completion"]),
     )
-    def work_next(self, outcomes: list[str], limit: int) -> None:
+    def work_next(self, outcomes: list[str], limit: int, lose: str | None) -> None:
         """A pool's worker: it runs what its last completion took as its next work (or
         leases with the start barrier), and each completion takes the next in the same
-        commit (`complete_and_lease`). What it took and the clock outran is lost."""
+        commit (`complete_and_lease`). What it took and the clock outran is lost. (i)
+        `lose`: the answer of its first lease call or completion is lost after COMMIT,
+        and the worker sends the call again."""
         for outcome in outcomes:
             if self.next_up:
                 lease = self.next_up.pop(0)
             else:
-                leases = self.rt.lease_attempts("p", ttl_ms=TTL_MS, now_ms=self.now, start=True)
+                request_id = uuid.uuid4().hex
+                leases = self._sent_again(
+                    "lease_start" if lose == "lease" else None,
+                    lambda request_id=request_id: self.rt.lease_attempts(
+                        "p", ttl_ms=TTL_MS, now_ms=self.now, start=True, request_id=request_id
+                    ),
+                )
+                lose = None if lose == "lease" else lose
                 if not leases:
                     return
                 lease = leases[0]
+            unit = "complete" if lose == "completion" else None
+            lose = None if unit else lose
             try:
-                done = self.rt.complete_and_lease(
-                    lease, outcome, limit=limit, ttl_ms=TTL_MS, now_ms=self.now
+                done = self._sent_again(
+                    unit,
+                    lambda lease=lease, outcome=outcome: self.rt.complete_and_lease(
+                        lease, outcome, limit=limit, ttl_ms=TTL_MS, now_ms=self.now
+                    ),
                 )
             except (FenceError, NotFound):  # its lease ran out, or retention removed its Run
                 continue
@@ -211,6 +231,28 @@ class RuntimeModel(RuleBasedStateMachine):
             assert all(n.started and n.worker_id == "p" for n in done.next_leases)
             self.acknowledged.append(("complete", lease, outcome, self.now, done.status))
             self.next_up.extend(done.next_leases)
+
+    def _sent_again(self, unit: str | None, call):
+        """`call()`; with `unit`, its answer is lost after COMMIT and the call is sent
+        again, which must write nothing."""
+        if unit is None:
+            return call()
+        faults.arm(f"{unit}.after_commit", "raise")
+        try:
+            first = call()  # nothing was written (nothing to lease): nothing was lost
+        except faults.InjectedFault:
+            first = None
+        finally:
+            faults.disarm()
+        if first is not None:
+            return first
+        before = self._events()
+        answer = call()
+        assert self._events() == before, "the call sent again wrote nothing"
+        leases = answer if isinstance(answer, list) else list(answer.next_leases)
+        assert all(n.started and n.worker_id == "p" for n in leases)
+        event(f"a lost answer of {unit}, sent again")
+        return answer
 
     @precondition(lambda self: self.hanging)
     @rule(at_deadline=st.booleans())
