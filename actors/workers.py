@@ -39,7 +39,7 @@ from domain.flow import limit_of
 from domain.slots import SlotBook, attempt_slot
 from domain.step_timeouts import step_deadline_ms
 from domain.streams import lease_stream, run_stream
-from domain.transitions import Status
+from domain.transitions import ATTEMPT_NOT_YET_RUNNING, Status
 from eventstore.api import Reads, Transaction
 from projections import candidates
 from projections import limits as limit_rows
@@ -584,9 +584,10 @@ def _lease_next(
         if not offered:
             continue
         causes = [
-            _completed_event_id(completions[index].lease, batch.written[index])
+            cause
             for index, limit in zip(indexes, limits, strict=True)
-            for _ in range(limit)
+            for cause in [_completed_event_id(completions[index].lease, batch.written[index])]
+            * limit
         ]
         granted = _grant_in(
             tx, authority, terms.worker_id, offered, sum(limits), terms.ttl_ms, now, True,
@@ -670,7 +671,7 @@ def _to_hand_again(
         lease = attempt.lease
         if lease is None or lease.lease_id != grant["lease_id"] or not lease.is_live(now_ms):
             continue  # it lapsed, or moved on: it is no one's to hand now
-        if attempt.status not in (Status.CLAIMED, Status.STARTING):
+        if attempt.status not in ATTEMPT_NOT_YET_RUNNING:
             continue  # recorded running: the answer did reach a worker, which runs it
         held = LeaseGrant(
             grant["attempt_id"], lease.lease_id, lease.version, lease.worker_id,

@@ -93,6 +93,8 @@ ATTEMPT_TERMINAL = frozenset(
     {_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.LOST, ATTEMPT_INTERRUPTED}
 )
 ATTEMPT_ACTIVE = frozenset({ATTEMPT_CLAIMED, ATTEMPT_STARTING, ATTEMPT_RUNNING})
+# not recorded running: a lease of one may still be in no worker's hands (a lost answer)
+ATTEMPT_NOT_YET_RUNNING = frozenset({ATTEMPT_CLAIMED, ATTEMPT_STARTING})
 ATTEMPT_TRANSITIONS: Transitions = MappingProxyType(
     {
         ATTEMPT_CLAIMED: frozenset({_S.STARTING, _S.CANCELLED, _S.TIMED_OUT, _S.LOST}),

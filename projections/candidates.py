@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from domain.phases import RUN_PHASES
-from domain.transitions import ATTEMPT_ACTIVE
+from domain.transitions import ATTEMPT_ACTIVE, ATTEMPT_NOT_YET_RUNNING
 from eventstore.api import LockJoin, Reads, Transaction
 
 __all__ = [
@@ -157,10 +157,11 @@ def held_not_running(store_or_tx: Reads, worker_id: str, now_ms: int) -> list[tu
     """(attempt_id, run_id, lease_id) of the Attempts whose live lease `worker_id`
     holds at `now_ms` and that no one recorded running yet (claimed or starting): a
     range of the live leases' index."""
+    statuses = sorted(ATTEMPT_NOT_YET_RUNNING)
     rows = store_or_tx.query(
-        """SELECT attempt_id, run_id, lease_id FROM attempts
+        f"""SELECT attempt_id, run_id, lease_id FROM attempts
             WHERE lease_status = 'leased' AND expires_at_ms > ? AND worker_id = ?
-            AND status IN ('claimed', 'starting') ORDER BY attempt_id""",
-        (now_ms, worker_id),
+            AND status IN ({", ".join("?" * len(statuses))}) ORDER BY attempt_id""",
+        (now_ms, worker_id, *statuses),
     )
     return [(row[0], row[1], row[2]) for row in rows]
