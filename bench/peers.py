@@ -75,7 +75,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.output import results_path
+from bench.output import paired_ratios, ratio_line, results_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = results_path("peers")
@@ -651,11 +651,14 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
         medians = {side: {k: _median(rounds, k) for k in keys} for side, rounds in sides.items()}
         base = medians.get("dbos", {})
         ratios = {}
+        by_round: dict[str, list[float]] = {}
         for side in ("qlflow_call", "qlflow", "qlflow_pool", "qlflow_procs"):
             ours = medians.get(side, {})
             if ours.get("workflows_per_s") and base.get("workflows_per_s"):
-                ratios[f"{side}_workflows_per_s_vs_dbos"] = (
-                    ours["workflows_per_s"] / base["workflows_per_s"]
+                name = f"{side}_workflows_per_s_vs_dbos"
+                ratios[name] = ours["workflows_per_s"] / base["workflows_per_s"]
+                by_round[name] = paired_ratios(
+                    sides.get(side, []), sides.get("dbos", []), "workflows_per_s"
                 )
             threads = medians.get("dbos_threads", {}).get("workflows_per_s")
             if ours.get("workflows_per_s") and threads:
@@ -669,6 +672,10 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
             )
         if ours.get("cancelled_per_s") and base.get("cancelled_per_s"):
             ratios["qlflow_cancel_vs_dbos"] = ours["cancelled_per_s"] / base["cancelled_per_s"]
+            side = "qlflow_call" if medians.get("qlflow_call") else "qlflow"
+            by_round["qlflow_cancel_vs_dbos"] = paired_ratios(
+                sides.get(side, []), sides.get("dbos", []), "cancelled_per_s"
+            )
         ours = medians.get("qlflow", {})
         if ours.get("cancelled_batch_per_s") and base.get("cancelled_batch_per_s"):
             ratios["qlflow_cancel_many_vs_dbos_cancel_workflows"] = (
@@ -680,7 +687,12 @@ def summarise(raw: dict[str, dict[str, list[dict]]]) -> dict:
         if procs and ours.get("workflows_per_s"):
             ratios["qlflow_procs_vs_one"] = procs / ours["workflows_per_s"]
         wal = [r["wal"] for r in sides.get("qlflow", []) if "wal" in r]
-        summary[store] = {"medians": medians, "ratios": ratios, "wal": wal[-1] if wal else None}
+        summary[store] = {
+            "medians": medians,
+            "ratios": ratios,
+            "ratios_by_round": by_round,
+            "wal": wal[-1] if wal else None,
+        }
     return summary
 
 
@@ -702,7 +714,7 @@ def render(summary: dict) -> str:
                 f"{text[5]:>10}{text[6]:>9}"
             )
         for name, value in figures["ratios"].items():
-            lines.append(f"  {name}: {value:.2f}")
+            lines.append(ratio_line(name, value, figures.get("ratios_by_round", {}).get(name, [])))
         if figures.get("wal"):
             wal = figures["wal"]
             lines.append(

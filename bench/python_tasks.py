@@ -41,7 +41,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.output import results_path
+from bench.output import paired_ratios, ratio_line, results_path
 from bench.peers import (
     STEPS,
     _cpu_s,
@@ -194,12 +194,16 @@ def summarise(raw: dict) -> dict:
             for side, rounds in sides.items()
         }  # fmt: skip
         ratios = {}
+        by_round: dict[str, list[float]] = {}
         for ours in ("qlflow_thread", "qlflow_process"):
             for theirs in ("dbos", "dbos_threads"):  # both sides' figures include the starts
                 a = medians.get(ours, {}).get("workflows_per_s")
                 b = medians.get(theirs, {}).get("workflows_per_s")
                 if a and b:
                     ratios[f"{ours}_vs_{theirs}"] = a / b
+                    by_round[f"{ours}_vs_{theirs}"] = paired_ratios(
+                        sides.get(ours, []), sides.get(theirs, []), "workflows_per_s"
+                    )
         for isolation in ("thread", "process"):
             four = medians.get(f"parallel_{isolation}/4", {}).get("workflows_per_s")
             one = medians.get(f"parallel_{isolation}/1", {}).get("workflows_per_s")
@@ -209,7 +213,7 @@ def summarise(raw: dict) -> dict:
             one = medians.get(f"parallel_{isolation}/1", {}).get("drain_workflows_per_s")
             if four and one:  # the steps alone: the Runs admitted before the clock
                 ratios[f"parallel_{isolation}_4_slots_vs_1_drain_only"] = four / one
-        summary[store] = {"medians": medians, "ratios": ratios}
+        summary[store] = {"medians": medians, "ratios": ratios, "ratios_by_round": by_round}
     return summary
 
 
@@ -224,7 +228,7 @@ def render(summary: dict) -> str:
             text = ["-" if v is None else f"{v:.1f}" for v in cells]
             lines.append(f"{side:<22}{text[0]:>9}{text[1]:>11}{text[2]:>14}{text[3]:>9}")
         for name, value in figures["ratios"].items():
-            lines.append(f"  {name}: {value:.2f}")
+            lines.append(ratio_line(name, value, figures["ratios_by_round"].get(name, [])))
     return "\n".join(lines)
 
 
