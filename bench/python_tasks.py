@@ -207,12 +207,20 @@ def summarise(raw: dict) -> dict:
         for isolation in ("thread", "process"):
             four = medians.get(f"parallel_{isolation}/4", {}).get("workflows_per_s")
             one = medians.get(f"parallel_{isolation}/1", {}).get("workflows_per_s")
+            rounds4 = sides.get(f"parallel_{isolation}/4", [])
+            rounds1 = sides.get(f"parallel_{isolation}/1", [])
             if four and one:
                 ratios[f"parallel_{isolation}_4_slots_vs_1"] = four / one
+                by_round[f"parallel_{isolation}_4_slots_vs_1"] = paired_ratios(
+                    rounds4, rounds1, "workflows_per_s"
+                )
             four = medians.get(f"parallel_{isolation}/4", {}).get("drain_workflows_per_s")
             one = medians.get(f"parallel_{isolation}/1", {}).get("drain_workflows_per_s")
             if four and one:  # the steps alone: the Runs admitted before the clock
                 ratios[f"parallel_{isolation}_4_slots_vs_1_drain_only"] = four / one
+                by_round[f"parallel_{isolation}_4_slots_vs_1_drain_only"] = paired_ratios(
+                    rounds4, rounds1, "drain_workflows_per_s"
+                )
         summary[store] = {"medians": medians, "ratios": ratios, "ratios_by_round": by_round}
     return summary
 

@@ -47,3 +47,21 @@ def test_the_python_tasks_summary_prints_the_median_ratio_beside_its_rounds():
     }
     text = python_tasks.render(python_tasks.summarise(raw))
     assert "qlflow_thread_vs_dbos: 1.17 (rounds 0.90–1.50)" in text
+
+
+def test_four_slots_against_one_are_paired_by_round_too():
+    raw = {
+        "sqlite": {
+            "parallel_thread/4": [
+                {"workflows_per_s": 40.0, "drain_workflows_per_s": 80.0},
+                {"workflows_per_s": 30.0, "drain_workflows_per_s": 60.0},
+            ],
+            "parallel_thread/1": [
+                {"workflows_per_s": 10.0, "drain_workflows_per_s": 20.0},
+                {"workflows_per_s": 10.0, "drain_workflows_per_s": 20.0},
+            ],
+        }
+    }
+    text = python_tasks.render(python_tasks.summarise(raw))
+    assert "parallel_thread_4_slots_vs_1: 3.50 (rounds 3.00–4.00)" in text
+    assert "parallel_thread_4_slots_vs_1_drain_only: 3.50 (rounds 3.00–4.00)" in text
