@@ -583,12 +583,10 @@ def _lease_next(
         )  # fmt: skip
         if not offered:
             continue
-        causes = [
-            cause
-            for index, limit in zip(indexes, limits, strict=True)
-            for cause in [_completed_event_id(completions[index].lease, batch.written[index])]
-            * limit
-        ]
+        # each completion's slots in turn, every grant in them caused by its completion
+        causes: list[str] = []
+        for index, limit in zip(indexes, limits, strict=True):
+            causes += [_completed_event_id(completions[index].lease, batch.written[index])] * limit
         granted = _grant_in(
             tx, authority, terms.worker_id, offered, sum(limits), terms.ttl_ms, now, True,
             terms.worker, set(), written_here=batch.after, causes=causes,
